@@ -1,0 +1,29 @@
+"""Follows every link of a site and yields one item per page."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import scrapy
+from scrapy.http import Response
+
+
+class SiteSpider(scrapy.Spider):
+    """``scrapy crawl site -a start_url=http://127.0.0.1:8000/page/0.html``"""
+
+    name = "site"
+
+    def __init__(self, start_url: str = "", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        if not start_url:
+            raise ValueError("pass the site to crawl: scrapy crawl site -a start_url=URL")
+        self.start_url = start_url
+
+    async def start(self) -> AsyncIterator[Any]:
+        yield scrapy.Request(self.start_url, callback=self.parse)
+
+    def parse(self, response: Response) -> Iterator[Any]:
+        yield {"url": response.url, "title": response.css("title::text").get()}
+        for href in response.css("a::attr(href)").getall():
+            yield response.follow(href, callback=self.parse)

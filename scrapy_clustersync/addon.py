@@ -1,0 +1,30 @@
+"""Addon: the one ``ADDONS`` line that turns a Scrapy project into a cluster node."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .config import validate_redis_url
+from .extensions.lifecycle import NodeLifecycle
+from .middlewares import ClusterDownloaderMiddleware, ClusterSpiderMiddleware
+
+if TYPE_CHECKING:
+    from scrapy.settings import BaseSettings
+
+SCHEDULER_PATH = "scrapy_clustersync.scheduler.ClusterScheduler"
+
+
+class Addon:
+    """Enable with ``ADDONS = {"scrapy_clustersync.Addon": 100}`` and ``CLUSTERSYNC_REDIS_URL``.
+
+    Settings are set with the "addon" priority, so a user's own settings still win.
+    """
+
+    def update_settings(self, settings: BaseSettings) -> None:
+        validate_redis_url(settings.get("CLUSTERSYNC_REDIS_URL") or "")
+        settings.set("SCHEDULER", SCHEDULER_PATH, priority="addon")
+        settings.set_in_component_priority_dict("SPIDER_MIDDLEWARES", ClusterSpiderMiddleware, 0)
+        settings.set_in_component_priority_dict(
+            "DOWNLOADER_MIDDLEWARES", ClusterDownloaderMiddleware, 0
+        )
+        settings.set_in_component_priority_dict("EXTENSIONS", NodeLifecycle, 0)

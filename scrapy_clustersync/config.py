@@ -1,0 +1,167 @@
+"""Every ``CLUSTERSYNC_*`` setting: its default, its unit and its validation.
+
+Settings are read once, when a component is built, and checked up front: a bad value stops the
+node at start-up with an error that names the setting, what was given and what is accepted.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import uuid
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+if TYPE_CHECKING:
+    from scrapy.settings import BaseSettings
+
+#: Defaults, with the unit in the name. They need no tuning for a cluster of a few nodes.
+DEFAULTS: dict[str, Any] = {
+    "CLUSTERSYNC_REDIS_URL": "",
+    "CLUSTERSYNC_JOB": "",
+    "CLUSTERSYNC_IDLE_CLOSE_AFTER": 10.0,
+    "CLUSTERSYNC_LEASE_TIMEOUT": 60.0,
+    "CLUSTERSYNC_HEARTBEAT_INTERVAL": 1.0,
+    "CLUSTERSYNC_BATCH_SIZE": 200,
+    "CLUSTERSYNC_PREFETCH": 0,  # 0 = twice CONCURRENT_REQUESTS
+    "CLUSTERSYNC_BUFFER_LIMIT": 100_000,
+    "CLUSTERSYNC_MAX_REQUEST_BYTES": 512 * 1024,
+    "CLUSTERSYNC_LOCAL_SEEN_CACHE": 200_000,
+    "CLUSTERSYNC_SOCKET_TIMEOUT": 10.0,
+    "CLUSTERSYNC_TLS_CA_CERTS": "",
+    "CLUSTERSYNC_TLS_CERTFILE": "",
+    "CLUSTERSYNC_TLS_KEYFILE": "",
+    "CLUSTERSYNC_TLS_VERIFY": True,
+}
+
+URL_SCHEMES = ("redis", "rediss", "unix")
+JOB_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,199}$")
+
+
+class ConfigError(ValueError):
+    """A ``CLUSTERSYNC_*`` setting has a value that cannot work; the message says how to fix it."""
+
+
+@dataclass(frozen=True)
+class TlsOptions:
+    ca_certs: str = ""
+    certfile: str = ""
+    keyfile: str = ""
+    verify: bool = True
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    """The validated settings of one node."""
+
+    redis_url: str
+    job: str
+    node_id: str
+    idle_close_after_s: float
+    lease_timeout_s: float
+    heartbeat_interval_s: float
+    batch_size: int
+    prefetch: int
+    buffer_limit: int
+    max_request_bytes: int
+    local_seen_cache: int
+    socket_timeout_s: float
+    tls: TlsOptions
+
+    @classmethod
+    def from_settings(cls, settings: BaseSettings, spider_name: str) -> ClusterConfig:
+        """Read and check every setting; raise :class:`ConfigError` naming the bad one."""
+        url = validate_redis_url(settings.get("CLUSTERSYNC_REDIS_URL") or "")
+        job = validate_job_name(settings.get("CLUSTERSYNC_JOB") or spider_name)
+        lease = _number(settings, "CLUSTERSYNC_LEASE_TIMEOUT", float, minimum=1.0)
+        heartbeat = _number(settings, "CLUSTERSYNC_HEARTBEAT_INTERVAL", float, minimum=0.05)
+        if heartbeat * 3 > lease:
+            raise ConfigError(
+                f"CLUSTERSYNC_HEARTBEAT_INTERVAL ({heartbeat}s) must be at most a third of "
+                f"CLUSTERSYNC_LEASE_TIMEOUT ({lease}s), or live nodes lose their leases."
+            )
+        prefetch = _number(settings, "CLUSTERSYNC_PREFETCH", int, minimum=0)
+        if prefetch == 0:
+            prefetch = 2 * max(1, settings.getint("CONCURRENT_REQUESTS", 16))
+        return cls(
+            redis_url=url,
+            job=job,
+            node_id=make_node_id(),
+            idle_close_after_s=_number(settings, "CLUSTERSYNC_IDLE_CLOSE_AFTER", float, 0.0),
+            lease_timeout_s=lease,
+            heartbeat_interval_s=heartbeat,
+            batch_size=_number(settings, "CLUSTERSYNC_BATCH_SIZE", int, minimum=1, maximum=5000),
+            prefetch=prefetch,
+            buffer_limit=_number(settings, "CLUSTERSYNC_BUFFER_LIMIT", int, minimum=100),
+            max_request_bytes=_number(settings, "CLUSTERSYNC_MAX_REQUEST_BYTES", int, minimum=1024),
+            local_seen_cache=_number(settings, "CLUSTERSYNC_LOCAL_SEEN_CACHE", int, minimum=0),
+            socket_timeout_s=_number(settings, "CLUSTERSYNC_SOCKET_TIMEOUT", float, minimum=0.1),
+            tls=TlsOptions(
+                ca_certs=settings.get("CLUSTERSYNC_TLS_CA_CERTS") or "",
+                certfile=settings.get("CLUSTERSYNC_TLS_CERTFILE") or "",
+                keyfile=settings.get("CLUSTERSYNC_TLS_KEYFILE") or "",
+                verify=settings.getbool("CLUSTERSYNC_TLS_VERIFY", True),
+            ),
+        )
+
+
+def validate_redis_url(url: str) -> str:
+    """Return ``url`` if it is a Redis URL this package can use, else raise ConfigError."""
+    if not url:
+        raise ConfigError(
+            "CLUSTERSYNC_REDIS_URL is not set. Point every node at the same Redis, e.g. "
+            'CLUSTERSYNC_REDIS_URL = "redis://:password@10.0.0.5:6379/0".'
+        )
+    scheme = urlsplit(url).scheme
+    if scheme not in URL_SCHEMES:
+        raise ConfigError(
+            f"CLUSTERSYNC_REDIS_URL {redact_url(url)!r} has scheme {scheme!r}; accepted: "
+            "redis://host:port/db, rediss://host:port/db (TLS) or unix:///path/to/redis.sock."
+        )
+    return url
+
+
+def validate_job_name(job: str) -> str:
+    if not JOB_NAME_RE.match(job or ""):
+        raise ConfigError(
+            f"CLUSTERSYNC_JOB {job!r} is not a valid job name: use 1-200 characters of "
+            "letters, digits, '_', '.', ':' or '-', starting with a letter or digit."
+        )
+    return job
+
+
+def redact_url(url: str) -> str:
+    """The URL with its password replaced by ``***``, for logs and errors."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return parts._replace(netloc=netloc).geturl()
+
+
+def make_node_id() -> str:
+    """A node id unique in the cluster and readable by a person: host, pid and a random tail."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+def _number(
+    settings: BaseSettings,
+    name: str,
+    kind: type[int] | type[float],
+    minimum: float | None = None,
+    maximum: float | None = None,
+) -> Any:
+    raw = settings.get(name, DEFAULTS[name])
+    try:
+        value = kind(raw)
+    except (TypeError, ValueError):
+        raise ConfigError(
+            f"{name} = {raw!r} is not a {'whole number' if kind is int else 'number'}."
+        ) from None
+    if minimum is not None and value < minimum:
+        raise ConfigError(f"{name} = {raw!r} is too small: it must be at least {minimum}.")
+    if maximum is not None and value > maximum:
+        raise ConfigError(f"{name} = {raw!r} is too large: it must be at most {maximum}.")
+    return value

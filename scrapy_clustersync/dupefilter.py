@@ -1,0 +1,90 @@
+"""Dedup, cluster-wide: the authoritative check runs in Redis, atomically with the push.
+
+Every request fingerprint comes from Scrapy's own ``crawler.request_fingerprinter``. The flush
+script adds the fingerprint to the job's shared record and queues the request only if it was
+new, in one step, so two nodes can never both queue the same URL. This module keeps the node's
+side of it: the fingerprints this node already sent (a bounded cache that saves Redis the work
+for links seen again and again) and the log line for filtered requests.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from scrapy import Request
+    from scrapy.statscollectors import StatsCollector
+    from scrapy.utils.request import RequestFingerprinterProtocol
+
+logger = logging.getLogger(__name__)
+
+
+class RecentFingerprints:
+    """Fingerprints this node has sent to Redis, the oldest forgotten first past ``capacity``.
+
+    A hit is a certain duplicate (the fingerprint is in the shared record already or in this
+    node's unsent writes); a miss proves nothing and the request goes to Redis to be checked.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self._fingerprints: dict[bytes, None] = {}
+
+    def __contains__(self, fingerprint: bytes) -> bool:
+        return fingerprint in self._fingerprints
+
+    def add(self, fingerprint: bytes) -> None:
+        if self.capacity <= 0:
+            return
+        self._fingerprints[fingerprint] = None
+        if len(self._fingerprints) > self.capacity:
+            for old in list(self._fingerprints)[: max(1, self.capacity // 10)]:
+                del self._fingerprints[old]
+
+
+class ClusterDupeFilter:
+    """The node's dedup front: fingerprints, the local cache, stats and the filtered-request log."""
+
+    def __init__(
+        self,
+        fingerprinter: RequestFingerprinterProtocol,
+        stats: StatsCollector,
+        cache_size: int,
+        debug: bool = False,
+    ) -> None:
+        self.fingerprinter = fingerprinter
+        self.stats = stats
+        self.recent = RecentFingerprints(cache_size)
+        self.debug = debug
+        self._logged_once = False
+
+    def fingerprint(self, request: Request) -> bytes:
+        return self.fingerprinter.fingerprint(request)
+
+    def seen_here(self, fingerprint: bytes, request: Request) -> bool:
+        """True if this node already sent ``fingerprint``: ``request`` is a duplicate."""
+        if fingerprint not in self.recent:
+            return False
+        self.stats.inc_value("clustersync/dedup/filtered_local")
+        self.stats.inc_value("dupefilter/filtered")
+        self._log(request)
+        return True
+
+    def sent(self, fingerprint: bytes) -> None:
+        self.recent.add(fingerprint)
+
+    def filtered_in_redis(self, count: int) -> None:
+        self.stats.inc_value("clustersync/dedup/filtered", count)
+        self.stats.inc_value("dupefilter/filtered", count)
+
+    def _log(self, request: Request) -> None:
+        if self.debug:
+            logger.debug("Filtered duplicate request: %(request)s", {"request": request})
+        elif not self._logged_once:
+            logger.debug(
+                "Filtered duplicate request: %(request)s - no more duplicates will be shown "
+                "(see DUPEFILTER_DEBUG to show all duplicates)",
+                {"request": request},
+            )
+            self._logged_once = True

@@ -1,0 +1,1 @@
+"""Scrapy extensions of the cluster: node lifecycle (idle, finish, stop on lost state)."""

@@ -1,0 +1,89 @@
+"""Every Redis key of a job, in one place.
+
+All keys of a job share the hash tag ``{job}``, so every script of a job runs on one shard of a
+Redis Cluster. Nothing else in the package builds a key name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+PREFIX = "clustersync"
+
+
+@dataclass(frozen=True)
+class JobKeys:
+    """Key names of one job.
+
+    - ``meta``     hash: epoch (detects a Redis that lost its data), seq, start claim, start_done
+    - ``queue``    sorted set: entry id, score = -priority; equal scores sort by id, i.e. FIFO
+    - ``entries``  hash: entry id -> encoded request
+    - ``deadlines`` sorted set: leased entry id -> lease deadline (Redis server time, ms)
+    - ``leased``   hash: leased entry id -> "<queue score>|<node id>"
+    - ``seen``     set: raw 20-byte request fingerprints
+    - ``stats``    hash: job counters (pushed, filtered, leased, acked, reclaimed, dead)
+    - ``nodes``    sorted set: node id -> liveness deadline (server time, ms)
+    - ``node_info`` hash: node id -> JSON record (host, pid, state, figures)
+    - ``idle``     hash: node id -> server ms since which the node is idle
+    - ``dead``     list: dead letters (msgpack records with the reason), newest first
+    """
+
+    job: str
+
+    def _key(self, name: str) -> str:
+        return f"{PREFIX}:{{{self.job}}}:{name}"
+
+    @property
+    def meta(self) -> str:
+        return self._key("meta")
+
+    @property
+    def queue(self) -> str:
+        return self._key("queue")
+
+    @property
+    def entries(self) -> str:
+        return self._key("entries")
+
+    @property
+    def deadlines(self) -> str:
+        return self._key("deadlines")
+
+    @property
+    def leased(self) -> str:
+        return self._key("leased")
+
+    @property
+    def seen(self) -> str:
+        return self._key("seen")
+
+    @property
+    def stats(self) -> str:
+        return self._key("stats")
+
+    @property
+    def nodes(self) -> str:
+        return self._key("nodes")
+
+    @property
+    def node_info(self) -> str:
+        return self._key("node_info")
+
+    @property
+    def idle(self) -> str:
+        return self._key("idle")
+
+    @property
+    def dead(self) -> str:
+        return self._key("dead")
+
+    def last_call(self, node_id: str) -> str:
+        """The node's last script call id and result, so a retried call changes nothing more."""
+        return self._key(f"call:{node_id}")
+
+    def shared_keys(self) -> list[str]:
+        """Every key of the job that is not per node (what ``purge`` deletes besides those)."""
+        return [
+            self.meta, self.queue, self.entries, self.deadlines, self.leased,
+            self.seen, self.stats, self.nodes, self.node_info, self.idle, self.dead,
+        ]

@@ -1,0 +1,73 @@
+-- lease: hand a batch of queued requests to one node, and first return expired leases.
+-- A leased entry stays in Redis (entries + deadlines + leased) until it is acked; a lease whose
+-- deadline (server time) has passed goes back to the queue with its old score, skipping dedup.
+--
+-- KEYS[1]  meta       hash   job epoch
+-- KEYS[2]  queue      zset   entry id -> -priority
+-- KEYS[3]  entries    hash   entry id -> encoded request
+-- KEYS[4]  deadlines  zset   leased entry id -> lease deadline (server ms)
+-- KEYS[5]  leased     hash   leased entry id -> "<queue score>|<node>"
+-- KEYS[6]  stats      hash   job counters
+-- KEYS[7]  last_call  hash   this node's last call id and result (makes a retry a no-op)
+-- ARGV[1]  epoch        string  the job epoch the node joined
+-- ARGV[2]  call_id      string  unique per call
+-- ARGV[3]  node         string  node id
+-- ARGV[4]  count        int     how many entries to lease at most
+-- ARGV[5]  lease_ms     int     lease duration in milliseconds
+-- ARGV[6]  reclaim_max  int     how many expired leases to return at most in this call
+-- Returns a flat array: id1, blob1, id2, blob2, ...
+if redis.call('HGET', KEYS[1], 'epoch') ~= ARGV[1] then
+  return redis.error_reply('CLUSTERSYNC_STATE_LOST job epoch missing or changed')
+end
+local node = ARGV[3]
+local out = {}
+
+local function lease_one(id, score, deadline)
+  local blob = redis.call('HGET', KEYS[3], id)
+  redis.call('ZADD', KEYS[4], deadline, id)
+  redis.call('HSET', KEYS[5], id, score .. '|' .. node)
+  out[#out + 1] = id
+  out[#out + 1] = blob or ''
+end
+
+local t = redis.call('TIME')
+local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local deadline = now_ms + tonumber(ARGV[5])
+
+local last = redis.call('HMGET', KEYS[7], 'lease_id', 'lease_result')
+if last[1] == ARGV[2] then
+  -- the same call again: hand out the same entries if they are still leased to this node
+  for id in string.gmatch(last[2] or '', '%S+') do
+    local lease = redis.call('HGET', KEYS[5], id)
+    if lease then
+      local score, owner = string.match(lease, '^([^|]*)|(.*)$')
+      if owner == node then lease_one(id, score, deadline) end
+    end
+  end
+  return out
+end
+
+local expired = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now_ms, 'LIMIT', 0, tonumber(ARGV[6]))
+for _, id in ipairs(expired) do
+  local lease = redis.call('HGET', KEYS[5], id)
+  local score = lease and string.match(lease, '^([^|]*)|') or '0'
+  redis.call('ZREM', KEYS[4], id)
+  redis.call('HDEL', KEYS[5], id)
+  redis.call('ZADD', KEYS[2], score, id)
+end
+if #expired > 0 then
+  redis.call('HINCRBY', KEYS[6], 'reclaimed', #expired)
+end
+
+local popped = redis.call('ZPOPMIN', KEYS[2], tonumber(ARGV[4]))
+local ids = {}
+for j = 1, #popped, 2 do
+  lease_one(popped[j], popped[j + 1], deadline)
+  ids[#ids + 1] = popped[j]
+end
+if #ids > 0 then
+  redis.call('HINCRBY', KEYS[6], 'leased', #ids)
+end
+redis.call('HSET', KEYS[7], 'lease_id', ARGV[2], 'lease_result', table.concat(ids, ' '))
+redis.call('PEXPIRE', KEYS[7], 86400000)
+return out

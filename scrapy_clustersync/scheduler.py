@@ -1,0 +1,248 @@
+"""ClusterScheduler: Scrapy's scheduler replaced by the job's shared, crash-safe queue in Redis.
+
+Requests are leased, not popped: a request handed to this node stays in Redis, under a lease
+that the node's heartbeat renews, until it is acked. It is acked when its callback has finished
+and what the callback yielded has been queued before the ack, in the same ordered write stream.
+A node that dies stops renewing; its leases expire (Redis server time) and go back to the queue.
+"""
+
+from __future__ import annotations
+
+import logging
+import weakref
+from typing import TYPE_CHECKING, Any
+
+from scrapy.exceptions import CloseSpider
+
+from .codec import LEASE_META_KEY, RequestCodec, UndecodableEntry, UnencodableRequest
+from .config import ClusterConfig, redact_url
+from .dupefilter import ClusterDupeFilter
+from .nodeinfo import NodeInfo
+from .spool import Spool
+from .store import FlushResult, JobStore, StoreError, make_client
+from .worker import SyncWorker
+
+if TYPE_CHECKING:
+    from scrapy import Request, Spider
+    from scrapy.crawler import Crawler
+    from typing_extensions import Self
+
+logger = logging.getLogger(__name__)
+
+_schedulers: weakref.WeakKeyDictionary[Crawler, ClusterScheduler] = weakref.WeakKeyDictionary()
+
+
+def scheduler_for(crawler: Crawler) -> ClusterScheduler | None:
+    """The running ClusterScheduler of ``crawler``, for the middlewares and the extension."""
+    return _schedulers.get(crawler)
+
+
+class ClusterScheduler:
+    def __init__(
+        self,
+        crawler: Crawler,
+        config: ClusterConfig,
+        store: JobStore,
+        codec: RequestCodec,
+        dupefilter: ClusterDupeFilter,
+        spool: Spool,
+    ) -> None:
+        self.crawler = crawler
+        self.config = config
+        self.store = store
+        self.codec = codec
+        self.dupefilter = dupefilter
+        self.spool = spool
+        self.stats = crawler.stats
+        self.runs_start = False
+        self.worker: SyncWorker | None = None
+        #: leased requests handed to the engine and not acked yet
+        self.inflight: set[str] = set()
+        #: of those, the ones whose response is in the spider's callback right now
+        self.in_callback: set[str] = set()
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        assert crawler.spider is not None and crawler.stats is not None
+        settings = crawler.settings
+        config = ClusterConfig.from_settings(settings, crawler.spider.name)
+        client = make_client(config.redis_url, config.tls, config.socket_timeout_s)
+        codec = RequestCodec(
+            crawler.spider,
+            config.max_request_bytes,
+            settings.getlist("CLUSTERSYNC_REQUEST_CLASSES"),
+        )
+        assert crawler.request_fingerprinter is not None
+        dupefilter = ClusterDupeFilter(
+            crawler.request_fingerprinter, crawler.stats, config.local_seen_cache,
+            debug=settings.getbool("DUPEFILTER_DEBUG"),
+        )
+        spool = Spool(settings.get("CLUSTERSYNC_SPOOL_DIR") or ".clustersync-spool", config.job)
+        return cls(crawler, config, JobStore(client, config.job, config.node_id), codec,
+                   dupefilter, spool)
+
+    # ---- Scrapy's scheduler interface ------------------------------------------------------
+    def open(self, spider: Spider) -> None:
+        """Join the job in Redis and start the node's Redis thread.
+
+        Raises CloseSpider if Redis cannot be reached at start-up: a node that never joined has
+        nothing to lose, and a clear stop beats a node that silently crawls nothing.
+        """
+        ttl_ms = int(self.config.lease_timeout_s * 1000)
+        try:
+            epoch, self.runs_start = self.store.join(ttl_ms)
+        except StoreError as exc:
+            logger.error(
+                "clustersync: cannot join job %r at %s: %s. Check CLUSTERSYNC_REDIS_URL and "
+                "that Redis is running.", self.config.job, redact_url(self.config.redis_url), exc,
+            )
+            raise CloseSpider("clustersync_redis_unreachable") from None
+        node_info = NodeInfo(self.crawler, self.config, self)
+        self.worker = SyncWorker(
+            self.store, self.config, epoch, node_info.snapshot,
+            on_leased=self._wake_engine_threadsafe, on_flushed=self._flushed_threadsafe,
+        )
+        for op in self.spool.take():
+            self.worker.add(op)
+        self.worker.start()
+        _schedulers[self.crawler] = self
+        logger.info(
+            "clustersync: node %s joined job %r at %s%s", self.config.node_id, self.config.job,
+            redact_url(self.config.redis_url),
+            "; this node runs the spider's start()" if self.runs_start else
+            "; start() already ran elsewhere, this node takes work from the shared queue",
+        )
+
+    def close(self, reason: str) -> None:
+        """Hand back unfinished leases, send every buffered write and leave the job.
+
+        Shared state is never deleted here: the job lives on for the other nodes.
+        """
+        _schedulers.pop(self.crawler, None)
+        if self.worker is None:
+            return
+        undelivered = self.worker.close(unacked=sorted(self.inflight))
+        if undelivered:
+            path = self.spool.save(self.config.node_id, undelivered)
+            logger.error(
+                "clustersync: Redis was unreachable at close; %d writes are kept in %s and are "
+                "sent by the next node of job %r started in this directory.",
+                len(undelivered), path, self.config.job,
+            )
+
+    def has_pending_requests(self) -> bool:
+        return bool(self.worker and self.worker.prefetched)
+
+    def __len__(self) -> int:
+        return len(self.worker.prefetched) if self.worker else 0
+
+    def enqueue_request(self, request: Request) -> bool:
+        """Buffer ``request`` for the shared queue.
+
+        Returns False when ``request`` is a duplicate this node already sent, or when it cannot
+        be encoded (the error is logged naming the request and the field). True means it goes to
+        Redis, where the atomic dedup check may still filter it (counted in
+        ``clustersync/dedup/filtered``).
+        """
+        assert self.worker is not None
+        fingerprint = b"" if request.dont_filter else self.dupefilter.fingerprint(request)
+        if fingerprint and self.dupefilter.seen_here(fingerprint, request):
+            return False
+        try:
+            blob = self.codec.encode(request)
+        except UnencodableRequest as exc:
+            logger.error("clustersync: %s", exc)
+            self.stats.inc_value("clustersync/unencodable")
+            return False
+        if fingerprint:
+            self.dupefilter.sent(fingerprint)
+        self.worker.add(("P", fingerprint, request.priority, blob, int(request.dont_filter)))
+        self.worker.node_idle = False
+        self.stats.inc_value("clustersync/enqueued")
+        token = request.meta.get(LEASE_META_KEY)
+        if token in self.inflight and token not in self.in_callback:
+            # a redirect or retry replaced the leased request: the replacement is queued first
+            self.ack(token)
+        return True
+
+    def next_request(self) -> Request | None:
+        worker = self.worker
+        if worker is None or worker.finished or worker.state_lost:
+            return None
+        if worker.backlog > self.config.buffer_limit:
+            return None  # back-pressure while writes cannot reach Redis
+        while worker.prefetched:
+            entry_id, blob = worker.prefetched.popleft()
+            try:
+                request = self.codec.decode(blob)
+            except UndecodableEntry as exc:
+                self._dead_letter(entry_id, str(exc))
+                continue
+            request.meta[LEASE_META_KEY] = entry_id
+            self.inflight.add(entry_id)
+            worker.node_idle = False
+            self.stats.inc_value("clustersync/leased")
+            return request
+        return None
+
+    # ---- completion, used by the middlewares and the extension -------------------------------
+    def callback_started(self, token: str | None) -> None:
+        if token in self.inflight:
+            self.in_callback.add(token)
+
+    def ack(self, token: str | None) -> None:
+        """The leased request ``token`` is done; what it produced was buffered before this."""
+        if token not in self.inflight or self.worker is None:
+            return
+        self.inflight.discard(token)
+        self.in_callback.discard(token)
+        self.worker.add(("A", token))
+        self.stats.inc_value("clustersync/acked")
+
+    def engine_idle(self) -> None:
+        """The engine has nothing in progress: whatever is still in flight has ended."""
+        for token in sorted(self.inflight):
+            self.stats.inc_value("clustersync/acked_on_idle")
+            self.ack(token)
+        if self.worker is not None:
+            self.worker.node_idle = True
+            self.worker.wake()
+
+    def start_exhausted(self) -> None:
+        if self.worker is not None:
+            self.worker.add(("S",))
+
+    # ---- internals ---------------------------------------------------------------------------
+    def _dead_letter(self, entry_id: str, reason: str) -> None:
+        assert self.worker is not None
+        logger.error(
+            "clustersync: queue entry %s of job %r cannot be decoded (%s); it is moved to the "
+            "job's dead letters and the crawl goes on.", entry_id, self.config.job, reason,
+        )
+        self.worker.add(("D", entry_id, reason))
+        self.stats.inc_value("clustersync/dead_letters")
+
+    def _wake_engine_threadsafe(self) -> None:
+        from twisted.internet import reactor
+
+        reactor.callFromThread(self._wake_engine)
+
+    def _wake_engine(self) -> None:
+        # Scrapy polls next_request() only when a request finishes or every 5 s; new work that
+        # arrives while the node waits must start now. The slot is private, hence the care.
+        slot: Any = getattr(self.crawler.engine, "_slot", None)
+        nextcall = getattr(slot, "nextcall", None)
+        if nextcall is not None:
+            nextcall.schedule()
+
+    def _flushed_threadsafe(self, result: FlushResult) -> None:
+        from twisted.internet import reactor
+
+        reactor.callFromThread(self._count_flush, result)
+
+    def _count_flush(self, result: FlushResult) -> None:
+        self.stats.inc_value("clustersync/pushed", result.pushed)
+        if result.filtered:
+            self.dupefilter.filtered_in_redis(result.filtered)
+        if result.released:
+            self.stats.inc_value("clustersync/released", result.released)

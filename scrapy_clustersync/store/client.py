@@ -1,0 +1,40 @@
+"""Build the redis-py client from ``CLUSTERSYNC_REDIS_URL`` and the TLS settings."""
+
+from __future__ import annotations
+
+import ssl
+from typing import Any
+
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from ..config import TlsOptions, validate_redis_url
+
+
+def make_client(
+    url: str, tls: TlsOptions | None = None, socket_timeout_s: float = 10.0
+) -> redis.Redis:
+    """A client for ``url`` (redis://, rediss:// or unix://; user:password work with ACLs).
+
+    redis-py's own retries are off: the caller retries with backoff, and every script call is
+    safe to run twice, so a retry never doubles a change.
+    """
+    validate_redis_url(url)
+    options: dict[str, Any] = {
+        "socket_timeout": socket_timeout_s,
+        "socket_connect_timeout": min(socket_timeout_s, 5.0),
+        "retry": Retry(NoBackoff(), 0),
+        "health_check_interval": 30,
+    }
+    if url.startswith("rediss://") and tls is not None:
+        if tls.ca_certs:
+            options["ssl_ca_certs"] = tls.ca_certs
+        if tls.certfile:
+            options["ssl_certfile"] = tls.certfile
+        if tls.keyfile:
+            options["ssl_keyfile"] = tls.keyfile
+        options["ssl_cert_reqs"] = ssl.CERT_REQUIRED if tls.verify else ssl.CERT_NONE
+    if url.startswith("unix://"):
+        options.pop("socket_connect_timeout")
+    return redis.Redis.from_url(url, **options)

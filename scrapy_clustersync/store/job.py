@@ -1,0 +1,247 @@
+"""JobStore: every Redis operation of one job, each one script call or one read pipeline."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any
+
+import redis
+
+from ..keys import JobKeys
+from .errors import StateLost, StoreError, StoreUnavailable
+
+#: One buffered write, as the flush script reads it: an opcode and its fields.
+Op = tuple[Any, ...]
+
+DEAD_LETTERS_KEPT = 10_000
+RECLAIM_PER_LEASE = 200
+CALL_ID_BYTES = 8
+
+
+def _load_lua(name: str) -> str:
+    return resources.files("scrapy_clustersync").joinpath(f"lua/{name}.lua").read_text()
+
+
+@contextmanager
+def translate_errors() -> Iterator[None]:
+    """Turn redis-py exceptions into the store's own."""
+    try:
+        yield
+    except (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError) as exc:
+        raise StoreUnavailable(str(exc) or type(exc).__name__) from exc
+    except redis.ResponseError as exc:
+        if "CLUSTERSYNC_STATE_LOST" in str(exc):
+            raise StateLost(str(exc)) from exc
+        raise StoreError(str(exc)) from exc
+    except redis.RedisError as exc:
+        raise StoreError(str(exc)) from exc
+
+
+def new_call_id() -> str:
+    return uuid.uuid4().hex[: CALL_ID_BYTES * 2]
+
+
+@dataclass(frozen=True)
+class FlushResult:
+    pushed: int = 0
+    filtered: int = 0
+    acked: int = 0
+    released: int = 0
+    dead: int = 0
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    finished: bool
+    queued: int
+    leased: int
+    live_nodes: int
+    server_ms: int
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    entry_id: str
+    node: str
+    at_ms: int
+    reason: str
+    entry: bytes
+
+
+@dataclass
+class JobStatus:
+    job: str
+    exists: bool
+    queued: int
+    leased: int
+    seen: int
+    dead_letters: int
+    counters: dict[str, int]
+    start_claimed_by: str | None
+    start_done: bool
+    server_ms: int
+    nodes: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def state(self) -> str:
+        if not self.exists:
+            return "absent"
+        if any(node["alive"] and not node["idle"] for node in self.nodes):
+            return "running"
+        if self.queued or self.leased:
+            return "waiting for nodes" if not any(n["alive"] for n in self.nodes) else "running"
+        if any(node["alive"] for node in self.nodes):
+            return "idle"
+        return "finished" if self.counters.get("acked") else "seeded"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "job": self.job, "state": self.state, "queued": self.queued, "leased": self.leased,
+            "seen": self.seen, "done": self.counters.get("acked", 0),
+            "dead_letters": self.dead_letters, "counters": self.counters,
+            "start_claimed_by": self.start_claimed_by, "start_done": self.start_done,
+            "nodes": self.nodes,
+        }
+
+
+class JobStore:
+    """The Redis side of one job, as seen by one node (or by the CLI, with ``node_id="cli"``)."""
+
+    def __init__(self, client: redis.Redis, job: str, node_id: str) -> None:
+        self.client = client
+        self.keys = JobKeys(job)
+        self.node_id = node_id
+        self._flush = client.register_script(_load_lua("flush"))
+        self._lease = client.register_script(_load_lua("lease"))
+        self._heartbeat = client.register_script(_load_lua("heartbeat"))
+        self._claim_start = client.register_script(_load_lua("claim_start"))
+
+    def ping(self) -> None:
+        with translate_errors():
+            self.client.ping()
+
+    def join(self, ttl_ms: int) -> tuple[str, bool]:
+        """Join the job; return its epoch and whether this node must run the spider's start()."""
+        k = self.keys
+        with translate_errors():
+            epoch, claimed = self._claim_start(
+                keys=[k.meta, k.nodes], args=[self.node_id, uuid.uuid4().hex, ttl_ms]
+            )
+        return _text(epoch), bool(int(claimed))
+
+    def flush(self, epoch: str, ops: Sequence[Op], call_id: str) -> FlushResult:
+        """Apply ``ops`` in order, atomically; running the same ``call_id`` twice is a no-op."""
+        k = self.keys
+        args: list[Any] = [epoch, call_id, self.node_id, DEAD_LETTERS_KEPT]
+        for op in ops:
+            args.extend(op)
+        with translate_errors():
+            raw = self._flush(
+                keys=[k.meta, k.queue, k.entries, k.deadlines, k.leased, k.seen, k.stats,
+                      k.dead, k.last_call(self.node_id)],
+                args=args,
+            )
+        return FlushResult(*(int(x) for x in _text(raw).split()))
+
+    def lease(self, epoch: str, count: int, lease_ms: int, call_id: str) -> list[tuple[str, bytes]]:
+        """Lease up to ``count`` entries; returns (entry id, encoded request) pairs."""
+        k = self.keys
+        with translate_errors():
+            flat = self._lease(
+                keys=[k.meta, k.queue, k.entries, k.deadlines, k.leased, k.stats,
+                      k.last_call(self.node_id)],
+                args=[epoch, call_id, self.node_id, count, lease_ms, RECLAIM_PER_LEASE],
+            )
+        return [(_text(flat[i]), _raw(flat[i + 1])) for i in range(0, len(flat), 2)]
+
+    def heartbeat(
+        self,
+        epoch: str,
+        *,
+        ttl_ms: int,
+        lease_ms: int,
+        info: dict[str, Any],
+        idle: bool,
+        idle_after_ms: int,
+        lease_ids: Sequence[str],
+    ) -> Heartbeat:
+        """Keep the node alive (``ttl_ms=0``: it leaves), renew leases, learn if all is done."""
+        k = self.keys
+        args: list[Any] = [epoch, self.node_id, ttl_ms, lease_ms, json.dumps(info),
+                           1 if idle else 0, idle_after_ms, *lease_ids]
+        with translate_errors():
+            finished, queued, leased, live, now_ms = self._heartbeat(
+                keys=[k.meta, k.nodes, k.node_info, k.idle, k.deadlines, k.leased, k.queue],
+                args=args,
+            )
+        return Heartbeat(bool(finished), int(queued), int(leased), int(live), int(now_ms))
+
+    def ensure_job(self) -> str:
+        """The job's epoch, created if the job is new (used by the CLI's seed)."""
+        with translate_errors():
+            self.client.hsetnx(self.keys.meta, "epoch", uuid.uuid4().hex)
+            return _text(self.client.hget(self.keys.meta, "epoch"))
+
+    def status(self) -> JobStatus:
+        k = self.keys
+        with translate_errors():
+            pipe = self.client.pipeline(transaction=False)
+            pipe.hgetall(k.meta)
+            pipe.zcard(k.queue)
+            pipe.zcard(k.deadlines)
+            pipe.scard(k.seen)
+            pipe.hgetall(k.stats)
+            pipe.llen(k.dead)
+            pipe.zrange(k.nodes, 0, -1, withscores=True)
+            pipe.hgetall(k.node_info)
+            pipe.hgetall(k.idle)
+            pipe.time()
+            meta, queued, leased, seen, stats, dead, live, info, idle, now = pipe.execute()
+        server_ms = int(now[0]) * 1000 + int(now[1]) // 1000
+        alive = {_text(n): score >= server_ms for n, score in live}
+        idle_since = {_text(n): int(v) for n, v in idle.items()}
+        nodes = []
+        for raw_id, raw_info in sorted(info.items()):
+            node = _text(raw_id)
+            record = json.loads(raw_info)
+            record.update(id=node, alive=alive.get(node, False), idle=node in idle_since)
+            nodes.append(record)
+        meta_t = {_text(a): _text(b) for a, b in meta.items()}
+        return JobStatus(
+            job=self.keys.job, exists=bool(meta_t), queued=int(queued), leased=int(leased),
+            seen=int(seen), dead_letters=int(dead),
+            counters={_text(a): int(b) for a, b in stats.items()},
+            start_claimed_by=meta_t.get("start_claim"), start_done="start_done" in meta_t,
+            server_ms=server_ms, nodes=nodes,
+        )
+
+    def dead_letters(self, limit: int = 100) -> list[DeadLetter]:
+        with translate_errors():
+            raw = self.client.lrange(self.keys.dead, 0, limit - 1)
+        letters = []
+        for record in raw:
+            head, _, entry = _raw(record).partition(b"\n")
+            entry_id, node, at_ms, reason = head.decode("utf-8", "replace").split("\t", 3)
+            letters.append(DeadLetter(entry_id, node, int(at_ms), reason, entry))
+        return letters
+
+    def purge(self) -> int:
+        """Delete every key of the job; returns how many keys existed."""
+        k = self.keys
+        with translate_errors():
+            nodes = [_text(n) for n in self.client.hkeys(k.node_info)]
+            names = k.shared_keys() + [k.last_call(n) for n in nodes + ["cli"]]
+            return int(self.client.delete(*names))
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _raw(value: Any) -> bytes:
+    return value if isinstance(value, bytes) else str(value).encode()
