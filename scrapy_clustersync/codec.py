@@ -99,6 +99,13 @@ class RequestCodec:
             raise UndecodableEntry(f"{class_path!r} is not a scrapy Request")
         return request
 
+    @staticmethod
+    def with_callback(blob: bytes, callback: str) -> bytes:
+        """``blob`` with its callback set to the spider method named ``callback``."""
+        version, data = msgpack.unpackb(blob, raw=False, strict_map_key=False)
+        data["callback"] = callback
+        return msgpack.packb([version, data], use_bin_type=True)
+
     def _class_allowed(self, class_path: str) -> bool:
         if class_path in self.allowed_classes:
             return True

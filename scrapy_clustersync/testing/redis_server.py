@@ -185,9 +185,19 @@ class RedisServer:
                 f"or set {REDIS_SERVER_BIN_ENV}"
             )
         args = [
-            binary, "--port", str(self.port), "--bind", LOCALHOST,
-            "--dir", str(self.directory), "--save", "", "--daemonize", "no",
-            "--logfile", str(self.log_path),
+            binary,
+            "--port",
+            str(self.port),
+            "--bind",
+            LOCALHOST,
+            "--dir",
+            str(self.directory),
+            "--save",
+            "",
+            "--daemonize",
+            "no",
+            "--logfile",
+            str(self.log_path),
         ]
         if self.persistence:
             args += ["--appendonly", "yes", "--appendfsync", "always"]
@@ -217,8 +227,10 @@ class RedisServer:
     def _spawn_and_wait(self, timeout_s: float) -> bool:
         """Spawn the process; True once it answers PING, False if it exited or timed out."""
         self._process = subprocess.Popen(
-            self.command_line(), stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            self.command_line(),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
@@ -343,8 +355,10 @@ class EmbeddedRedis:
         self._server = server
         self.port = int(server.server_address[1])
         self._thread = threading.Thread(
-            target=server.serve_forever, kwargs={"poll_interval": 0.05},
-            name=f"EmbeddedRedis:{self.port}", daemon=True,
+            target=server.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name=f"EmbeddedRedis:{self.port}",
+            daemon=True,
         )
         self._thread.start()
         if not _wait_for(lambda: ping(self.port), timeout_s):

@@ -174,8 +174,10 @@ class TestSite:
         self._server = server
         self.port = int(server.server_address[1])
         self._thread = threading.Thread(
-            target=server.serve_forever, kwargs={"poll_interval": 0.05},
-            name=f"TestSite:{self.port}", daemon=True,
+            target=server.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name=f"TestSite:{self.port}",
+            daemon=True,
         )
         self._thread.start()
         return self
@@ -319,8 +321,12 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGINT, _on_signal)
     site = TestSite(
-        args.pages, links_per_page=args.links, seed=args.seed,
-        host=args.host, port=args.port, delay_s=args.delay,
+        args.pages,
+        links_per_page=args.links,
+        seed=args.seed,
+        host=args.host,
+        port=args.port,
+        delay_s=args.delay,
     )
     with site:
         print(f"READY {site.url}", flush=True)

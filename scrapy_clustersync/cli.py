@@ -1,0 +1,170 @@
+"""``clustersync``: see and steer the jobs of a cluster from any machine that reaches Redis."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+from scrapy import Request
+from scrapy.utils.request import RequestFingerprinter
+
+from .codec import RequestCodec, UnencodableRequest
+from .config import ConfigError, redact_url, validate_job_name, validate_redis_url
+from .store import JobStatus, JobStore, StoreError, make_client
+from .store.job import new_call_id
+
+SEED_BATCH = 500
+console = Console()
+
+
+def _store(ctx: click.Context, job: str) -> JobStore:
+    url = ctx.obj["redis_url"]
+    try:
+        validate_redis_url(url or "")
+        validate_job_name(job)
+    except ConfigError as exc:
+        raise click.UsageError(str(exc).replace("CLUSTERSYNC_REDIS_URL", "--redis-url")) from None
+    return JobStore(make_client(url), job, node_id="cli")
+
+
+def _fail(exc: Exception, ctx: click.Context) -> None:
+    raise click.ClickException(
+        f"Redis at {redact_url(ctx.obj['redis_url'])} answered with an error or could not be "
+        f"reached: {exc}"
+    )
+
+
+@click.group()
+@click.option(
+    "--redis-url", envvar="CLUSTERSYNC_REDIS_URL", metavar="URL",
+    help="Redis of the cluster (default: $CLUSTERSYNC_REDIS_URL).",
+)
+@click.pass_context
+def main(ctx: click.Context, redis_url: str | None) -> None:
+    """See and steer scrapy-clustersync jobs."""
+    ctx.obj = {"redis_url": redis_url}
+
+
+@main.command()
+@click.argument("job")
+@click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
+@click.pass_context
+def status(ctx: click.Context, job: str, as_json: bool) -> None:
+    """State, queued, leased, seen, done, dead letters and nodes of JOB."""
+    store = _store(ctx, job)
+    try:
+        report = store.status()
+    except StoreError as exc:
+        _fail(exc, ctx)
+        return
+    if as_json:
+        click.echo(json.dumps(report.to_dict(), indent=2, sort_keys=True))
+        return
+    if not report.exists:
+        raise click.ClickException(f"job {job!r} does not exist in this Redis")
+    _print_status(report)
+
+
+def _print_status(report: JobStatus) -> None:
+    summary = report.to_dict()
+    console.print(f"[bold]job[/bold] {report.job}  [bold]state[/bold] {report.state}")
+    for name in ("queued", "leased", "seen", "done", "dead_letters"):
+        console.print(f"  {name:<13}{summary[name]:>12,}")
+    for name in ("pushed", "filtered", "reclaimed"):
+        console.print(f"  {name:<13}{report.counters.get(name, 0):>12,}")
+    table = Table("node", "alive", "state", "pages", "items", "inflight", "buffered", "rss MiB",
+                  "seen ago")
+    for node in report.nodes:
+        age = time.time() - float(node.get("updated", 0))
+        table.add_row(
+            node["id"], "yes" if node["alive"] else "no", str(node.get("state", "?")),
+            str(node.get("pages", 0)), str(node.get("items", 0)), str(node.get("inflight", 0)),
+            str(node.get("buffered", 0)), f"{node.get('rss_bytes', 0) / 2**20:.0f}", f"{age:.0f}s",
+        )
+    console.print(table)
+
+
+@main.command()
+@click.argument("job")
+@click.argument("urls", nargs=-1, required=True)
+@click.option("--priority", default=0, show_default=True, help="Priority of the seeded requests.")
+@click.option("--callback", default=None, help="Spider method to call (default: parse).")
+@click.pass_context
+def seed(ctx: click.Context, job: str, urls: tuple[str, ...], priority: int,
+         callback: str | None) -> None:
+    """Add URLS to JOB's queue (already-seen URLs are skipped)."""
+    store = _store(ctx, job)
+    requests: list[Request] = []
+    for url in urls:
+        try:
+            requests.append(Request(url, priority=priority, meta={}))
+        except ValueError as exc:
+            raise click.BadParameter(f"{url!r}: {exc}", param_hint="URLS") from None
+    ops = _seed_ops(requests, callback)
+    pushed = filtered = 0
+    try:
+        epoch = store.ensure_job()
+        for start in range(0, len(ops), SEED_BATCH):
+            result = store.flush(epoch, ops[start:start + SEED_BATCH], new_call_id())
+            pushed, filtered = pushed + result.pushed, filtered + result.filtered
+    except StoreError as exc:
+        _fail(exc, ctx)
+    click.echo(f"seeded {pushed} request(s) into job {job!r}; {filtered} already seen")
+
+
+def _seed_ops(requests: list[Request], callback: str | None) -> list[tuple[Any, ...]]:
+    codec = RequestCodec(None, max_bytes=10 * 2**20)
+    fingerprinter = RequestFingerprinter()
+    ops = []
+    for request in requests:
+        try:
+            blob = codec.encode(request)
+        except UnencodableRequest as exc:  # pragma: no cover - plain URLs always encode
+            raise click.ClickException(str(exc)) from None
+        if callback:
+            blob = codec.with_callback(blob, callback)
+        ops.append(("P", fingerprinter.fingerprint(request), request.priority, blob, 0))
+    return ops
+
+
+@main.command()
+@click.argument("job")
+@click.option("--limit", default=20, show_default=True, help="How many, newest first.")
+@click.pass_context
+def dead(ctx: click.Context, job: str, limit: int) -> None:
+    """Show JOB's dead letters: queue entries no node could decode, with the reason."""
+    try:
+        letters = _store(ctx, job).dead_letters(limit)
+    except StoreError as exc:
+        _fail(exc, ctx)
+        return
+    for letter in letters:
+        click.echo(f"{letter.entry_id}  node={letter.node}  reason={letter.reason}  "
+                   f"entry={letter.entry[:80]!r}")
+    click.echo(f"{len(letters)} dead letter(s) shown")
+
+
+@main.command()
+@click.argument("job")
+@click.option("--yes", is_flag=True, help="Confirm: delete every key of JOB.")
+@click.pass_context
+def purge(ctx: click.Context, job: str, yes: bool) -> None:
+    """Delete JOB from Redis: queue, leases, seen record, stats, nodes, dead letters."""
+    if not yes:
+        raise click.UsageError(
+            f"purge deletes job {job!r} for every node; run again with --yes to confirm"
+        )
+    try:
+        deleted = _store(ctx, job).purge()
+    except StoreError as exc:
+        _fail(exc, ctx)
+    click.echo(f"purged job {job!r} ({deleted} keys deleted)")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,115 @@
+"""Fixtures shared by the whole suite: real Redis servers, the test website, the TCP proxy.
+
+Every Redis here is a `redis-server` child process started by the test on a free port of
+127.0.0.1 (never 6379, never a Redis the test did not start). Without a `redis-server` binary
+the tests that need one are skipped with an install hint, except under ``CI=true`` where that
+is a failure: CI must run them.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from scrapy_clustersync.testing.proxy import TcpProxy
+from scrapy_clustersync.testing.redis_server import RedisServer, redis_server_binary
+from scrapy_clustersync.testing.site import TestSite
+
+NO_REDIS_MESSAGE = (
+    "redis-server not found: install it with `apt-get install redis-server` "
+    "(macOS: `brew install redis`) or set REDIS_SERVER_BIN to its path"
+)
+
+RedisFactory = Callable[..., RedisServer]
+SiteFactory = Callable[..., TestSite]
+ProxyFactory = Callable[..., TcpProxy]
+
+
+def running_in_ci() -> bool:
+    """True under CI (``CI=true``), where a missing redis-server must fail, not skip."""
+    return os.environ.get("CI", "").strip().lower() in ("true", "1", "yes")
+
+
+def require_redis_server() -> None:
+    """Skip the calling test (fail it under CI) when no redis-server binary is available."""
+    if redis_server_binary() is not None:
+        return
+    if running_in_ci():
+        pytest.fail(f"{NO_REDIS_MESSAGE} (CI=true: tests that need Redis must run)")
+    pytest.skip(NO_REDIS_MESSAGE)
+
+
+@pytest.fixture
+def redis_factory(tmp_path: Path) -> Iterator[RedisFactory]:
+    """``make(**options) -> RedisServer``: start another redis-server, stopped at teardown.
+
+    Options go to `RedisServer` (``port``, ``persistence``, ``password``, ``extra_args``);
+    ``directory`` defaults to a fresh ``tmp_path/redis-N``.
+    """
+    require_redis_server()
+    servers: list[RedisServer] = []
+
+    def make(**options: Any) -> RedisServer:
+        options.setdefault("directory", tmp_path / f"redis-{len(servers)}")
+        server = RedisServer(**options)
+        servers.append(server)
+        return server.start()
+
+    yield make
+    for server in servers:
+        server.stop()
+
+
+@pytest.fixture
+def redis_server(redis_factory: RedisFactory) -> RedisServer:
+    """A started redis-server without persistence, in its own tmp directory."""
+    return redis_factory()
+
+
+@pytest.fixture
+def make_site() -> Iterator[SiteFactory]:
+    """``make_site(pages, **kw) -> TestSite``, started; every site is stopped at teardown.
+
+    ``kw`` goes to `TestSite` (``links_per_page``, ``seed``, ``port``, ``delay_s``).
+    """
+    sites: list[TestSite] = []
+
+    def make(pages: int, **kw: Any) -> TestSite:
+        site = TestSite(pages, **kw)
+        sites.append(site)
+        return site.start()
+
+    yield make
+    for site in sites:
+        site.stop()
+
+
+@pytest.fixture
+def site(make_site: SiteFactory) -> SiteFactory:
+    """The same factory as `make_site`, under the shorter name: ``site(pages, **kw)``."""
+    return make_site
+
+
+@pytest.fixture
+def proxy_factory() -> Iterator[ProxyFactory]:
+    """``make(target, delay_s=0.0, **kw) -> TcpProxy``, started; all stopped at teardown.
+
+    ``target`` is anything with a ``port`` (a `RedisServer`, a `TestSite`) or a port number;
+    the target host is 127.0.0.1 unless ``target_host=`` is given.
+    """
+    proxies: list[TcpProxy] = []
+
+    def make(target: Any, delay_s: float = 0.0, **kw: Any) -> TcpProxy:
+        port = target if isinstance(target, int) else int(target.port)
+        host = kw.pop("target_host", "127.0.0.1")
+        proxy = TcpProxy(host, port, delay_s=delay_s, **kw)
+        proxies.append(proxy)
+        return proxy.start()
+
+    yield make
+    for proxy in proxies:
+        proxy.stop()

@@ -1,0 +1,388 @@
+"""The test utilities do what the rest of the suite relies on: site, Redis servers, proxy."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import re
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections import deque
+from collections.abc import Callable
+from pathlib import Path
+from urllib.parse import urljoin, urlsplit
+
+import pytest
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from scrapy_clustersync.testing.proxy import TcpProxy
+from scrapy_clustersync.testing.redis_server import EmbeddedRedis, RedisServer
+from scrapy_clustersync.testing.site import TestSite
+
+HREF_RE = re.compile(r'href="([^"]+)"')
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+RedisFactory = Callable[..., RedisServer]
+SiteFactory = Callable[..., TestSite]
+ProxyFactory = Callable[..., TcpProxy]
+
+
+def fetch(url: str, agent: str | None = None) -> tuple[int, bytes]:
+    headers = {"User-Agent": agent} if agent is not None else {}
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers)) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read()
+
+
+def hrefs(body: bytes) -> list[str]:
+    return HREF_RE.findall(body.decode())
+
+
+def no_retry_client(url: str, socket_timeout_s: float = 2.0) -> redis.Redis:
+    """A client that reports the first connection error instead of retrying it away."""
+    return redis.Redis.from_url(
+        url,
+        retry=Retry(NoBackoff(), 0),
+        socket_timeout=socket_timeout_s,
+        socket_connect_timeout=socket_timeout_s,
+    )
+
+
+def ping_round_trips_s(client: redis.Redis, count: int) -> list[float]:
+    client.ping()  # connect outside the measurement
+    times = []
+    for _ in range(count):
+        started = time.perf_counter()
+        client.ping()
+        times.append(time.perf_counter() - started)
+    return times
+
+
+# -- TestSite ---------------------------------------------------------------------------------
+
+
+def test_every_page_is_reachable_from_page_zero_by_following_links(make_site: SiteFactory) -> None:
+    # Given a site of 150 pages
+    site = make_site(150, links_per_page=4, seed=7)
+
+    # When following every link breadth-first from the start URL
+    seen = {urlsplit(site.start_url).path}
+    queue = deque([site.start_url])
+    while queue:
+        url = queue.popleft()
+        status, body = fetch(url)
+        assert status == 200
+        for href in hrefs(body):
+            absolute = urljoin(url, href)
+            if urlsplit(absolute).path not in seen:
+                seen.add(urlsplit(absolute).path)
+                queue.append(absolute)
+
+    # Then every page was found and fetched exactly once
+    assert seen == set(site.page_paths())
+    assert site.hits() == dict.fromkeys(site.page_paths(), 1)
+
+
+def test_pages_have_the_requested_relative_links_and_depend_only_on_the_seed() -> None:
+    # Given two sites with the same seed and one with another seed
+    first, same, other = TestSite(50, seed=3), TestSite(50, seed=3), TestSite(50, seed=4)
+
+    # Then pages are identical for the same seed, differ for another, and links are relative
+    assert [first.page_body(i) for i in range(50)] == [same.page_body(i) for i in range(50)]
+    assert [first.page_body(i) for i in range(50)] != [other.page_body(i) for i in range(50)]
+    links = hrefs(first.page_body(10))
+    assert len(links) == 8
+    assert links[0] == "/page/11.html"
+    assert all(re.fullmatch(r"/page/\d+\.html", link) for link in links)
+    assert b"<title>Page 10</title>" in first.page_body(10)
+
+
+def test_hits_are_counted_per_page_and_per_user_agent(make_site: SiteFactory) -> None:
+    # Given a site
+    site = make_site(10)
+
+    # When two crawlers fetch pages with their own User-Agents
+    fetch(site.page_url(1), agent="node-a")
+    fetch(site.page_url(1), agent="node-a")
+    fetch(site.page_url(2), agent="node-a")
+    fetch(site.page_url(1), agent="node-b")
+
+    # Then hits are summed per page and split per agent, in process and over HTTP
+    assert site.hits() == {"/page/1.html": 3, "/page/2.html": 1}
+    expected = {"node-a": {"/page/1.html": 2, "/page/2.html": 1}, "node-b": {"/page/1.html": 1}}
+    assert site.hits_by_agent() == expected
+    status, body = fetch(site.url + "/__hits")
+    assert status == 200
+    assert json.loads(body) == expected
+    assert site.hits_by_agent() == expected  # reading /__hits is not a hit
+
+
+def test_unknown_paths_are_404_and_counted_apart_from_page_hits(make_site: SiteFactory) -> None:
+    # Given a site of 10 pages
+    site = make_site(10)
+
+    # When asking for paths that are not pages
+    statuses = [fetch(site.url + path)[0] for path in ("/page/10.html", "/robots.txt", "/x")]
+
+    # Then each is a 404, counted in not_found and never as a page hit
+    assert statuses == [404, 404, 404]
+    assert site.not_found() == {"/page/10.html": 1, "/robots.txt": 1, "/x": 1}
+    assert site.hits() == {}
+
+
+def test_reset_hits_forgets_every_count(make_site: SiteFactory) -> None:
+    site = make_site(5)
+    fetch(site.start_url)
+    fetch(site.url + "/missing")
+
+    site.reset_hits()
+
+    assert site.hits() == {}
+    assert site.hits_by_agent() == {}
+    assert site.not_found() == {}
+
+
+def test_one_keep_alive_connection_serves_many_requests(make_site: SiteFactory) -> None:
+    # Given one HTTP/1.1 connection
+    site = make_site(20)
+    connection = http.client.HTTPConnection("127.0.0.1", site.port, timeout=5)
+
+    # When fetching every page over it
+    for path in site.page_paths():
+        connection.request("GET", path)
+        response = connection.getresponse()
+        body = response.read()
+        # Then each answer is HTTP/1.1, sized, and leaves the connection open
+        assert response.status == 200
+        assert response.version == 11
+        assert int(response.headers["Content-Length"]) == len(body)
+        assert not response.will_close
+    connection.close()
+    assert sum(site.hits().values()) == 20
+
+
+def test_delay_slows_every_page_answer_down(make_site: SiteFactory) -> None:
+    site = make_site(3, delay_s=0.1)
+
+    started = time.perf_counter()
+    fetch(site.start_url)
+
+    assert time.perf_counter() - started >= 0.1
+
+
+def test_cli_prints_ready_serves_pages_and_exits_on_sigterm() -> None:
+    # Given the site started as its own process
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
+    command = [sys.executable, "-m", "scrapy_clustersync.testing.site", "--pages", "5"]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        # When it says it is ready
+        assert line.startswith("READY http://127.0.0.1:")
+        base_url = line.split()[1]
+        # Then it serves pages and reports hits over HTTP
+        assert fetch(base_url + "/page/4.html", agent="cli")[0] == 200
+        assert json.loads(fetch(base_url + "/__hits")[1]) == {"cli": {"/page/4.html": 1}}
+        # And it exits cleanly on SIGTERM
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=10) == 0
+    finally:
+        process.kill()
+        process.wait()
+
+
+# -- RedisServer / EmbeddedRedis --------------------------------------------------------------
+
+
+def test_restart_with_persistence_keeps_a_written_key(redis_factory: RedisFactory) -> None:
+    # Given a persistent server holding a key
+    server = redis_factory(persistence=True)
+    server.client().set("job:seen", "yes")
+
+    # When it restarts
+    port = server.port
+    server.restart(down_s=0.05)
+
+    # Then the key is still there, on the same port
+    assert server.port == port
+    assert server.client().get("job:seen") == b"yes"
+
+
+def test_restart_without_persistence_loses_every_key(redis_server: RedisServer) -> None:
+    redis_server.client().set("job:seen", "yes")
+
+    redis_server.restart()
+
+    assert redis_server.client().get("job:seen") is None
+
+
+def test_password_protected_server_needs_the_password_its_url_carries(
+    redis_factory: RedisFactory,
+) -> None:
+    server = redis_factory(password="s3cret/:@")
+
+    assert server.url.startswith("redis://:s3cret%2F%3A%40@127.0.0.1:")
+    assert server.client().ping() is True
+    with pytest.raises(redis.AuthenticationError):
+        no_retry_client(f"redis://127.0.0.1:{server.port}/0").ping()
+
+
+def test_killed_server_refuses_connections(redis_server: RedisServer) -> None:
+    client = no_retry_client(redis_server.url)
+    assert client.ping() is True
+
+    redis_server.kill()
+
+    assert not redis_server.is_running()
+    with pytest.raises(redis.ConnectionError):
+        client.ping()
+
+
+def test_embedded_redis_serves_commands_over_tcp(tmp_path: Path) -> None:
+    with EmbeddedRedis(tmp_path) as server:
+        client = server.client()
+        client.set("k", "v")
+        assert redis.Redis.from_url(server.url).get("k") == b"v"
+
+
+# -- TcpProxy ---------------------------------------------------------------------------------
+
+
+def test_proxy_forwards_commands_to_its_target(
+    redis_server: RedisServer, proxy_factory: ProxyFactory
+) -> None:
+    proxy = proxy_factory(redis_server)
+
+    client = no_retry_client(proxy.url())
+    client.set("through", "proxy")
+
+    assert client.ping() is True
+    assert redis_server.client().get("through") == b"proxy"
+
+
+def test_proxy_sustains_thousands_of_round_trips_per_second(
+    redis_server: RedisServer, proxy_factory: ProxyFactory
+) -> None:
+    proxy = proxy_factory(redis_server)
+
+    round_trips = ping_round_trips_s(no_retry_client(proxy.url()), 500)
+
+    assert 500 / sum(round_trips) > 1000
+
+
+def test_proxy_delay_adds_one_delay_each_way_to_every_round_trip(
+    redis_server: RedisServer, proxy_factory: ProxyFactory
+) -> None:
+    # Given a proxy adding 5 ms each way
+    delay_s = 0.005
+    proxy = proxy_factory(redis_server, delay_s=delay_s)
+
+    # When timing 20 PINGs directly and 20 through the proxy
+    direct = statistics.median(ping_round_trips_s(no_retry_client(redis_server.url), 20))
+    proxied = statistics.median(ping_round_trips_s(no_retry_client(proxy.url()), 20))
+
+    # Then each proxied round trip takes about 10 ms longer (never less, not much more)
+    assert proxied - direct >= 2 * delay_s * 0.95
+    assert proxied < direct + 2 * delay_s + 0.010
+
+
+def test_proxy_delay_does_not_serialize_independent_connections(
+    redis_server: RedisServer, proxy_factory: ProxyFactory
+) -> None:
+    # Given 8 connections through a proxy adding 10 ms per round trip
+    proxy = proxy_factory(redis_server, delay_s=0.005)
+    clients = [no_retry_client(proxy.url()) for _ in range(8)]
+    for client in clients:
+        client.ping()
+    start = threading.Barrier(len(clients) + 1)
+
+    def five_pings(client: redis.Redis) -> None:
+        start.wait()
+        for _ in range(5):
+            client.ping()
+
+    # When each does 5 PINGs at the same time (400 ms if the proxy served one at a time)
+    threads = [threading.Thread(target=five_pings, args=(client,)) for client in clients]
+    for thread in threads:
+        thread.start()
+    start.wait()
+    started = time.perf_counter()
+    for thread in threads:
+        thread.join()
+
+    # Then they overlap: the whole takes well under the serial time
+    assert time.perf_counter() - started < 0.2
+
+
+def test_proxy_keeps_byte_order_when_the_delay_shrinks_mid_stream(
+    redis_server: RedisServer, proxy_factory: ProxyFactory
+) -> None:
+    # Given a raw connection through a proxy with a long delay
+    proxy = proxy_factory(redis_server, delay_s=0.1)
+    with socket.create_connection(("127.0.0.1", proxy.port), timeout=5) as sock:
+        # When a first command goes out slow, then the delay drops to zero for a second one
+        sock.sendall(b"PING\r\n")
+        time.sleep(0.02)
+        proxy.delay_s = 0.0
+        sock.sendall(b"*2\r\n$4\r\nECHO\r\n$5\r\nlater\r\n")
+        expected = b"+PONG\r\n$5\r\nlater\r\n"
+        received = b""
+        while len(received) < len(expected):
+            chunk = sock.recv(1024)
+            assert chunk, "proxy closed the connection"
+            received += chunk
+
+    # Then Redis still saw them in the order they were sent
+    assert received == expected
+
+
+def test_cut_fails_commands_and_restore_lets_a_new_connection_work(
+    redis_server: RedisServer, proxy_factory: ProxyFactory
+) -> None:
+    # Given a connected client through the proxy
+    proxy = proxy_factory(redis_server)
+    client = no_retry_client(proxy.url())
+    assert client.ping() is True
+
+    # When the proxy cuts the network, commands on the open and on new connections fail
+    proxy.cut()
+    with pytest.raises(redis.ConnectionError):
+        client.ping()
+    with pytest.raises(redis.ConnectionError):
+        no_retry_client(proxy.url()).ping()
+
+    # Then after restore a new connection works, and so does the old client (it reconnects)
+    proxy.restore()
+    assert no_retry_client(proxy.url()).ping() is True
+    assert client.ping() is True
+
+
+def test_blackhole_cut_makes_commands_time_out_until_restored(
+    redis_server: RedisServer, proxy_factory: ProxyFactory
+) -> None:
+    proxy = proxy_factory(redis_server)
+    client = no_retry_client(proxy.url(), socket_timeout_s=0.2)
+    assert client.ping() is True
+
+    proxy.cut(blackhole=True)
+    with pytest.raises(redis.TimeoutError):
+        client.ping()
+
+    proxy.restore()
+    assert client.ping() is True
