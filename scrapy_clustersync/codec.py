@@ -123,7 +123,7 @@ class RequestCodec:
             for key, value in (data.get(field) or {}).items():
                 if not _packable(key) or not _packable(value):
                     return (
-                        f"{request!r} cannot be queued: {field}[{key!r}] holds a "
+                        f"{request!r} cannot be queued: {field}[{key!r}] holds a value of type "
                         f"{type(value).__name__}, which cannot be sent to other nodes. Use "
                         "str, bytes, int, float, bool, None, list or dict values."
                     )

@@ -21,7 +21,9 @@ class SiteSpider(scrapy.Spider):
         self.start_url = start_url
 
     async def start(self) -> AsyncIterator[Any]:
-        yield scrapy.Request(self.start_url, callback=self.parse)
+        # START_DONT_FILTER: a start request that dedup never drops, as many spiders have
+        dont_filter = self.settings.getbool("START_DONT_FILTER")
+        yield scrapy.Request(self.start_url, callback=self.parse, dont_filter=dont_filter)
 
     def parse(self, response: Response) -> Iterator[Any]:
         yield {"url": response.url, "title": response.css("title::text").get()}

@@ -1,0 +1,30 @@
+# Quick start: `make demo` runs a real cluster crawl, `make test` runs the tests.
+# Both set up everything they need in .venv on a fresh machine.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+
+.PHONY: demo test lint bench clean
+
+$(BIN)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e ".[test,demo,bench]"
+	touch $@
+
+demo: $(BIN)/.installed
+	$(BIN)/python example_project/demo.py
+
+lint: $(BIN)/.installed
+	$(BIN)/ruff check scrapy_clustersync tests example_project bench
+	$(BIN)/mypy
+
+test: $(BIN)/.installed lint
+	./scripts/ensure-redis-server.sh
+	$(BIN)/pytest -q
+
+bench: $(BIN)/.installed
+	$(BIN)/python bench/run.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info

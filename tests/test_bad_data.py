@@ -1,0 +1,70 @@
+"""Bad data never stops the crawl: it is refused or dead-lettered with its reason."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+from scrapy_clustersync.store import JobStore, make_client
+from scrapy_clustersync.store.job import new_call_id
+
+from conftest import RedisFactory, SiteFactory
+from support import EXAMPLE_PROJECT, missing_pages, start_node, wait_all
+
+
+def test_an_undecodable_queue_entry_is_dead_lettered_and_the_crawl_completes(
+    redis_server: RedisFactory, site: SiteFactory, tmp_path: Path
+) -> None:
+    # given a job whose queue holds an entry no node can decode
+    web = site(100)
+    store = JobStore(make_client(redis_server.url), "site", "test")
+    epoch = store.ensure_job()
+    store.flush(epoch, [("P", b"", 100, b"\xc1 not an envelope", 1)], new_call_id())
+    # when a node crawls the job
+    node = start_node("node1", redis_server.url, web.start_url, tmp_path)
+    wait_all([node])
+    # then the entry is in the dead letters with its reason, and every page was still fetched
+    [letter] = store.dead_letters()
+    assert "not a msgpack envelope" in letter.reason
+    assert letter.entry == b"\xc1 not an envelope"
+    assert "moved to the job's dead letters" in node.log()
+    assert missing_pages(web) == []
+    assert node.finish_reason() == "finished"
+
+
+BAD_META_SPIDER = '''
+    import scrapy
+    from example.spiders.site import SiteSpider
+
+
+    class BadMetaSpider(SiteSpider):
+        name = "badmeta"
+
+        def parse(self, response):
+            yield from super().parse(response)
+            if response.url.endswith("/page/0.html"):
+                yield response.follow("/page/0.html?handle", meta={"db_handle": object()})
+'''
+
+
+def test_a_request_with_unencodable_meta_gets_a_clear_error_and_the_crawl_goes_on(
+    redis_server: RedisFactory, site: SiteFactory, tmp_path: Path
+) -> None:
+    # given a spider that yields one request whose meta holds a live object
+    project = tmp_path / "project"
+    (project / "example" / "spiders").mkdir(parents=True)
+    for name in ("scrapy.cfg", "example/__init__.py", "example/settings.py",
+                 "example/spiders/__init__.py", "example/spiders/site.py"):
+        (project / name).write_text((EXAMPLE_PROJECT / name).read_text())
+    (project / "example/spiders/badmeta.py").write_text(textwrap.dedent(BAD_META_SPIDER))
+    web = site(60)
+    # when it crawls
+    node = start_node("node1", redis_server.url, web.start_url, tmp_path, project_dir=project,
+                      spider="badmeta")
+    wait_all([node])
+    # then the error names the request and the meta key, and the rest of the site is crawled
+    log = node.log()
+    assert "<GET http://127.0.0.1:" in log and "/page/0.html?handle> cannot be queued" in log
+    assert "meta['db_handle'] holds a value of type object" in log
+    assert missing_pages(web) == []
+    assert node.finish_reason() == "finished"
