@@ -142,3 +142,25 @@ def test_redis_restarted_empty_is_reported_instead_of_recrawling(
     assert [node.finish_reason() for node in nodes] == ["clustersync_state_lost"] * 2
     assert all("is gone from Redis" in node.log() for node in nodes)
     assert pages_fetched_twice(web) == {}
+
+
+def test_sigterm_hands_back_leases_at_once_and_loses_nothing(
+    redis_server: RedisFactory, site: SiteFactory, tmp_path: Path
+) -> None:
+    # given two nodes with leases far longer than the crawl
+    web = site(500, delay_s=0.01)
+    settings = {"CLUSTERSYNC_LEASE_TIMEOUT": "600"}
+    leaving, staying = start_nodes(2, redis_server.url, web.start_url, tmp_path, settings)
+    wait_until(lambda: sum(web.hits_by_agent().get("node1", {}).values()) >= 60, 60,
+               "node1 to fetch 60 pages")
+    # when one node gets SIGTERM (a graceful stop)
+    leaving.process.terminate()
+    assert leaving.wait(60) == 0
+    wait_all([staying], timeout_s=90)
+    # then it released what it held, so the other node finished everything without waiting
+    # for a lease to expire, and no page is lost
+    assert leaving.finish_reason() == "shutdown"
+    assert staying.finish_reason() == "finished"
+    assert missing_pages(web) == []
+    stats = redis_server.client().hgetall("clustersync:{site}:stats")
+    assert int(stats.get(b"released", 0)) > 0 and int(stats.get(b"reclaimed", 0)) == 0
