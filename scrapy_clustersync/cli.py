@@ -77,6 +77,15 @@ def _print_status(report: JobStatus) -> None:
         console.print(f"  {name:<13}{summary[name]:>12,}")
     for name in ("pushed", "filtered", "reclaimed"):
         console.print(f"  {name:<13}{report.counters.get(name, 0):>12,}")
+    dedup = report.dedup
+    if dedup.get("mode") == "bloom":
+        console.print(
+            f"  bloom filter  {dedup['entries']:,} entries (estimated), {dedup['layers']} "
+            f"layer(s), {dedup['bytes']:,} bytes, expected error rate now "
+            f"{dedup['expected_error_rate']:.2e} (configured {dedup['configured_error_rate']})"
+        )
+    else:
+        console.print(f"  dedup         exact set of {dedup.get('entries', 0):,} fingerprints")
     table = Table("node", "alive", "state", "pages", "items", "inflight", "buffered", "rss MiB",
                   "seen ago")
     for node in report.nodes:

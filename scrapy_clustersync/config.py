@@ -34,7 +34,11 @@ DEFAULTS: dict[str, Any] = {
     "CLUSTERSYNC_TLS_CERTFILE": "",
     "CLUSTERSYNC_TLS_KEYFILE": "",
     "CLUSTERSYNC_TLS_VERIFY": True,
+    "CLUSTERSYNC_DEDUP": "bloom",
+    "CLUSTERSYNC_BLOOM_CAPACITY": 10_000_000,
+    "CLUSTERSYNC_BLOOM_ERROR_RATE": 0.001,
 }
+DEDUP_MODES = ("bloom", "exact")
 
 URL_SCHEMES = ("redis", "rediss", "unix")
 JOB_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,199}$")
@@ -50,6 +54,32 @@ class TlsOptions:
     certfile: str = ""
     keyfile: str = ""
     verify: bool = True
+
+
+@dataclass(frozen=True)
+class DedupSettings:
+    """How the job records fingerprints: a Bloom filter (default) or an exact set."""
+
+    mode: str = "bloom"
+    bloom_capacity: int = 10_000_000
+    bloom_error_rate: float = 0.001
+
+    def __post_init__(self) -> None:
+        if self.mode not in DEDUP_MODES:
+            raise ConfigError(
+                f"CLUSTERSYNC_DEDUP = {self.mode!r} is not a dedup mode; accepted: 'bloom' "
+                "(default: about 2 bytes per URL, skips the error rate of new URLs) or 'exact' "
+                "(a set of 20-byte fingerprints: no URL skipped)."
+            )
+        if self.bloom_capacity < 1:
+            raise ConfigError(
+                f"CLUSTERSYNC_BLOOM_CAPACITY = {self.bloom_capacity!r} must be at least 1."
+            )
+        if not 0 < self.bloom_error_rate < 1:
+            raise ConfigError(
+                f"CLUSTERSYNC_BLOOM_ERROR_RATE = {self.bloom_error_rate!r} must be between 0 "
+                "and 1, e.g. 0.001 for one new URL in a thousand skipped."
+            )
 
 
 @dataclass(frozen=True)
@@ -69,6 +99,7 @@ class ClusterConfig:
     local_seen_cache: int
     socket_timeout_s: float
     tls: TlsOptions
+    dedup: DedupSettings
 
     @classmethod
     def from_settings(cls, settings: BaseSettings, spider_name: str) -> ClusterConfig:
@@ -103,6 +134,11 @@ class ClusterConfig:
                 certfile=settings.get("CLUSTERSYNC_TLS_CERTFILE") or "",
                 keyfile=settings.get("CLUSTERSYNC_TLS_KEYFILE") or "",
                 verify=settings.getbool("CLUSTERSYNC_TLS_VERIFY", True),
+            ),
+            dedup=DedupSettings(
+                mode=str(settings.get("CLUSTERSYNC_DEDUP", DEFAULTS["CLUSTERSYNC_DEDUP"])),
+                bloom_capacity=_number(settings, "CLUSTERSYNC_BLOOM_CAPACITY", int),
+                bloom_error_rate=_number(settings, "CLUSTERSYNC_BLOOM_ERROR_RATE", float),
             ),
         )
 

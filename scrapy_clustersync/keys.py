@@ -25,6 +25,8 @@ class JobKeys:
     - ``nodes``    sorted set: node id -> liveness deadline (server time, ms)
     - ``node_info`` hash: node id -> JSON record (host, pid, state, figures)
     - ``idle``     hash: node id -> server ms since which the node is idle
+    - ``bloom``    hash: Bloom filter state (active layers, entries and layout per layer)
+    - ``bloom:<layer>:<chunk>`` string: the bits of one chunk of a Bloom layer
     - ``dead``     list: dead letters (msgpack records with the reason), newest first
     """
 
@@ -77,6 +79,14 @@ class JobKeys:
     def dead(self) -> str:
         return self._key("dead")
 
+    @property
+    def bloom(self) -> str:
+        return self._key("bloom")
+
+    def bloom_chunk(self, layer: int, chunk: int) -> str:
+        """One string of a Bloom filter layer (layers are cut into chunks, see bloom.py)."""
+        return self._key(f"bloom:{layer}:{chunk}")
+
     def last_call(self, node_id: str) -> str:
         """The node's last script call id and result, so a retried call changes nothing more."""
         return self._key(f"call:{node_id}")
@@ -85,5 +95,5 @@ class JobKeys:
         """Every key of the job that is not per node (what ``purge`` deletes besides those)."""
         return [
             self.meta, self.queue, self.entries, self.deadlines, self.leased,
-            self.seen, self.stats, self.nodes, self.node_info, self.idle, self.dead,
+            self.seen, self.stats, self.nodes, self.node_info, self.idle, self.dead, self.bloom,
         ]

@@ -78,8 +78,8 @@ class ClusterScheduler:
             debug=settings.getbool("DUPEFILTER_DEBUG"),
         )
         spool = Spool(settings.get("CLUSTERSYNC_SPOOL_DIR") or ".clustersync-spool", config.job)
-        return cls(crawler, config, JobStore(client, config.job, config.node_id), codec,
-                   dupefilter, spool)
+        store = JobStore(client, config.job, config.node_id, config.dedup)
+        return cls(crawler, config, store, codec, dupefilter, spool)
 
     # ---- Scrapy's scheduler interface ------------------------------------------------------
     def open(self, spider: Spider) -> None:
@@ -97,6 +97,12 @@ class ClusterScheduler:
                 "that Redis is running.", self.config.job, redact_url(self.config.redis_url), exc,
             )
             raise CloseSpider("clustersync_redis_unreachable") from None
+        if self.store.dedup != self.config.dedup:
+            logger.warning(
+                "clustersync: job %r was created with dedup settings %s; this node's settings "
+                "(%s) are ignored so that every node records fingerprints the same way.",
+                self.config.job, self.store.dedup, self.config.dedup,
+            )
         node_info = NodeInfo(self.crawler, self.config, self)
         self.worker = SyncWorker(
             self.store, self.config, epoch, node_info.snapshot,

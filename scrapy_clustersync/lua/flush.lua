@@ -11,17 +11,24 @@
 -- KEYS[7]  stats      hash   job counters
 -- KEYS[8]  dead       list   dead letters, newest first
 -- KEYS[9]  last_call  hash   this node's last call id and its result (makes a retry a no-op)
+-- KEYS[10] bloom      hash   Bloom filter state: layers (active count), count<i>, layout<i>
+-- KEYS[11..] bloom chunk strings of the described layers, layer by layer, chunk by chunk
 -- ARGV[1]  epoch      string the job epoch the node joined; another value = Redis lost the job
 -- ARGV[2]  call_id    string unique per call; the same id again returns the stored result
 -- ARGV[3]  node       string node id
 -- ARGV[4]  dead_max   int    how many dead letters to keep
--- ARGV[5..] ops, each an opcode followed by its fields:
+-- ARGV[5]  dedup      string "exact" (set of fingerprints) or "bloom"
+-- ARGV[6]  described  int    how many Bloom layers are described next (0 for exact)
+-- ARGV[7..] per described layer: bits, hashes, bits per chunk, chunks, capacity
+-- ARGV[7 + 5*described ..] ops, each an opcode followed by its fields:
 --   P fingerprint priority blob dont_filter(0|1)   push unless the fingerprint was seen
 --   A id                                           ack: the request is done
 --   N id                                           release this node's lease back to the queue
 --   D id reason                                    dead-letter a leased entry
 --   S                                              the job's start() is exhausted
--- Returns "pushed filtered acked released dead".
+-- Returns "pushed filtered acked released dead active_bloom_layers".
+-- Errors CLUSTERSYNC_BLOOM_LAYOUT <n> (before any change) if fewer layers are described than the
+-- batch may need: the caller describes <n> layers and calls again. Fingerprints are 20 bytes.
 if redis.call('HGET', KEYS[1], 'epoch') ~= ARGV[1] then
   return redis.error_reply('CLUSTERSYNC_STATE_LOST job epoch missing or changed')
 end
@@ -31,6 +38,9 @@ if last[1] == ARGV[2] then
 end
 
 local pushed, filtered, acked, released, dead = 0, 0, 0, 0, 0
+local bloom = ARGV[5] == 'bloom'
+local described = tonumber(ARGV[6])
+local first_op = 7 + 5 * described
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
@@ -40,13 +50,118 @@ local function drop_lease(id)
   return removed
 end
 
-local i = 5
+-- ---- Bloom filter ----------------------------------------------------------------------------
+local layers = {}
+local active = 0
+local function load_layers()
+  local key = 11
+  for l = 1, described do
+    local base = 7 + 5 * (l - 1)
+    layers[l] = {bits = tonumber(ARGV[base]), k = tonumber(ARGV[base + 1]),
+                 chunk_bits = tonumber(ARGV[base + 2]), chunks = tonumber(ARGV[base + 3]),
+                 capacity = tonumber(ARGV[base + 4]), first_key = key}
+    key = key + layers[l].chunks
+  end
+  active = tonumber(redis.call('HGET', KEYS[10], 'layers') or '0')
+  -- every layer this batch may fill must be described (pushes <= room left in the layers)
+  local pushes, index = 0, first_op
+  while index <= #ARGV do
+    local op = ARGV[index]
+    if op == 'P' then pushes = pushes + 1; index = index + 5
+    elseif op == 'D' then index = index + 3
+    elseif op == 'S' then index = index + 1
+    else index = index + 2 end
+  end
+  local room, needed = 0, math.max(active, 1)
+  for l = 1, math.max(active, 1) do
+    room = room + (layers[l] and layers[l].capacity or 0)
+       - tonumber(redis.call('HGET', KEYS[10], 'count' .. (l - 1)) or '0')
+  end
+  while room < pushes do
+    needed = needed + 1
+    room = room + (layers[needed] and layers[needed].capacity or math.huge)
+  end
+  if described < needed then
+    return needed
+  end
+  return 0
+end
+
+local function add_layer()
+  local layer = layers[active + 1]
+  for c = 0, layer.chunks - 1 do
+    redis.call('SET', KEYS[layer.first_key + c], string.rep('\0', layer.chunk_bits / 8))
+  end
+  redis.call('HSET', KEYS[10], 'layers', active + 1, 'count' .. active, 0,
+             'layout' .. active, table.concat({layer.bits, layer.k, layer.chunk_bits,
+                                               layer.chunks, layer.capacity}, ' '))
+  active = active + 1
+end
+
+-- double hashing: two 40-bit numbers from the fingerprint; sums stay far below 2^53
+local function hash_pair(fp)
+  local b = {string.byte(fp, 1, 10)}
+  local h1 = (((b[1] * 256 + b[2]) * 256 + b[3]) * 256 + b[4]) * 256 + b[5]
+  local h2 = (((b[6] * 256 + b[7]) * 256 + b[8]) * 256 + b[9]) * 256 + b[10]
+  if h2 % 2 == 0 then h2 = h2 + 1 end
+  return h1, h2
+end
+
+local function bit_of(layer, h1, h2, i)
+  local pos = math.fmod(h1 + i * h2, layer.bits)
+  local chunk = math.floor(pos / layer.chunk_bits)
+  return KEYS[layer.first_key + chunk], pos - chunk * layer.chunk_bits
+end
+
+local function in_layer(layer, h1, h2)
+  for i = 0, layer.k - 1 do
+    local key, offset = bit_of(layer, h1, h2, i)
+    if redis.call('GETBIT', key, offset) == 0 then return false end
+  end
+  return true
+end
+
+-- true if the fingerprint was new (and is now recorded)
+local function bloom_add(fp)
+  local h1, h2 = hash_pair(fp)
+  for l = 1, active do
+    if in_layer(layers[l], h1, h2) then return false end
+  end
+  local count_field = 'count' .. (active - 1)
+  if tonumber(redis.call('HGET', KEYS[10], count_field)) >= layers[active].capacity then
+    add_layer()
+    count_field = 'count' .. (active - 1)
+  end
+  local layer = layers[active]
+  for i = 0, layer.k - 1 do
+    local key, offset = bit_of(layer, h1, h2, i)
+    redis.call('SETBIT', key, offset, 1)
+  end
+  redis.call('HINCRBY', KEYS[10], count_field, 1)
+  return true
+end
+
+local function is_new(fp)
+  if bloom then return bloom_add(fp) end
+  return redis.call('SADD', KEYS[6], fp) == 1
+end
+
+if bloom then
+  local wanted = load_layers()
+  if wanted > 0 then
+    return redis.error_reply('CLUSTERSYNC_BLOOM_LAYOUT ' .. wanted)
+  end
+  if active == 0 then add_layer() end
+end
+
+-- ---- ops --------------------------------------------------------------------------------------
+local i = first_op
 local n = #ARGV
 while i <= n do
   local op = ARGV[i]
   if op == 'P' then
     local fp, prio, blob, dont_filter = ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
-    if dont_filter == '1' or redis.call('SADD', KEYS[6], fp) == 1 then
+    if dont_filter == '1' or is_new(fp) then
       local id = string.format('%016x', redis.call('HINCRBY', KEYS[1], 'seq', 1))
       redis.call('HSET', KEYS[3], id, blob)
       redis.call('ZADD', KEYS[2], -tonumber(prio), id)
@@ -100,7 +215,7 @@ for name, value in pairs(counters) do
     redis.call('HINCRBY', KEYS[7], name, value)
   end
 end
-local result = table.concat({pushed, filtered, acked, released, dead}, ' ')
+local result = table.concat({pushed, filtered, acked, released, dead, active}, ' ')
 redis.call('HSET', KEYS[9], 'flush_id', ARGV[2], 'flush_result', result)
 redis.call('PEXPIRE', KEYS[9], 86400000)
 return result

@@ -12,6 +12,8 @@ from typing import Any
 
 import redis
 
+from ..bloom import BloomParams, expected_error, layer
+from ..config import DedupSettings
 from ..keys import JobKeys
 from .errors import StateLost, StoreError, StoreUnavailable
 
@@ -53,6 +55,7 @@ class FlushResult:
     acked: int = 0
     released: int = 0
     dead: int = 0
+    bloom_layers: int = 0
 
 
 @dataclass(frozen=True)
@@ -86,6 +89,7 @@ class JobStatus:
     start_done: bool
     server_ms: int
     nodes: list[dict[str, Any]] = field(default_factory=list)
+    dedup: dict[str, Any] = field(default_factory=dict)
 
     @property
     def state(self) -> str:
@@ -105,48 +109,87 @@ class JobStatus:
             "seen": self.seen, "done": self.counters.get("acked", 0),
             "dead_letters": self.dead_letters, "counters": self.counters,
             "start_claimed_by": self.start_claimed_by, "start_done": self.start_done,
-            "nodes": self.nodes,
+            "nodes": self.nodes, "dedup": self.dedup,
         }
 
 
 class JobStore:
     """The Redis side of one job, as seen by one node (or by the CLI, with ``node_id="cli"``)."""
 
-    def __init__(self, client: redis.Redis, job: str, node_id: str) -> None:
+    def __init__(
+        self, client: redis.Redis, job: str, node_id: str, dedup: DedupSettings | None = None
+    ) -> None:
         self.client = client
         self.keys = JobKeys(job)
         self.node_id = node_id
+        #: the caller's dedup settings until join() reads the job's own
+        self.dedup = dedup or DedupSettings()
+        self._bloom_layers_described = 1
         self._flush = client.register_script(_load_lua("flush"))
         self._lease = client.register_script(_load_lua("lease"))
         self._heartbeat = client.register_script(_load_lua("heartbeat"))
-        self._claim_start = client.register_script(_load_lua("claim_start"))
+        self._join = client.register_script(_load_lua("join"))
 
     def ping(self) -> None:
         with translate_errors():
             self.client.ping()
 
-    def join(self, ttl_ms: int) -> tuple[str, bool]:
-        """Join the job; return its epoch and whether this node must run the spider's start()."""
-        k = self.keys
+    def join(self, ttl_ms: int, claim: bool = True) -> tuple[str, bool]:
+        """Join the job (creating it if new) and adopt its dedup settings.
+
+        Returns the job's epoch and whether this node must run the spider's start().
+        """
+        k, d = self.keys, self.dedup
         with translate_errors():
-            epoch, claimed = self._claim_start(
-                keys=[k.meta, k.nodes], args=[self.node_id, uuid.uuid4().hex, ttl_ms]
+            epoch, claimed, mode, capacity, error = self._join(
+                keys=[k.meta, k.nodes],
+                args=[self.node_id, uuid.uuid4().hex, ttl_ms, int(claim), d.mode,
+                      d.bloom_capacity, repr(d.bloom_error_rate)],
             )
+        self.dedup = DedupSettings(_text(mode), int(capacity), float(_text(error)))
         return _text(epoch), bool(int(claimed))
+
+    def ensure_job(self) -> str:
+        """The job's epoch, creating the job if it is new (used by the CLI's seed)."""
+        return self.join(ttl_ms=0, claim=False)[0]
 
     def flush(self, epoch: str, ops: Sequence[Op], call_id: str) -> FlushResult:
         """Apply ``ops`` in order, atomically; running the same ``call_id`` twice is a no-op."""
+        while True:
+            keys, args = self._flush_call(epoch, ops, call_id)
+            try:
+                with translate_errors():
+                    raw = self._flush(keys=keys, args=args)
+            except StoreError as exc:
+                wanted = _bloom_layers_wanted(exc)
+                if wanted is None or wanted <= self._bloom_layers_described:
+                    raise
+                self._bloom_layers_described = wanted  # the filter grew: describe more layers
+                continue
+            result = FlushResult(*(int(x) for x in _text(raw).split()))
+            self._bloom_layers_described = max(1, result.bloom_layers)
+            return result
+
+    def _flush_call(self, epoch: str, ops: Sequence[Op], call_id: str) -> tuple[list, list]:
         k = self.keys
-        args: list[Any] = [epoch, call_id, self.node_id, DEAD_LETTERS_KEPT]
+        keys = [k.meta, k.queue, k.entries, k.deadlines, k.leased, k.seen, k.stats, k.dead,
+                k.last_call(self.node_id), k.bloom]
+        args: list[Any] = [epoch, call_id, self.node_id, DEAD_LETTERS_KEPT, self.dedup.mode]
+        if self.dedup.mode == "bloom":
+            params = self._bloom_params()
+            described = [layer(params, i) for i in range(self._bloom_layers_described)]
+            args.append(len(described))
+            for each in described:
+                args.extend(each.describe())
+                keys.extend(k.bloom_chunk(each.index, c) for c in range(each.chunks))
+        else:
+            args.append(0)
         for op in ops:
             args.extend(op)
-        with translate_errors():
-            raw = self._flush(
-                keys=[k.meta, k.queue, k.entries, k.deadlines, k.leased, k.seen, k.stats,
-                      k.dead, k.last_call(self.node_id)],
-                args=args,
-            )
-        return FlushResult(*(int(x) for x in _text(raw).split()))
+        return keys, args
+
+    def _bloom_params(self) -> BloomParams:
+        return BloomParams(self.dedup.bloom_capacity, self.dedup.bloom_error_rate)
 
     def lease(self, epoch: str, count: int, lease_ms: int, call_id: str) -> list[tuple[str, bytes]]:
         """Lease up to ``count`` entries; returns (entry id, encoded request) pairs."""
@@ -181,12 +224,6 @@ class JobStore:
             )
         return Heartbeat(bool(finished), int(queued), int(leased), int(live), int(now_ms))
 
-    def ensure_job(self) -> str:
-        """The job's epoch, created if the job is new (used by the CLI's seed)."""
-        with translate_errors():
-            self.client.hsetnx(self.keys.meta, "epoch", uuid.uuid4().hex)
-            return _text(self.client.hget(self.keys.meta, "epoch"))
-
     def status(self) -> JobStatus:
         k = self.keys
         with translate_errors():
@@ -200,8 +237,9 @@ class JobStore:
             pipe.zrange(k.nodes, 0, -1, withscores=True)
             pipe.hgetall(k.node_info)
             pipe.hgetall(k.idle)
+            pipe.hgetall(k.bloom)
             pipe.time()
-            meta, queued, leased, seen, stats, dead, live, info, idle, now = pipe.execute()
+            meta, queued, leased, seen, stats, dead, live, info, idle, bloom, now = pipe.execute()
         server_ms = int(now[0]) * 1000 + int(now[1]) // 1000
         alive = {_text(n): score >= server_ms for n, score in live}
         idle_since = {_text(n): int(v) for n, v in idle.items()}
@@ -212,12 +250,13 @@ class JobStore:
             record.update(id=node, alive=alive.get(node, False), idle=node in idle_since)
             nodes.append(record)
         meta_t = {_text(a): _text(b) for a, b in meta.items()}
+        dedup = _dedup_status(meta_t, {_text(a): _text(b) for a, b in bloom.items()}, int(seen))
         return JobStatus(
             job=self.keys.job, exists=bool(meta_t), queued=int(queued), leased=int(leased),
-            seen=int(seen), dead_letters=int(dead),
+            seen=int(dedup["entries"]), dead_letters=int(dead),
             counters={_text(a): int(b) for a, b in stats.items()},
             start_claimed_by=meta_t.get("start_claim"), start_done="start_done" in meta_t,
-            server_ms=server_ms, nodes=nodes,
+            server_ms=server_ms, nodes=nodes, dedup=dedup,
         )
 
     def dead_letters(self, limit: int = 100) -> list[DeadLetter]:
@@ -236,7 +275,35 @@ class JobStore:
         with translate_errors():
             nodes = [_text(n) for n in self.client.hkeys(k.node_info)]
             names = k.shared_keys() + [k.last_call(n) for n in nodes + ["cli"]]
+            for field, value in self.client.hgetall(k.bloom).items():
+                if _text(field).startswith("layout"):
+                    index, chunks = int(_text(field)[6:]), int(_text(value).split()[3])
+                    names.extend(k.bloom_chunk(index, c) for c in range(chunks))
             return int(self.client.delete(*names))
+
+
+def _bloom_layers_wanted(exc: StoreError) -> int | None:
+    text = str(exc)
+    if "CLUSTERSYNC_BLOOM_LAYOUT" not in text:
+        return None
+    return int(text.split("CLUSTERSYNC_BLOOM_LAYOUT", 1)[1].split()[0])
+
+
+def _dedup_status(meta: dict[str, str], bloom: dict[str, str], exact_seen: int) -> dict[str, Any]:
+    """What ``clustersync status`` shows of the job's dedup record."""
+    mode = meta.get("dedup", "exact")
+    if mode != "bloom":
+        return {"mode": mode, "entries": exact_seen}
+    layers = int(bloom.get("layers", 0))
+    counts = [int(bloom.get(f"count{i}", 0)) for i in range(layers)]
+    sizes = [int(bloom[f"layout{i}"].split()[2]) // 8 * int(bloom[f"layout{i}"].split()[3])
+             for i in range(layers)]
+    params = BloomParams(int(meta["bloom_capacity"]), float(meta["bloom_error"]))
+    return {
+        "mode": "bloom", "entries": sum(counts), "layers": layers, "bytes": sum(sizes),
+        "capacity": params.capacity, "configured_error_rate": params.error_rate,
+        "expected_error_rate": expected_error(params, counts),
+    }
 
 
 def _text(value: Any) -> str:

@@ -1,0 +1,102 @@
+"""The layout of the job's scalable Bloom filter: how big each layer is and how it is cut.
+
+Layer ``i`` holds ``capacity * 2**i`` fingerprints at error rate ``error * (1 - r) * r**i``
+(r = ``TIGHTENING``), so however many layers the filter grows, the summed error stays within the
+configured rate (the scheme of RedisBloom's scalable filters). Each layer is cut into about
+``CHUNKS_PER_LAYER`` plain Redis strings of the job's hash tag, each sized to an allocator size
+class so that Redis spends no memory on rounding, and none near the 512 MB string limit.
+
+Bit positions come from Scrapy's request fingerprint by double hashing (h1 + i*h2, computed in
+the Lua script); every node derives the same layout from the parameters stored with the job.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+TIGHTENING = 0.2
+EXPANSION = 2
+CHUNKS_PER_LAYER = 32
+MIN_CHUNK_BYTES = 64
+#: room for Redis's string header inside an allocator size class
+STRING_HEADER_BYTES = 16
+MAX_CHUNK_BYTES = 256 * 2**20
+
+
+@dataclass(frozen=True)
+class BloomParams:
+    capacity: int
+    error_rate: float
+
+    def __post_init__(self) -> None:
+        if self.capacity < 1:
+            raise ValueError(f"Bloom capacity must be at least 1, got {self.capacity}")
+        if not 0 < self.error_rate < 1:
+            raise ValueError(f"Bloom error rate must be between 0 and 1, got {self.error_rate}")
+
+
+@dataclass(frozen=True)
+class Layer:
+    index: int
+    capacity: int
+    error_rate: float
+    hashes: int
+    chunk_bytes: int
+    chunks: int
+
+    @property
+    def chunk_bits(self) -> int:
+        return self.chunk_bytes * 8
+
+    @property
+    def bits(self) -> int:
+        return self.chunk_bits * self.chunks
+
+    @property
+    def bytes(self) -> int:
+        return self.chunk_bytes * self.chunks
+
+    def false_positive_rate(self, entries: int) -> float:
+        """Chance that a fresh fingerprint looks present after ``entries`` inserts."""
+        return (1 - math.exp(-self.hashes * entries / self.bits)) ** self.hashes
+
+    def describe(self) -> list[int]:
+        """What the flush script needs: bits, hashes, bits per chunk, chunks, capacity."""
+        return [self.bits, self.hashes, self.chunk_bits, self.chunks, self.capacity]
+
+
+def layer(params: BloomParams, index: int) -> Layer:
+    """Layer ``index`` of a filter with ``params``: the same on every node."""
+    capacity = params.capacity * EXPANSION**index
+    error = params.error_rate * (1 - TIGHTENING) * TIGHTENING**index
+    bits_needed = math.ceil(-capacity * math.log(error) / math.log(2) ** 2)
+    hashes = max(1, round(bits_needed / capacity * math.log(2)))
+    while (1 - math.exp(-hashes * capacity / bits_needed)) ** hashes > error:
+        bits_needed = math.ceil(bits_needed * 1.002) + 8
+    chunk_bytes = _chunk_bytes(math.ceil(bits_needed / 8))
+    chunks = math.ceil(bits_needed / 8 / chunk_bytes)
+    return Layer(index, capacity, error, hashes, chunk_bytes, chunks)
+
+
+def _chunk_bytes(layer_bytes: int) -> int:
+    """The largest allocator-friendly string size that cuts the layer into enough chunks.
+
+    Allocator size classes above 4 KiB come in four steps per doubling (1, 1.25, 1.5, 1.75
+    times a power of two); a string that fills its class exactly wastes nothing.
+    """
+    target = max(MIN_CHUNK_BYTES, layer_bytes // CHUNKS_PER_LAYER)
+    if target < 4096:
+        return max(MIN_CHUNK_BYTES, (target // 64) * 64)
+    power = 2 ** (target.bit_length() - 1)
+    classes = [power * step // 4 for step in (4, 5, 6, 7)]
+    size = max(c for c in classes if c <= target)
+    return min(size, MAX_CHUNK_BYTES) - STRING_HEADER_BYTES
+
+
+def expected_error(params: BloomParams, counts: list[int]) -> float:
+    """The filter's false-positive rate now, given how many entries each layer holds."""
+    miss = 1.0
+    for index, entries in enumerate(counts):
+        miss *= 1 - layer(params, index).false_positive_rate(entries)
+    return 1 - miss
