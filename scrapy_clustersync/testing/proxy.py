@@ -20,8 +20,9 @@ import selectors
 import threading
 from collections import deque
 from collections.abc import Coroutine
-from types import TracebackType
 from typing import Any, TypeVar
+
+from ._service import Service
 
 __all__ = ["TcpProxy"]
 
@@ -32,7 +33,7 @@ _START_TIMEOUT_S = 10.0
 _T = TypeVar("_T")
 
 
-class TcpProxy:
+class TcpProxy(Service):
     """Forwards TCP connections from ``127.0.0.1:port`` to ``target_host:target_port``.
 
     ``delay_s`` may be changed at any time from any thread; it applies to data arriving after
@@ -146,17 +147,6 @@ class TcpProxy:
             raise RuntimeError("TcpProxy is not started")
         future = asyncio.run_coroutine_threadsafe(coro, self._loop)
         return future.result(timeout=_START_TIMEOUT_S)
-
-    def __enter__(self) -> TcpProxy:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     def __repr__(self) -> str:
         return (

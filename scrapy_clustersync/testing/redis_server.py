@@ -9,7 +9,6 @@ binary (the demo fallback; fakeredis runs Lua scripts only when ``lupa`` is inst
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import signal
@@ -19,12 +18,13 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from types import TracebackType
 from typing import TYPE_CHECKING, Any, BinaryIO
 from urllib.parse import quote
 
+from ._service import RedisClients, Service
+
 if TYPE_CHECKING:
-    import redis
+    pass
 
 __all__ = [
     "EmbeddedRedis",
@@ -133,7 +133,7 @@ def _read_reply(replies: BinaryIO) -> bytes:
     return payload
 
 
-class RedisServer:
+class RedisServer(Service, RedisClients):
     """One ``redis-server`` child process on 127.0.0.1, data and log in ``directory``.
 
     Without persistence nothing is ever written to disk, so a restart loses every key. With
@@ -157,7 +157,7 @@ class RedisServer:
         self.password = password
         self.extra_args = tuple(extra_args)
         self._process: subprocess.Popen[bytes] | None = None
-        self._clients: list[redis.Redis] = []
+        RedisClients.__init__(self)
 
     @property
     def url(self) -> str:
@@ -280,41 +280,17 @@ class RedisServer:
         self._fixed_port = True  # clients hold this URL; never move to another port
         self.start(timeout_s=timeout_s)
 
-    def client(self, **kwargs: Any) -> redis.Redis:
-        """A redis-py client for test assertions (closed by `stop`); kwargs go to ``from_url``."""
-        import redis
-
-        client = redis.Redis.from_url(self.url, **kwargs)
-        self._clients.append(client)
-        return client
-
-    def _close_clients(self) -> None:
-        for client in self._clients:
-            with contextlib.suppress(Exception):
-                client.close()
-
     def _log_tail(self) -> str:
         try:
             return self.log_path.read_text(errors="replace")[-_LOG_TAIL_CHARS:]
         except OSError as exc:
             return f"(no log: {exc})"
 
-    def __enter__(self) -> RedisServer:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
     def __repr__(self) -> str:
         return f"RedisServer(port={self.port}, dir={str(self.directory)!r})"
 
 
-class EmbeddedRedis:
+class EmbeddedRedis(Service, RedisClients):
     """fakeredis served over TCP in this process: the same surface as `RedisServer`.
 
     For machines without ``redis-server`` only (the demo fallback): no persistence, no
@@ -331,7 +307,7 @@ class EmbeddedRedis:
         self._server: Any = None
         self._thread: threading.Thread | None = None
         self._fake_server: Any = None
-        self._clients: list[redis.Redis] = []
+        RedisClients.__init__(self)
 
     @property
     def url(self) -> str:
@@ -368,9 +344,7 @@ class EmbeddedRedis:
 
     def stop(self) -> None:
         """Stop serving and drop every connection. Idempotent."""
-        for client in self._clients:
-            with contextlib.suppress(Exception):
-                client.close()
+        self._close_clients()
         server, self._server = self._server, None
         if server is None:
             return
@@ -388,25 +362,6 @@ class EmbeddedRedis:
         if down_s > 0:
             time.sleep(down_s)
         self.start(timeout_s=timeout_s)
-
-    def client(self, **kwargs: Any) -> redis.Redis:
-        """A redis-py client of this server (closed by `stop`); kwargs go to ``from_url``."""
-        import redis
-
-        client = redis.Redis.from_url(self.url, **kwargs)
-        self._clients.append(client)
-        return client
-
-    def __enter__(self) -> EmbeddedRedis:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
 
 def _wait_for(condition: Any, timeout_s: float) -> bool:

@@ -29,8 +29,10 @@ import threading
 import time
 from collections import Counter, defaultdict
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import FrameType, TracebackType
+from types import FrameType
 from typing import Any
+
+from ._service import Service
 
 __all__ = ["TestSite", "main"]
 
@@ -40,7 +42,7 @@ _PAGE_PATH_RE = re.compile(r"^/page/(0|[1-9][0-9]*)\.html$")
 _PAGE_CACHE_SIZE = 65536
 
 
-class TestSite:
+class TestSite(Service):
     """A threaded HTTP/1.1 server of generated, interlinked HTML pages with hit counters.
 
     Counters are thread-safe. ``delay_s`` is slept in the serving thread before each page
@@ -194,17 +196,6 @@ class TestSite:
         if self._thread is not None:
             self._thread.join(timeout=5)
             self._thread = None
-
-    def __enter__(self) -> TestSite:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
 
 class _SiteHTTPServer(ThreadingHTTPServer):
