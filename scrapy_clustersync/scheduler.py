@@ -179,6 +179,8 @@ class ClusterScheduler:
             return None  # back-pressure while writes cannot reach Redis
         while worker.prefetched:
             entry_id, blob = worker.prefetched.popleft()
+            if len(worker.prefetched) == self.config.prefetch // 2:
+                worker.wake()  # lease more before the buffer runs dry
             try:
                 request = self.codec.decode(blob)
             except UndecodableEntry as exc:

@@ -162,8 +162,8 @@ class SyncWorker:
             return True
         if not self.ops:
             return False
-        if closing or len(self.ops) >= self.config.batch_size:
-            return True
+        if closing or len(self.ops) >= self.config.batch_size or not self.prefetched:
+            return True  # full batch, closing, or the node starves: its new work must go out now
         return self._oldest_op_at is not None and now - self._oldest_op_at >= FLUSH_LINGER_S
 
     def _flush(self) -> None:

@@ -90,7 +90,8 @@ end
 local function add_layer()
   local layer = layers[active + 1]
   for c = 0, layer.chunks - 1 do
-    redis.call('SET', KEYS[layer.first_key + c], string.rep('\0', layer.chunk_bits / 8))
+    -- a zero string of the exact size: no allocator rounding, no later growth
+    redis.call('SETRANGE', KEYS[layer.first_key + c], layer.chunk_bits / 8 - 1, '\0')
   end
   redis.call('HSET', KEYS[10], 'layers', active + 1, 'count' .. active, 0,
              'layout' .. active, table.concat({layer.bits, layer.k, layer.chunk_bits,
