@@ -150,6 +150,14 @@ class ClusterScheduler:
         Redis, where the atomic dedup check may still filter it (counted in
         ``clustersync/dedup/filtered``).
         """
+        accepted = self._buffer(request)
+        token = request.meta.get(LEASE_META_KEY)
+        if token in self.inflight and token not in self.in_callback:
+            # a redirect or retry replaced the leased request: the replacement was buffered first
+            self.ack(token)
+        return accepted
+
+    def _buffer(self, request: Request) -> bool:
         assert self.worker is not None
         fingerprint = b"" if request.dont_filter else self.dupefilter.fingerprint(request)
         if fingerprint and self.dupefilter.seen_here(fingerprint, request):
@@ -165,10 +173,6 @@ class ClusterScheduler:
         self.worker.add(("P", fingerprint, request.priority, blob, int(request.dont_filter)))
         self.worker.node_idle = False
         self.stats.inc_value("clustersync/enqueued")
-        token = request.meta.get(LEASE_META_KEY)
-        if token in self.inflight and token not in self.in_callback:
-            # a redirect or retry replaced the leased request: the replacement is queued first
-            self.ack(token)
         return True
 
     def next_request(self) -> Request | None:
