@@ -19,7 +19,7 @@ from .store import JobStatus, JobStore, StoreError, make_client
 from .store.job import new_call_id
 
 SEED_BATCH = 500
-console = Console()
+console = Console(soft_wrap=True)
 
 
 def _store(ctx: click.Context, job: str) -> JobStore:
