@@ -13,8 +13,9 @@ import logging
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from collections import Counter
+
     from scrapy import Request
-    from scrapy.statscollectors import StatsCollector
     from scrapy.utils.request import RequestFingerprinterProtocol
 
 logger = logging.getLogger(__name__)
@@ -49,12 +50,13 @@ class ClusterDupeFilter:
     def __init__(
         self,
         fingerprinter: RequestFingerprinterProtocol,
-        stats: StatsCollector,
+        counts: Counter[str],
         cache_size: int,
         debug: bool = False,
     ) -> None:
         self.fingerprinter = fingerprinter
-        self.stats = stats
+        #: stats to add to the crawler's (kept here: this is the per-request hot path)
+        self.counts = counts
         self.recent = RecentFingerprints(cache_size)
         self.debug = debug
         self._logged_once = False
@@ -66,8 +68,8 @@ class ClusterDupeFilter:
         """True if this node already sent ``fingerprint``: ``request`` is a duplicate."""
         if fingerprint not in self.recent:
             return False
-        self.stats.inc_value("clustersync/dedup/filtered_local")
-        self.stats.inc_value("dupefilter/filtered")
+        self.counts["clustersync/dedup/filtered_local"] += 1
+        self.counts["dupefilter/filtered"] += 1
         self._log(request)
         return True
 
@@ -75,8 +77,8 @@ class ClusterDupeFilter:
         self.recent.add(fingerprint)
 
     def filtered_in_redis(self, count: int) -> None:
-        self.stats.inc_value("clustersync/dedup/filtered", count)
-        self.stats.inc_value("dupefilter/filtered", count)
+        self.counts["clustersync/dedup/filtered"] += count
+        self.counts["dupefilter/filtered"] += count
 
     def _log(self, request: Request) -> None:
         if self.debug:

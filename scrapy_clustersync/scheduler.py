@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import weakref
+from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from scrapy.exceptions import CloseSpider
@@ -19,7 +20,7 @@ from .config import ClusterConfig, redact_url
 from .dupefilter import ClusterDupeFilter
 from .nodeinfo import NodeInfo
 from .spool import Spool
-from .store import FlushResult, JobStore, StoreError, make_client
+from .store import JobStore, StoreError, make_client
 from .worker import SyncWorker
 
 if TYPE_CHECKING:
@@ -54,6 +55,9 @@ class ClusterScheduler:
         self.dupefilter = dupefilter
         self.spool = spool
         self.stats = crawler.stats
+        #: stats gathered on the hot path, added to the crawler's stats in publish_counts()
+        self.counts = dupefilter.counts
+        self._published: dict[str, int] = {}
         self.runs_start = False
         self.worker: SyncWorker | None = None
         #: leased requests handed to the engine and not acked yet
@@ -74,7 +78,7 @@ class ClusterScheduler:
         )
         assert crawler.request_fingerprinter is not None
         dupefilter = ClusterDupeFilter(
-            crawler.request_fingerprinter, crawler.stats, config.local_seen_cache,
+            crawler.request_fingerprinter, Counter(), config.local_seen_cache,
             debug=settings.getbool("DUPEFILTER_DEBUG"),
         )
         spool = Spool(settings.get("CLUSTERSYNC_SPOOL_DIR") or ".clustersync-spool", config.job)
@@ -106,7 +110,7 @@ class ClusterScheduler:
         node_info = NodeInfo(self.crawler, self.config, self)
         self.worker = SyncWorker(
             self.store, self.config, epoch, node_info.snapshot,
-            on_leased=self._wake_engine_threadsafe, on_flushed=self._flushed_threadsafe,
+            on_leased=self._wake_engine_threadsafe,
         )
         for op in self.spool.take():
             self.worker.add(op)
@@ -128,6 +132,7 @@ class ClusterScheduler:
         if self.worker is None:
             return
         undelivered = self.worker.close(unacked=sorted(self.inflight))
+        self.publish_counts()
         if undelivered:
             path = self.spool.save(self.config.node_id, undelivered)
             logger.error(
@@ -166,13 +171,13 @@ class ClusterScheduler:
             blob = self.codec.encode(request)
         except UnencodableRequest as exc:
             logger.error("clustersync: %s", exc)
-            self.stats.inc_value("clustersync/unencodable")
+            self.counts["clustersync/unencodable"] += 1
             return False
         if fingerprint:
             self.dupefilter.sent(fingerprint)
         self.worker.add(("P", fingerprint, request.priority, blob, int(request.dont_filter)))
         self.worker.node_idle = False
-        self.stats.inc_value("clustersync/enqueued")
+        self.counts["clustersync/enqueued"] += 1
         return True
 
     def next_request(self) -> Request | None:
@@ -193,7 +198,7 @@ class ClusterScheduler:
             request.meta[LEASE_META_KEY] = entry_id
             self.inflight.add(entry_id)
             worker.node_idle = False
-            self.stats.inc_value("clustersync/leased")
+            self.counts["clustersync/leased"] += 1
             return request
         return None
 
@@ -209,12 +214,12 @@ class ClusterScheduler:
         self.inflight.discard(token)
         self.in_callback.discard(token)
         self.worker.add(("A", token))
-        self.stats.inc_value("clustersync/acked")
+        self.counts["clustersync/acked"] += 1
 
     def engine_idle(self) -> None:
         """The engine has nothing in progress: whatever is still in flight has ended."""
         for token in sorted(self.inflight):
-            self.stats.inc_value("clustersync/acked_on_idle")
+            self.counts["clustersync/acked_on_idle"] += 1
             self.ack(token)
         if self.worker is not None:
             self.worker.node_idle = True
@@ -232,7 +237,7 @@ class ClusterScheduler:
             "job's dead letters and the crawl goes on.", entry_id, self.config.job, reason,
         )
         self.worker.add(("D", entry_id, reason))
-        self.stats.inc_value("clustersync/dead_letters")
+        self.counts["clustersync/dead_letters"] += 1
 
     def _wake_engine_threadsafe(self) -> None:
         from twisted.internet import reactor
@@ -247,14 +252,16 @@ class ClusterScheduler:
         if nextcall is not None:
             nextcall.schedule()
 
-    def _flushed_threadsafe(self, result: FlushResult) -> None:
-        from twisted.internet import reactor
-
-        reactor.callFromThread(self._count_flush, result)
-
-    def _count_flush(self, result: FlushResult) -> None:
-        self.stats.inc_value("clustersync/pushed", result.pushed)
-        if result.filtered:
-            self.dupefilter.filtered_in_redis(result.filtered)
-        if result.released:
-            self.stats.inc_value("clustersync/released", result.released)
+    def publish_counts(self) -> None:
+        """Add the counts gathered since the last call to the crawler's stats."""
+        if self.worker is not None:
+            delta = {name: total - self._published.get(name, 0)
+                     for name, total in self.worker.totals.items()}
+            self._published.update(self.worker.totals)
+            self.counts["clustersync/pushed"] += delta["pushed"]
+            self.counts["clustersync/released"] += delta["released"]
+            self.dupefilter.filtered_in_redis(delta["filtered"])
+        for key, value in self.counts.items():
+            if value:
+                self.stats.inc_value(key, value)
+        self.counts.clear()

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .config import ClusterConfig, redact_url
-from .store import FlushResult, JobStore, Op, StateLost, StoreError, StoreUnavailable
+from .store import JobStore, Op, StateLost, StoreError, StoreUnavailable
 from .store.job import new_call_id
 
 logger = logging.getLogger(__name__)
@@ -37,14 +37,14 @@ class SyncWorker:
         epoch: str,
         node_info: Callable[[], dict[str, Any]],
         on_leased: Callable[[], None],
-        on_flushed: Callable[[FlushResult], None],
     ) -> None:
         self.store = store
         self.config = config
         self.epoch = epoch
         self._node_info = node_info
         self._on_leased = on_leased
-        self._on_flushed = on_flushed
+        #: what Redis did with this node's writes; only the thread that flushes adds to it
+        self.totals = {"pushed": 0, "filtered": 0, "released": 0}
         self.ops: deque[Op] = deque()
         self.prefetched: deque[tuple[str, bytes]] = deque()
         self.held: set[str] = set()  # lease ids of this node, owned by the worker thread
@@ -182,7 +182,9 @@ class SyncWorker:
         if result.pushed:
             self._next_lease = 0.0
             self._empty_backoff_s = 0.0
-        self._on_flushed(result)
+        self.totals["pushed"] += result.pushed
+        self.totals["filtered"] += result.filtered
+        self.totals["released"] += result.released
 
     def _lease_due(self, now: float) -> bool:
         if self.state_lost or now < self._next_lease:

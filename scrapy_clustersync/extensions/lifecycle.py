@@ -58,6 +58,7 @@ class NodeLifecycle:
         scheduler = scheduler_for(self.crawler)
         if scheduler is None or scheduler.worker is None or self._closing:
             return
+        scheduler.publish_counts()
         worker = scheduler.worker
         if worker.state_lost:
             self._close("clustersync_state_lost")
