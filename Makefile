@@ -25,6 +25,7 @@ test: $(BIN)/.installed lint
 
 bench: $(BIN)/.installed
 	$(BIN)/python bench/run.py
+	$(BIN)/python bench/bloom.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info

@@ -1,0 +1,1 @@
+"""The Scrapy project every benchmark variant runs: one spider, one settings module per variant."""

@@ -1,0 +1,7 @@
+"""scrapy-clustersync: its one ADDONS line, on the run's own redis-server."""
+
+from benchproj.settings import *  # noqa: F403
+
+ADDONS = {"scrapy_clustersync.Addon": 100}
+CLUSTERSYNC_REDIS_URL = "redis://127.0.0.1:1/0"  # replaced with -s by the run
+CLUSTERSYNC_IDLE_CLOSE_AFTER = 1.0

@@ -1,0 +1,3 @@
+"""Vanilla Scrapy: its own in-memory scheduler and dupefilter."""
+
+from benchproj.settings import *  # noqa: F403

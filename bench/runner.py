@@ -1,0 +1,287 @@
+"""One benchmark run: one variant's nodes crawling the whole site, measured from the outside."""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from redis_commands import CommandCounter, commandstats, commandstats_delta, slowest_call
+from site_process import SiteProcess
+
+from scrapy_clustersync.testing.proxy import TcpProxy
+from scrapy_clustersync.testing.redis_server import RedisServer
+
+BENCH_DIR = Path(__file__).resolve().parent
+STOP_GRACE_S = 20.0
+ENGINES = {
+    # engine name -> (settings module, setting that takes the Redis URL)
+    "vanilla": ("benchproj.settings_vanilla", ""),
+    "scrapy-redis": ("benchproj.settings_scrapy_redis", "REDIS_URL"),
+    "clustersync": ("benchproj.settings_clustersync", "CLUSTERSYNC_REDIS_URL"),
+}
+
+
+@dataclass(frozen=True)
+class Variant:
+    """What runs: an engine, how many nodes, and the one-way delay between nodes and Redis."""
+
+    engine: str
+    nodes: int
+    delay_s: float = 0.0
+
+    @property
+    def key(self) -> str:
+        """E.g. ``clustersync x2 +2.5ms``: unique, and what the table shows."""
+        delay = f" +{self.delay_s * 1000:g}ms" if self.delay_s else ""
+        return f"{self.engine} x{self.nodes}{delay}"
+
+    @property
+    def uses_redis(self) -> bool:
+        return bool(ENGINES[self.engine][1])
+
+
+@dataclass
+class RunResult:
+    """What one run measured. Times are seconds; rates are pages per second."""
+
+    variant: str
+    repeat: int
+    pages: int
+    fetched: int  # distinct pages fetched
+    fetches: int  # page GETs, duplicates included
+    fetched_twice: int  # distinct pages fetched more than once
+    missing: int
+    span_s: float  # first page fetched -> last page fetched (site clock)
+    to_last_page_s: float  # nodes started -> last page fetched
+    wall_s: float  # nodes started -> every node exited (includes the idle-close wait)
+    longest_pause_s: float  # longest time without a page fetched, between first and last
+    node_cpu_s: float  # CPU of the node processes (user + system), whole run
+    redis_cpu_s: float | None  # CPU of the run's redis-server, whole run
+    capped: bool
+    counted: bool = False  # a counting run: MONITOR attached, times not comparable
+    redis_commands: int | None = None  # sent by the nodes, a script call counts once (counted)
+    redis_commands_with_scripts: int | None = None  # INFO commandstats: scripts' commands too
+    commands_by_name: dict[str, int] = field(default_factory=dict)
+    slowest_redis_call_ms: float | None = None  # longest single command (SLOWLOG, >= 10 ms)
+    slowest_redis_call: str = ""
+    finish_reasons: list[str] = field(default_factory=list)
+    errors_logged: int = 0
+    node_elapsed_s: list[float] = field(default_factory=list)
+    node_responses: list[int] = field(default_factory=list)  # shows that every node crawled
+
+    @property
+    def pages_per_s(self) -> float:
+        return self.fetched / self.span_s if self.span_s > 0 else 0.0
+
+    @property
+    def node_cpu_ms_per_page(self) -> float:
+        return 1000 * self.node_cpu_s / self.fetched if self.fetched else 0.0
+
+    @property
+    def redis_cpu_ms_per_page(self) -> float | None:
+        if self.redis_cpu_s is None or not self.fetched:
+            return None
+        return 1000 * self.redis_cpu_s / self.fetched
+
+    @property
+    def commands_per_page(self) -> float | None:
+        """Commands the nodes sent per page fetched (counting runs only)."""
+        return _per_page(self.redis_commands, self.fetched)
+
+    @property
+    def commands_per_page_with_scripts(self) -> float | None:
+        """Commands Redis ran per page fetched, those run by scripts included."""
+        return _per_page(self.redis_commands_with_scripts, self.fetched)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self) | {
+            "pages_per_s": self.pages_per_s, "commands_per_page": self.commands_per_page,
+            "commands_per_page_with_scripts": self.commands_per_page_with_scripts,
+            "node_cpu_ms_per_page": self.node_cpu_ms_per_page,
+            "redis_cpu_ms_per_page": self.redis_cpu_ms_per_page,
+        }
+
+
+def _per_page(commands: int | None, pages: int) -> float | None:
+    return commands / pages if commands is not None and pages else None
+
+
+@dataclass
+class _Redis:
+    """The run's own redis-server, the URL the nodes use and what is counted on it."""
+
+    server: RedisServer
+    url: str
+    stats_before: dict[str, int]
+    counter: CommandCounter | None
+    stats_after: dict[str, int] = field(default_factory=dict)
+    slowest: tuple[float, str] | None = None
+
+    def finish(self) -> None:
+        if self.counter is not None:
+            self.counter.stop()
+        client = self.server.client()
+        self.stats_after = commandstats(client)
+        self.slowest = slowest_call(client)
+
+
+@dataclass(frozen=True)
+class _Crawl:
+    """How the nodes' part of a run went, timed and costed by the bench process."""
+
+    started: float  # time.monotonic() just before the first node was spawned
+    wall_s: float
+    capped: bool
+    node_cpu_s: float  # user + system CPU of every node process
+
+
+def run_variant(
+    variant: Variant, repeat: int, site: SiteProcess, workdir: Path, cap_s: float,
+    count_commands: bool = False,
+) -> RunResult:
+    """Crawl the whole site with ``variant`` (stopped after ``cap_s``) and measure it.
+
+    ``count_commands`` attaches a MONITOR to count the commands the nodes send. MONITOR makes
+    Redis format every argument it receives, which slows big calls down (a script that writes
+    megabytes takes most of a second longer), so a counting run's times are not comparable.
+    """
+    label = f"{variant.key.replace(' ', '_')}-{'count' if count_commands else f'r{repeat}'}"
+    run_dir = workdir / label
+    agent = f"bench/{label}"
+    cpu_before = _children_cpu_s()
+    with _redis_for(variant, run_dir, count_commands) as redis:
+        crawl = _crawl(variant, site.start_url, agent, run_dir, redis, cap_s)
+        if redis is not None:
+            redis.finish()
+    # redis-server is a child of this process too, reaped when the block above stopped it
+    redis_cpu_s = _children_cpu_s() - cpu_before - crawl.node_cpu_s
+    hits = site.hits_of(agent)
+    result = RunResult(
+        variant=variant.key, repeat=repeat, pages=site.pages, fetched=len(hits.hits),
+        fetches=sum(hits.hits.values()),
+        fetched_twice=sum(1 for n in hits.hits.values() if n > 1),
+        missing=site.pages - len(hits.hits), span_s=hits.span_s,
+        to_last_page_s=(hits.last - crawl.started) if hits.last is not None else 0.0,
+        wall_s=crawl.wall_s, longest_pause_s=hits.longest_pause_s, capped=crawl.capped,
+        counted=count_commands, node_cpu_s=crawl.node_cpu_s,
+        redis_cpu_s=redis_cpu_s if redis is not None else None,
+    )
+    if redis is not None:
+        _add_redis_stats(result, redis)
+    _add_node_stats(result, run_dir, variant.nodes)
+    return result
+
+
+def _crawl(
+    variant: Variant, start_url: str, agent: str, run_dir: Path, redis: _Redis | None,
+    cap_s: float,
+) -> _Crawl:
+    cpu_before = _children_cpu_s()
+    started = time.monotonic()
+    processes = [
+        _spawn_node(variant, start_url, agent, run_dir / f"node{i}", redis)
+        for i in range(variant.nodes)
+    ]
+    capped = _wait_all(processes, started + cap_s)
+    wall_s = time.monotonic() - started
+    return _Crawl(started, wall_s, capped, _children_cpu_s() - cpu_before)
+
+
+def _children_cpu_s() -> float:
+    """User + system CPU seconds of every child process this process has reaped so far."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _add_redis_stats(result: RunResult, redis: _Redis) -> None:
+    if redis.counter is not None:
+        result.redis_commands = redis.counter.client_commands
+    result.commands_by_name = commandstats_delta(redis.stats_before, redis.stats_after)
+    result.redis_commands_with_scripts = sum(result.commands_by_name.values())
+    if redis.slowest is not None:
+        result.slowest_redis_call_ms, result.slowest_redis_call = redis.slowest
+
+
+@contextmanager
+def _redis_for(variant: Variant, run_dir: Path, count_commands: bool) -> Iterator[_Redis | None]:
+    """A fresh redis-server for the run (never 6379), behind a delaying proxy if asked."""
+    if not variant.uses_redis:
+        yield None
+        return
+    server = RedisServer(run_dir / "redis").start()
+    proxy = TcpProxy("127.0.0.1", server.port, variant.delay_s).start() if variant.delay_s else None
+    try:
+        url = proxy.url() if proxy is not None else server.url
+        before = commandstats(server.client())
+        counter = CommandCounter(server.port).start() if count_commands else None
+        yield _Redis(server, url, before, counter)
+    finally:
+        if proxy is not None:
+            proxy.stop()
+        server.stop()
+
+
+def _spawn_node(
+    variant: Variant, start_url: str, agent: str, node_dir: Path, redis: _Redis | None
+) -> subprocess.Popen[bytes]:
+    settings_module, url_setting = ENGINES[variant.engine]
+    node_dir.mkdir(parents=True)
+    args = [
+        sys.executable, "-m", "scrapy", "crawl", "site", "-a", f"start_url={start_url}",
+        "-s", f"USER_AGENT={agent}", "-s", f"BENCH_STATS_PATH={node_dir / 'stats.json'}",
+    ]
+    if redis is not None:
+        args += ["-s", f"{url_setting}={redis.url}"]
+    env = os.environ | {
+        "SCRAPY_SETTINGS_MODULE": settings_module,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(BENCH_DIR), os.environ.get("PYTHONPATH")])),
+    }
+    with open(node_dir / "scrapy.log", "wb") as log:
+        return subprocess.Popen(
+            args, cwd=node_dir, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log
+        )
+
+
+def _wait_all(processes: list[subprocess.Popen[bytes]], deadline: float) -> bool:
+    """Wait for every node; past ``deadline`` stop them as Ctrl-C does. True if it had to."""
+    for process in processes:
+        try:
+            process.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            break
+    else:
+        return False
+    for process in processes:
+        if process.poll() is None:
+            process.send_signal(signal.SIGINT)
+    for process in processes:
+        try:
+            process.wait(timeout=STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    return True
+
+
+def _add_node_stats(result: RunResult, run_dir: Path, nodes: int) -> None:
+    for i in range(nodes):
+        path = run_dir / f"node{i}" / "stats.json"
+        try:
+            stats = json.loads(path.read_text())
+        except (OSError, ValueError):
+            result.finish_reasons.append("no stats (see scrapy.log)")
+            continue
+        result.finish_reasons.append(str(stats.get("finish_reason", "?")))
+        result.errors_logged += int(stats.get("log_count/ERROR", 0))
+        result.node_elapsed_s.append(float(stats.get("elapsed_time_seconds", 0.0)))
+        result.node_responses.append(int(stats.get("response_received_count", 0)))
