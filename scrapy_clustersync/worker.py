@@ -23,7 +23,8 @@ from .store.job import new_call_id
 logger = logging.getLogger(__name__)
 
 FLUSH_LINGER_S = 0.05
-IDLE_POLL_S = 0.02
+MIN_SLEEP_S = 0.001
+MAX_SLEEP_S = 0.5
 EMPTY_QUEUE_BACKOFF_MAX_S = 1.0
 OUTAGE_BACKOFF_MAX_S = 5.0
 CLOSE_TIMEOUT_S = 15.0
@@ -68,10 +69,11 @@ class SyncWorker:
         self._thread.start()
 
     def add(self, op: Op) -> None:
+        self.ops.append(op)
         if self._oldest_op_at is None:
             self._oldest_op_at = time.monotonic()
-        self.ops.append(op)
-        if len(self.ops) >= self.config.batch_size:
+            self._wake.set()  # the worker sleeps until something is due: a batch now is
+        elif len(self.ops) >= self.config.batch_size:
             self._wake.set()
 
     def wake(self) -> None:
@@ -122,8 +124,18 @@ class SyncWorker:
                 # backoff that new ops do not cut short
                 self._stop.wait(min(OUTAGE_BACKOFF_MAX_S, 0.25 * 2 ** min(5, self._outage_tries)))
             elif not busy:
-                self._wake.wait(IDLE_POLL_S)
+                self._wake.wait(self._sleep_s())
                 self._wake.clear()
+
+    def _sleep_s(self) -> float:
+        """Until the next thing due: a heartbeat, a lingering batch, a lease retry."""
+        now = time.monotonic()
+        due = [self._next_heartbeat]
+        if self.ops:
+            due.append((self._oldest_op_at or now) + FLUSH_LINGER_S)
+        if self._lease_wanted():
+            due.append(self._next_lease)
+        return min(MAX_SLEEP_S, max(MIN_SLEEP_S, min(due) - now))
 
     def _step_safely(self, closing: bool) -> bool:
         return bool(self._guard(lambda: self._step(closing)))
@@ -164,7 +176,9 @@ class SyncWorker:
             return False
         if closing or len(self.ops) >= self.config.batch_size or not self.prefetched:
             return True  # full batch, closing, or the node starves: its new work must go out now
-        return self._oldest_op_at is not None and now - self._oldest_op_at >= FLUSH_LINGER_S
+        if self._oldest_op_at is None:
+            self._oldest_op_at = now  # an op raced in while the last batch was being taken
+        return now - self._oldest_op_at >= FLUSH_LINGER_S
 
     def _flush(self) -> None:
         if self._pending_flush is None:
@@ -187,9 +201,10 @@ class SyncWorker:
         self.totals["released"] += result.released
 
     def _lease_due(self, now: float) -> bool:
-        if self.state_lost or now < self._next_lease:
-            return False
-        if self.backlog > self.config.buffer_limit:
+        return now >= self._next_lease and self._lease_wanted()
+
+    def _lease_wanted(self) -> bool:
+        if self.state_lost or self.backlog > self.config.buffer_limit:
             return False  # back-pressure: stop taking work while writes pile up
         return len(self.prefetched) <= self.config.prefetch // 2
 

@@ -164,3 +164,28 @@ def test_sigterm_hands_back_leases_at_once_and_loses_nothing(
     assert missing_pages(web) == []
     stats = redis_server.client().hgetall("clustersync:{site}:stats")
     assert int(stats.get(b"released", 0)) > 0 and int(stats.get(b"reclaimed", 0)) == 0
+
+
+def test_writes_a_node_could_not_send_before_stopping_are_sent_by_the_next_node(
+    redis_server: RedisFactory, site: SiteFactory, proxy_factory, tmp_path: Path
+) -> None:
+    # given a node crawling through a proxy to Redis
+    proxy = proxy_factory(redis_server)
+    web = site(400, delay_s=0.01)
+    first = start_node("first", proxy.url(), web.start_url, tmp_path,
+                       {"CLUSTERSYNC_SOCKET_TIMEOUT": "1"})
+    wait_until(lambda: pages_fetched(web) >= 60, 60, "60 pages")
+    # when Redis becomes unreachable and the node is stopped (SIGTERM) before it comes back
+    proxy.cut()
+    wait_until(lambda: "is unreachable" in first.log(), 20, "the node to notice")
+    time.sleep(0.5)
+    first.process.terminate()
+    assert first.wait(60) == 0
+    assert "writes are kept in" in first.log()
+    proxy.restore()
+    # then the next node started in the same place sends them, and no page is lost
+    second = start_node("second", redis_server.url, web.start_url, tmp_path)
+    wait_all([second], timeout_s=120)
+    assert "spooled in" in second.log()
+    assert missing_pages(web) == []
+    assert second.finish_reason() == "finished"
