@@ -27,7 +27,7 @@ from scrapy_clustersync.testing.site import TestSite
 PROJECT = Path(__file__).resolve().parent
 NODES = ("node-1", "node-2", "node-3")
 VICTIM = "node-2"
-console = Console()
+console = Console(soft_wrap=True)
 
 
 def start_node(name: str, redis_url: str, start_url: str, workdir: Path) -> subprocess.Popen:

@@ -72,7 +72,7 @@ class SyncWorker:
         self.ops.append(op)
         if self._oldest_op_at is None:
             self._oldest_op_at = time.monotonic()
-            self._wake.set()  # the worker sleeps until something is due: a batch now is
+            self._wake.set()  # the worker sleeps until something is due; a batch's linger starts
         elif len(self.ops) >= self.config.batch_size:
             self._wake.set()
 
@@ -117,6 +117,7 @@ class SyncWorker:
     # ---- worker thread -------------------------------------------------------------------
     def _run(self) -> None:
         while not self._stop.is_set():
+            self._wake.clear()  # before the step, so a wake-up during it is not lost
             busy = self._step_safely(closing=False)
             if self.state_lost:
                 return
@@ -125,7 +126,6 @@ class SyncWorker:
                 self._stop.wait(min(OUTAGE_BACKOFF_MAX_S, 0.25 * 2 ** min(5, self._outage_tries)))
             elif not busy:
                 self._wake.wait(self._sleep_s())
-                self._wake.clear()
 
     def _sleep_s(self) -> float:
         """Until the next thing due: a heartbeat, a lingering batch, a lease retry."""
