@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import socketserver
+import threading
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -56,3 +58,12 @@ class RedisClients:
             with contextlib.suppress(Exception):
                 client.close()
         self._clients.clear()
+
+
+def serve_in_thread(server: socketserver.BaseServer, name: str) -> threading.Thread:
+    """Run ``server.serve_forever`` in a started daemon thread (it never holds up exit)."""
+    thread = threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.05}, name=name, daemon=True
+    )
+    thread.start()
+    return thread

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 from urllib.parse import quote
 
-from ._service import RedisClients, Service
+from ._service import RedisClients, Service, serve_in_thread
 
 if TYPE_CHECKING:
     pass
@@ -330,13 +330,7 @@ class EmbeddedRedis(Service, RedisClients):
         self._fake_server = server.fake_server
         self._server = server
         self.port = int(server.server_address[1])
-        self._thread = threading.Thread(
-            target=server.serve_forever,
-            kwargs={"poll_interval": 0.05},
-            name=f"EmbeddedRedis:{self.port}",
-            daemon=True,
-        )
-        self._thread.start()
+        self._thread = serve_in_thread(server, f"EmbeddedRedis:{self.port}")
         if not _wait_for(lambda: ping(self.port), timeout_s):
             self.stop()
             raise RuntimeError(f"embedded redis on port {self.port} did not answer PING")

@@ -32,7 +32,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import FrameType
 from typing import Any
 
-from ._service import Service
+from ._service import Service, serve_in_thread
 
 __all__ = ["TestSite", "main"]
 
@@ -176,13 +176,7 @@ class TestSite(Service):
         server = _SiteHTTPServer((self.host, self._requested_port), _PageHandler, self)
         self._server = server
         self.port = int(server.server_address[1])
-        self._thread = threading.Thread(
-            target=server.serve_forever,
-            kwargs={"poll_interval": 0.05},
-            name=f"TestSite:{self.port}",
-            daemon=True,
-        )
-        self._thread.start()
+        self._thread = serve_in_thread(server, f"TestSite:{self.port}")
         return self
 
     def stop(self) -> None:
