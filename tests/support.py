@@ -9,6 +9,7 @@ import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 from scrapy_clustersync.testing.site import TestSite
@@ -41,6 +42,13 @@ class Node:
         """kill -9: no cleanup, no close, no release of leases."""
         self.process.send_signal(signal.SIGKILL)
         self.process.wait(10)
+
+    def closed_at(self) -> datetime:
+        """When Scrapy logged "Spider closed"."""
+        for line in self.log().splitlines():
+            if "Spider closed" in line:
+                return datetime.strptime(line[:19], "%Y-%m-%d %H:%M:%S")
+        raise AssertionError(f"{self.name} never closed:\n{self.log()[-2000:]}")
 
     def finish_reason(self) -> str | None:
         for line in self.log().splitlines():

@@ -38,14 +38,20 @@ def test_three_nodes_fetch_each_page_once_and_the_start_page_once(
     redis_server: RedisFactory, site: SiteFactory, tmp_path: Path
 ) -> None:
     # given three nodes whose spiders all have a start() yielding page 0
-    web = site(300)
+    web = site(300, delay_s=0.005)
     nodes = start_nodes(3, redis_server.url, web.start_url, tmp_path)
     wait_all(nodes)
+    by_agent = web.hits_by_agent()
+    assert all(sum(by_agent.get(node.name, {}).values()) > 0 for node in nodes), by_agent
     # then start() ran on exactly one node, and every page, the start page too, came once
     assert sum("runs the spider's start()" in node.log() for node in nodes) == 1
     assert web.hits()["/page/0.html"] == 1
     assert missing_pages(web) == []
     assert pages_fetched_twice(web) == {}
+    # and the job ended for all three together (within a couple of heartbeats)
+    closed = sorted(node.closed_at() for node in nodes)
+    assert (closed[-1] - closed[0]).total_seconds() <= 2
+    assert [node.finish_reason() for node in nodes] == ["finished"] * 3
 
 
 def test_a_node_joining_after_start_does_not_seed_again(
