@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .config import validate_redis_url
+from .config import ClusterConfig
 from .extensions.lifecycle import NodeLifecycle
 from .middlewares import ClusterDownloaderMiddleware, ClusterSpiderMiddleware
 
@@ -21,7 +21,9 @@ class Addon:
     """
 
     def update_settings(self, settings: BaseSettings) -> None:
-        validate_redis_url(settings.get("CLUSTERSYNC_REDIS_URL") or "")
+        # every setting is checked now, before Scrapy starts anything: a bad value stops the
+        # node with one clear error (the job name is checked again once the spider is known)
+        ClusterConfig.from_settings(settings, spider_name="spider")
         settings.set("SCHEDULER", SCHEDULER_PATH, priority="addon")
         settings.set_in_component_priority_dict("SPIDER_MIDDLEWARES", ClusterSpiderMiddleware, 0)
         settings.set_in_component_priority_dict(

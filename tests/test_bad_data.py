@@ -68,3 +68,26 @@ def test_a_request_with_unencodable_meta_gets_a_clear_error_and_the_crawl_goes_o
     assert "meta['db_handle'] holds a value of type object" in log
     assert missing_pages(web) == []
     assert node.finish_reason() == "finished"
+
+
+def test_a_node_that_cannot_reach_redis_at_start_says_so_and_stops(
+    site: SiteFactory, tmp_path: Path
+) -> None:
+    web = site(5)
+    node = start_node("node1", "redis://127.0.0.1:1/0", web.start_url, tmp_path)
+    wait_all([node], timeout_s=60)
+    assert "cannot join job 'site' at redis://127.0.0.1:1/0" in node.log()
+    assert node.finish_reason() == "clustersync_redis_unreachable"
+    assert web.hits() == {}
+
+
+def test_a_bad_setting_stops_the_node_with_the_setting_named(
+    redis_server: RedisFactory, site: SiteFactory, tmp_path: Path
+) -> None:
+    web = site(5)
+    node = start_node("node1", redis_server.url, web.start_url, tmp_path,
+                      {"CLUSTERSYNC_LEASE_TIMEOUT": "soon"})
+    wait_all([node], timeout_s=60)
+    assert "CLUSTERSYNC_LEASE_TIMEOUT = 'soon' is not a number" in node.log()
+    assert node.process.returncode != 0 and "Engine slot not assigned" not in node.log()
+    assert web.hits() == {}
