@@ -21,6 +21,7 @@ from site_process import SiteProcess
 from scrapy_clustersync.testing.proxy import TcpProxy
 from scrapy_clustersync.testing.redis_server import RedisServer
 
+EXAMPLE_PROJECT = Path(__file__).resolve().parents[1] / "example_project"
 BENCH_DIR = Path(__file__).resolve().parent
 STOP_GRACE_S = 20.0
 ENGINES = {
@@ -244,7 +245,8 @@ def _spawn_node(
         args += ["-s", f"{url_setting}={redis.url}"]
     env = os.environ | {
         "SCRAPY_SETTINGS_MODULE": settings_module,
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(BENCH_DIR), os.environ.get("PYTHONPATH")])),
+        "PYTHONPATH": os.pathsep.join(filter(None, [
+            str(BENCH_DIR), str(EXAMPLE_PROJECT), os.environ.get("PYTHONPATH")])),
     }
     with open(node_dir / "scrapy.log", "wb") as log:
         return subprocess.Popen(

@@ -5,8 +5,8 @@ The run passes ``USER_AGENT`` (one per run, so the site counts each run apart),
 """
 
 BOT_NAME = "benchproj"
-SPIDER_MODULES = ["benchproj.spiders"]
-NEWSPIDER_MODULE = "benchproj.spiders"
+# the example project's spider, so every variant crawls with the code users start from
+SPIDER_MODULES = ["example.spiders"]
 
 CONCURRENT_REQUESTS = 16
 LOG_LEVEL = "INFO"
