@@ -12,6 +12,7 @@ the Lua script); every node derives the same layout from the parameters stored w
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -66,8 +67,12 @@ class Layer:
         return [self.bits, self.hashes, self.chunk_bits, self.chunks, self.capacity]
 
 
+@functools.lru_cache(maxsize=256)
 def layer(params: BloomParams, index: int) -> Layer:
-    """Layer ``index`` of a filter with ``params``: the same on every node."""
+    """Layer ``index`` of a filter with ``params``: the same on every node.
+
+    Cached: every flush describes the filter's layers, and they never change.
+    """
     capacity = params.capacity * EXPANSION**index
     error = params.error_rate * (1 - TIGHTENING) * TIGHTENING**index
     bits_needed = math.ceil(-capacity * math.log(error) / math.log(2) ** 2)

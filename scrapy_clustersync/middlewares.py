@@ -34,7 +34,9 @@ def _token(message: Request | Response | None) -> str | None:
         return None
 
 
-class ClusterSpiderMiddleware:
+class _CrawlerMiddleware:
+    """Both middlewares find the node's scheduler through their crawler."""
+
     def __init__(self, crawler: Crawler) -> None:
         self.crawler = crawler
 
@@ -42,6 +44,8 @@ class ClusterSpiderMiddleware:
     def from_crawler(cls, crawler: Crawler) -> Self:
         return cls(crawler)
 
+
+class ClusterSpiderMiddleware(_CrawlerMiddleware):
     async def process_start(self, start: AsyncIterator[Any]) -> AsyncIterator[Any]:
         scheduler = scheduler_for(self.crawler)
         if scheduler is not None and not scheduler.runs_start:
@@ -84,14 +88,7 @@ class ClusterSpiderMiddleware:
             scheduler.ack(_token(response))
 
 
-class ClusterDownloaderMiddleware:
-    def __init__(self, crawler: Crawler) -> None:
-        self.crawler = crawler
-
-    @classmethod
-    def from_crawler(cls, crawler: Crawler) -> Self:
-        return cls(crawler)
-
+class ClusterDownloaderMiddleware(_CrawlerMiddleware):
     def process_exception(
         self, request: Request, exception: Exception, spider: Spider | None = None
     ) -> None:

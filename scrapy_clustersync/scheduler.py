@@ -242,9 +242,9 @@ class ClusterScheduler:
     def _wake_engine_threadsafe(self) -> None:
         from twisted.internet import reactor
 
-        reactor.callFromThread(self._wake_engine)
+        reactor.callFromThread(self.wake_engine)
 
-    def _wake_engine(self) -> None:
+    def wake_engine(self) -> None:
         # Scrapy polls next_request() only when a request finishes or every 5 s; new work that
         # arrives while the node waits must start now. The slot is private, hence the care.
         slot: Any = getattr(self.crawler.engine, "_slot", None)

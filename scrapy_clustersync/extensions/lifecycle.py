@@ -65,7 +65,7 @@ class NodeLifecycle:
         elif worker.finished:
             self._close("finished")
         elif worker.prefetched:
-            scheduler._wake_engine()
+            scheduler.wake_engine()
 
     def _close(self, reason: str) -> None:
         self._closing = True
