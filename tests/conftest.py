@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
@@ -24,6 +24,7 @@ NO_REDIS_MESSAGE = (
     "(macOS: `brew install redis`) or set REDIS_SERVER_BIN to its path"
 )
 
+_S = TypeVar("_S", RedisServer, TestSite, TcpProxy)
 RedisFactory = Callable[..., RedisServer]
 SiteFactory = Callable[..., TestSite]
 ProxyFactory = Callable[..., TcpProxy]
@@ -43,6 +44,20 @@ def require_redis_server() -> None:
     pytest.skip(NO_REDIS_MESSAGE)
 
 
+def started_until_teardown(build: Callable[..., _S]) -> Iterator[Callable[..., _S]]:
+    """Yield ``make(*args, **kw)``: ``build`` a service and start it; stop them all afterwards."""
+    services: list[_S] = []
+
+    def make(*args: Any, **kw: Any) -> _S:
+        service = build(*args, **kw)
+        services.append(service)
+        return service.start()
+
+    yield make
+    for service in services:
+        service.stop()
+
+
 @pytest.fixture
 def redis_factory(tmp_path: Path) -> Iterator[RedisFactory]:
     """``make(**options) -> RedisServer``: start another redis-server, stopped at teardown.
@@ -51,17 +66,13 @@ def redis_factory(tmp_path: Path) -> Iterator[RedisFactory]:
     ``directory`` defaults to a fresh ``tmp_path/redis-N``.
     """
     require_redis_server()
-    servers: list[RedisServer] = []
+    count = iter(range(10**6))
 
-    def make(**options: Any) -> RedisServer:
-        options.setdefault("directory", tmp_path / f"redis-{len(servers)}")
-        server = RedisServer(**options)
-        servers.append(server)
-        return server.start()
+    def build(**options: Any) -> RedisServer:
+        options.setdefault("directory", tmp_path / f"redis-{next(count)}")
+        return RedisServer(**options)
 
-    yield make
-    for server in servers:
-        server.stop()
+    yield from started_until_teardown(build)
 
 
 @pytest.fixture
@@ -76,16 +87,7 @@ def make_site() -> Iterator[SiteFactory]:
 
     ``kw`` goes to `TestSite` (``links_per_page``, ``seed``, ``port``, ``delay_s``).
     """
-    sites: list[TestSite] = []
-
-    def make(pages: int, **kw: Any) -> TestSite:
-        site = TestSite(pages, **kw)
-        sites.append(site)
-        return site.start()
-
-    yield make
-    for site in sites:
-        site.stop()
+    yield from started_until_teardown(TestSite)
 
 
 @pytest.fixture
@@ -101,15 +103,10 @@ def proxy_factory() -> Iterator[ProxyFactory]:
     ``target`` is anything with a ``port`` (a `RedisServer`, a `TestSite`) or a port number;
     the target host is 127.0.0.1 unless ``target_host=`` is given.
     """
-    proxies: list[TcpProxy] = []
 
-    def make(target: Any, delay_s: float = 0.0, **kw: Any) -> TcpProxy:
+    def build(target: Any, delay_s: float = 0.0, **kw: Any) -> TcpProxy:
         port = target if isinstance(target, int) else int(target.port)
         host = kw.pop("target_host", "127.0.0.1")
-        proxy = TcpProxy(host, port, delay_s=delay_s, **kw)
-        proxies.append(proxy)
-        return proxy.start()
+        return TcpProxy(host, port, delay_s=delay_s, **kw)
 
-    yield make
-    for proxy in proxies:
-        proxy.stop()
+    yield from started_until_teardown(build)
