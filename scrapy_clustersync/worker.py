@@ -92,15 +92,19 @@ class SyncWorker:
 
     def close(self, unacked: list[str]) -> list[Op]:
         """Release ``unacked`` leases, flush everything, leave the job; return undelivered ops."""
+        self._stop.set()
+        self._wake.set()
+        # the thread first: a lease call under way would add to ``prefetched`` after a release
+        self._thread.join(CLOSE_TIMEOUT_S)
+        reachable = not (self._thread.is_alive() or self.state_lost or self.away_since)
+        if reachable and self._pending_lease is not None:
+            self._guard(self._lease)  # learn what a call whose answer was lost leased
         for entry_id, _ in list(self.prefetched):
             self.ops.append(("N", entry_id))
         self.prefetched.clear()
         for entry_id in unacked:
             self.ops.append(("N", entry_id))
-        self._stop.set()
-        self._wake.set()
-        self._thread.join(CLOSE_TIMEOUT_S)
-        if self._thread.is_alive() or self.state_lost or self.away_since is not None:
+        if not reachable:
             return self._undelivered()
         deadline = time.monotonic() + CLOSE_TIMEOUT_S
         while self.backlog and time.monotonic() < deadline and not self.state_lost:

@@ -1,0 +1,36 @@
+"""The node's Redis thread: what it hands back when the node closes."""
+
+from __future__ import annotations
+
+from scrapy.settings import Settings
+
+from scrapy_clustersync.config import ClusterConfig
+from scrapy_clustersync.store import JobStore, make_client
+from scrapy_clustersync.store.job import new_call_id
+from scrapy_clustersync.worker import SyncWorker
+
+from conftest import RedisFactory
+
+
+def test_close_hands_back_what_a_lease_call_with_a_lost_answer_took(
+    redis_server: RedisFactory,
+) -> None:
+    # given a node whose lease call ran in Redis but whose answer never arrived
+    config = ClusterConfig.from_settings(
+        Settings({"CLUSTERSYNC_REDIS_URL": redis_server.url}), "job")
+    store = JobStore(make_client(redis_server.url), "job", config.node_id)
+    epoch = store.join(ttl_ms=60_000)[0]
+    ops = [("P", bytes([i]) * 20, 0, b"entry", 0) for i in range(5)]
+    store.flush(epoch, ops, new_call_id())
+    worker = SyncWorker(store, config, epoch, node_info=dict, on_leased=lambda: None)
+    lost_call = new_call_id()
+    store.lease(epoch, 5, 60_000, lost_call)
+    worker._pending_lease = (lost_call, 5)
+    worker._next_lease = float("inf")  # the thread does not retry it before the node closes
+    # when the node closes
+    worker.start()
+    undelivered = worker.close(unacked=[])
+    # then those leases are back in the queue at once, not after the 60 s lease timeout
+    status = store.status()
+    assert undelivered == []
+    assert (status.queued, status.leased) == (5, 0)
