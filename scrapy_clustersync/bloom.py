@@ -6,8 +6,9 @@ configured rate (the scheme of RedisBloom's scalable filters). Each layer is cut
 ``CHUNKS_PER_LAYER`` plain Redis strings of the job's hash tag, each sized to an allocator size
 class so that Redis spends no memory on rounding, and none near the 512 MB string limit.
 
-Bit positions come from Scrapy's request fingerprint by double hashing (h1 + i*h2, computed in
-the Lua script); every node derives the same layout from the parameters stored with the job.
+Bit positions come from Scrapy's request fingerprint by triple hashing (h1 + i*h2 + i*i*h3,
+computed in the Lua script); every node derives the same layout from the parameters stored with
+the job.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ CHUNKS_PER_LAYER = 32
 MIN_CHUNK_BYTES = 64
 #: room for Redis's string header inside an allocator size class
 STRING_HEADER_BYTES = 16
+#: the flush script's triple hashing stays exact in doubles up to this many hash functions
+MAX_HASHES = 90
 MAX_CHUNK_BYTES = 256 * 2**20
 
 
@@ -76,7 +79,7 @@ def layer(params: BloomParams, index: int) -> Layer:
     capacity = params.capacity * EXPANSION**index
     error = params.error_rate * (1 - TIGHTENING) * TIGHTENING**index
     bits_needed = math.ceil(-capacity * math.log(error) / math.log(2) ** 2)
-    hashes = max(1, round(bits_needed / capacity * math.log(2)))
+    hashes = min(MAX_HASHES, max(1, round(bits_needed / capacity * math.log(2))))
     while (1 - math.exp(-hashes * capacity / bits_needed)) ** hashes > error:
         bits_needed = math.ceil(bits_needed * 1.002) + 8
     chunk_bytes = _chunk_bytes(math.ceil(bits_needed / 8))

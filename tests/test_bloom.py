@@ -147,3 +147,11 @@ def test_a_20000_page_crawl_completes_through_a_filter_planned_for_1000(
     assert dedup["layers"] >= 5 and dedup["entries"] == 20_000
     assert missing_pages(web) == []
     assert pages_fetched_twice(web) == {}
+
+
+def test_a_very_low_error_rate_holds_in_small_layers_too(redis_server: RedisFactory) -> None:
+    # with two hashes only, fingerprints agreeing on both modulo a small layer's size collide on
+    # every bit: about one false positive per 200,000 lookups here instead of none
+    store, epoch = bloom_store(redis_server.url, capacity=1000, error=1e-9)
+    insert(store, epoch, random_fingerprints(20_000, seed=7))
+    assert insert(store, epoch, random_fingerprints(100_000, seed=8)) == (100_000, 0)

@@ -99,24 +99,28 @@ local function add_layer()
   active = active + 1
 end
 
--- double hashing: two 40-bit numbers from the fingerprint; sums stay far below 2^53
-local function hash_pair(fp)
-  local b = {string.byte(fp, 1, 10)}
+-- triple hashing (h1 + i*h2 + i*i*h3): with only two hashes, two fingerprints that agree on
+-- h1 and h2 modulo a small layer's size agree on every bit, which puts a floor of about
+-- entries/bits^2 under the false-positive rate. 40, 40 and 32 bits of the fingerprint; every
+-- sum stays below 2^53 for up to 90 hash functions, so doubles compute it exactly.
+local function hash_triple(fp)
+  local b = {string.byte(fp, 1, 14)}
   local h1 = (((b[1] * 256 + b[2]) * 256 + b[3]) * 256 + b[4]) * 256 + b[5]
   local h2 = (((b[6] * 256 + b[7]) * 256 + b[8]) * 256 + b[9]) * 256 + b[10]
+  local h3 = ((b[11] * 256 + b[12]) * 256 + b[13]) * 256 + b[14]
   if h2 % 2 == 0 then h2 = h2 + 1 end
-  return h1, h2
+  return h1, h2, h3
 end
 
-local function bit_of(layer, h1, h2, i)
-  local pos = math.fmod(h1 + i * h2, layer.bits)
+local function bit_of(layer, h1, h2, h3, i)
+  local pos = math.fmod(h1 + i * h2 + i * i * h3, layer.bits)
   local chunk = math.floor(pos / layer.chunk_bits)
   return KEYS[layer.first_key + chunk], pos - chunk * layer.chunk_bits
 end
 
-local function in_layer(layer, h1, h2)
+local function in_layer(layer, h1, h2, h3)
   for i = 0, layer.k - 1 do
-    local key, offset = bit_of(layer, h1, h2, i)
+    local key, offset = bit_of(layer, h1, h2, h3, i)
     if redis.call('GETBIT', key, offset) == 0 then return false end
   end
   return true
@@ -124,9 +128,9 @@ end
 
 -- true if the fingerprint was new (and is now recorded)
 local function bloom_add(fp)
-  local h1, h2 = hash_pair(fp)
+  local h1, h2, h3 = hash_triple(fp)
   for l = 1, active do
-    if in_layer(layers[l], h1, h2) then return false end
+    if in_layer(layers[l], h1, h2, h3) then return false end
   end
   local count_field = 'count' .. (active - 1)
   if tonumber(redis.call('HGET', KEYS[10], count_field)) >= layers[active].capacity then
@@ -135,7 +139,7 @@ local function bloom_add(fp)
   end
   local layer = layers[active]
   for i = 0, layer.k - 1 do
-    local key, offset = bit_of(layer, h1, h2, i)
+    local key, offset = bit_of(layer, h1, h2, h3, i)
     redis.call('SETBIT', key, offset, 1)
   end
   redis.call('HINCRBY', KEYS[10], count_field, 1)
