@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from .config import ClusterConfig
 from .extensions.lifecycle import NodeLifecycle
-from .middlewares import ClusterDownloaderMiddleware, ClusterSpiderMiddleware
+from .middlewares import ClusterSpiderMiddleware
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
@@ -26,7 +26,4 @@ class Addon:
         ClusterConfig.from_settings(settings, spider_name="spider")
         settings.set("SCHEDULER", SCHEDULER_PATH, priority="addon")
         settings.set_in_component_priority_dict("SPIDER_MIDDLEWARES", ClusterSpiderMiddleware, 0)
-        settings.set_in_component_priority_dict(
-            "DOWNLOADER_MIDDLEWARES", ClusterDownloaderMiddleware, 0
-        )
         settings.set_in_component_priority_dict("EXTENSIONS", NodeLifecycle, 0)

@@ -15,6 +15,7 @@ from scrapy.utils.request import RequestFingerprinter
 
 from .codec import RequestCodec, UnencodableRequest
 from .config import ConfigError, redact_url, validate_job_name, validate_redis_url
+from .dupefilter import cluster_fingerprint
 from .store import JobStatus, JobStore, StoreError, make_client
 from .store.job import new_call_id
 
@@ -29,7 +30,7 @@ def _store(ctx: click.Context, job: str) -> JobStore:
         validate_job_name(job)
     except ConfigError as exc:
         raise click.UsageError(str(exc).replace("CLUSTERSYNC_REDIS_URL", "--redis-url")) from None
-    return JobStore(make_client(url), job, node_id="cli")
+    return JobStore(make_client(url), job, node_id="cli", writes_seen=None)
 
 
 def _fail(exc: Exception, ctx: click.Context) -> None:
@@ -137,7 +138,8 @@ def _seed_ops(requests: list[Request], callback: str | None) -> list[tuple[Any, 
             raise click.ClickException(str(exc)) from None
         if callback:
             blob = codec.with_callback(blob, callback)
-        ops.append(("P", fingerprinter.fingerprint(request), request.priority, blob, 0))
+        ops.append(("P", cluster_fingerprint(fingerprinter.fingerprint(request)),
+                    request.priority, blob, 0))
     return ops
 
 

@@ -9,8 +9,9 @@ for links seen again and again) and the log line for filtered requests.
 
 from __future__ import annotations
 
+import hashlib
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from collections import Counter
@@ -19,6 +20,27 @@ if TYPE_CHECKING:
     from scrapy.utils.request import RequestFingerprinterProtocol
 
 logger = logging.getLogger(__name__)
+
+FINGERPRINT_BYTES = 20
+
+
+def cluster_fingerprint(fingerprint: Any) -> bytes:
+    """``fingerprint`` as the 20 bytes the job's dedup record holds.
+
+    Scrapy's fingerprinter gives 20 bytes (SHA-1). A custom one may give other lengths or a
+    str; those are hashed to 20 bytes, so any fingerprinter works and every node (and the CLI)
+    records the same URL the same way.
+    """
+    if isinstance(fingerprint, bytes) and len(fingerprint) == FINGERPRINT_BYTES:
+        return fingerprint
+    if isinstance(fingerprint, str):
+        fingerprint = fingerprint.encode()
+    if not isinstance(fingerprint, (bytes, bytearray, memoryview)):
+        raise TypeError(
+            f"the request fingerprinter returned {type(fingerprint).__name__}; "
+            "REQUEST_FINGERPRINTER_CLASS must return bytes"
+        )
+    return hashlib.sha1(bytes(fingerprint)).digest()
 
 
 class RecentFingerprints:
@@ -34,6 +56,9 @@ class RecentFingerprints:
 
     def __contains__(self, fingerprint: bytes) -> bool:
         return fingerprint in self._fingerprints
+
+    def clear(self) -> None:
+        self._fingerprints.clear()
 
     def add(self, fingerprint: bytes) -> None:
         if self.capacity <= 0:
@@ -62,7 +87,7 @@ class ClusterDupeFilter:
         self._logged_once = False
 
     def fingerprint(self, request: Request) -> bytes:
-        return self.fingerprinter.fingerprint(request)
+        return cluster_fingerprint(self.fingerprinter.fingerprint(request))
 
     def seen_here(self, fingerprint: bytes, request: Request) -> bool:
         """True if this node already sent ``fingerprint``: ``request`` is a duplicate."""
@@ -75,6 +100,10 @@ class ClusterDupeFilter:
 
     def sent(self, fingerprint: bytes) -> None:
         self.recent.add(fingerprint)
+
+    def forget_sent(self) -> None:
+        """Forget every fingerprint sent: Redis came back older and may not hold them."""
+        self.recent.clear()
 
     def filtered_in_redis(self, count: int) -> None:
         self.counts["clustersync/dedup/filtered"] += count

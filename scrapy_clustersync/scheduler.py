@@ -1,9 +1,18 @@
 """ClusterScheduler: Scrapy's scheduler replaced by the job's shared, crash-safe queue in Redis.
 
 Requests are leased, not popped: a request handed to this node stays in Redis, under a lease
-that the node's heartbeat renews, until it is acked. It is acked when its callback has finished
-and what the callback yielded has been queued before the ack, in the same ordered write stream.
-A node that dies stops renewing; its leases expire (Redis server time) and go back to the queue.
+that the node's heartbeat renews, until it is acked. A node that dies stops renewing; its
+leases expire (Redis server time) and go back to the queue.
+
+When is a leased request done? Scrapy's scraper takes every downloaded response (or download
+failure) through ``Scraper.enqueue_scrape``, whose Deferred fires only once the callback (or
+errback, or a spider middleware's ``process_spider_exception``) has been run to its end and
+*every* request it yielded has gone through ``engine.crawl()`` (so through
+``enqueue_request``, which buffers it) and every item has been through the item pipelines.
+That is what Scrapy itself waits for before it calls a spider idle, whatever the reactor and
+however long the output. The ack is buffered then, behind all of those pushes in the one
+ordered write stream, so Redis never holds the ack without the children.
+A request replaced in the downloader (redirect, retry) is acked once its replacement is buffered.
 """
 
 from __future__ import annotations
@@ -22,6 +31,8 @@ from .nodeinfo import NodeInfo
 from .spool import Spool
 from .store import JobStore, StoreError, make_client
 from .worker import SyncWorker
+
+START_WAIT_POLL_S = 0.25
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider
@@ -62,8 +73,9 @@ class ClusterScheduler:
         self.worker: SyncWorker | None = None
         #: leased requests handed to the engine and not acked yet
         self.inflight: set[str] = set()
-        #: of those, the ones whose response is in the spider's callback right now
-        self.in_callback: set[str] = set()
+        #: of those, the ones whose response (or failure) is in Scrapy's scraper right now
+        self.scraping: set[str] = set()
+        self._rollbacks_seen = 0
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -111,9 +123,10 @@ class ClusterScheduler:
         self.worker = SyncWorker(
             self.store, self.config, epoch, node_info.snapshot,
             on_leased=self._wake_engine_threadsafe,
+            start_state="mine" if self.runs_start else "other",
         )
-        for op in self.spool.take():
-            self.worker.add(op)
+        self._replay_spool(epoch)
+        self._watch_scraper()
         self.worker.start()
         _schedulers[self.crawler] = self
         logger.info(
@@ -134,12 +147,53 @@ class ClusterScheduler:
         undelivered = self.worker.close(unacked=sorted(self.inflight))
         self.publish_counts()
         if undelivered:
-            path = self.spool.save(self.config.node_id, undelivered)
+            path = self.spool.save(self.config.node_id, self.worker.epoch, undelivered,
+                                   self.config.batch_size)
             logger.error(
                 "clustersync: Redis was unreachable at close; %d writes are kept in %s and are "
                 "sent by the next node of job %r started in this directory.",
                 len(undelivered), path, self.config.job,
             )
+
+    def _replay_spool(self, epoch: str) -> None:
+        """Send what nodes that stopped during an outage left in this directory (see spool.py)."""
+        def store_for(node_id: str, writes_seen: int) -> JobStore:
+            return JobStore(self.store.client, self.config.job, node_id, self.store.dedup,
+                            writes_seen=writes_seen)
+
+        sent = self.spool.replay(epoch, store_for)
+        if sent:
+            self.counts["clustersync/spool_replayed"] += sent
+
+    def _watch_scraper(self) -> None:
+        """Learn when Scrapy has finished with each response or failure (see the module doc)."""
+        engine: Any = self.crawler.engine
+        scraper: Any = getattr(engine, "scraper", None)
+        enqueue_scrape = getattr(scraper, "enqueue_scrape", None)
+        if enqueue_scrape is None:  # pragma: no cover - every supported Scrapy has it
+            logger.warning("clustersync: this Scrapy has no Scraper.enqueue_scrape; requests "
+                           "are acked when the node goes idle")
+            return
+
+        def watched(result: Any, request: Request, *args: Any, **kwargs: Any) -> Any:
+            token = request.meta.get(LEASE_META_KEY)
+            if token not in self.inflight:
+                return enqueue_scrape(result, request, *args, **kwargs)
+            self.scraping.add(token)
+            try:
+                scraped = enqueue_scrape(result, request, *args, **kwargs)
+            except BaseException:
+                self.scraping.discard(token)
+                raise
+            return scraped.addBoth(self._scraped, token)
+
+        scraper.enqueue_scrape = watched
+
+    def _scraped(self, result: Any, token: str) -> Any:
+        """Everything the callback or errback of ``token`` produced has been buffered."""
+        self.scraping.discard(token)
+        self.ack(token)
+        return result
 
     def has_pending_requests(self) -> bool:
         return bool(self.worker and self.worker.prefetched)
@@ -157,13 +211,19 @@ class ClusterScheduler:
         """
         accepted = self._buffer(request)
         token = request.meta.get(LEASE_META_KEY)
-        if token in self.inflight and token not in self.in_callback:
-            # a redirect or retry replaced the leased request: the replacement was buffered first
+        if token in self.inflight and token not in self.scraping:
+            # a redirect or retry replaced the leased request in the downloader (a child whose
+            # meta was copied from its parent's response comes while the parent is scraped):
+            # the replacement was buffered first
             self.ack(token)
         return accepted
 
     def _buffer(self, request: Request) -> bool:
         assert self.worker is not None
+        if self.worker.rollbacks != self._rollbacks_seen:
+            # Redis came back older: fingerprints this node sent may be gone with it
+            self._rollbacks_seen = self.worker.rollbacks
+            self.dupefilter.forget_sent()
         fingerprint = b"" if request.dont_filter else self.dupefilter.fingerprint(request)
         if fingerprint and self.dupefilter.seen_here(fingerprint, request):
             return False
@@ -176,7 +236,7 @@ class ClusterScheduler:
         if fingerprint:
             self.dupefilter.sent(fingerprint)
         self.worker.add(("P", fingerprint, request.priority, blob, int(request.dont_filter)))
-        self.worker.node_idle = False
+        self._busy()
         self.counts["clustersync/enqueued"] += 1
         return True
 
@@ -197,28 +257,28 @@ class ClusterScheduler:
                 continue
             request.meta[LEASE_META_KEY] = entry_id
             self.inflight.add(entry_id)
-            worker.node_idle = False
+            self._busy()
             self.counts["clustersync/leased"] += 1
             return request
         return None
 
-    # ---- completion, used by the middlewares and the extension -------------------------------
-    def callback_started(self, token: str | None) -> None:
-        if token in self.inflight:
-            self.in_callback.add(token)
-
+    # ---- completion, used by the middleware and the extension --------------------------------
     def ack(self, token: str | None) -> None:
         """The leased request ``token`` is done; what it produced was buffered before this."""
         if token not in self.inflight or self.worker is None:
             return
         self.inflight.discard(token)
-        self.in_callback.discard(token)
         self.worker.add(("A", token))
         self.counts["clustersync/acked"] += 1
 
     def engine_idle(self) -> None:
-        """The engine has nothing in progress: whatever is still in flight has ended."""
-        for token in sorted(self.inflight):
+        """The engine has nothing in progress: no download, nothing in the scraper or pipelines.
+
+        A leased request still counted in flight then ended without reaching the scraper (a
+        replacement that a ``request_scheduled`` handler ignored): everything it led to is
+        buffered, so it is acked.
+        """
+        for token in sorted(self.inflight - self.scraping):
             self.counts["clustersync/acked_on_idle"] += 1
             self.ack(token)
         if self.worker is not None:
@@ -228,6 +288,45 @@ class ClusterScheduler:
     def start_exhausted(self) -> None:
         if self.worker is not None:
             self.worker.add(("S",))
+            self.worker.start_state = "done"
+
+    async def wait_for_start(self) -> bool:
+        """Wait while another node runs the job's start(); True if this node must run it.
+
+        That is the case when the node that claimed start() is no longer alive before start()
+        was exhausted: the heartbeat takes the claim over. The job cannot finish meanwhile.
+        """
+        worker = self.worker
+        if worker is None:
+            return False
+        worker.wants_start = True
+        try:
+            while worker.start_state in ("other", "none") and not self._stopping():
+                if worker.start_state == "none":
+                    return False  # nobody claimed it (a job seeded from the command line)
+                await _sleep(START_WAIT_POLL_S)
+        finally:
+            worker.wants_start = False
+        if worker.start_state != "mine" or self._stopping():
+            return False
+        logger.warning(
+            "clustersync: the node that ran start() of job %r stopped before start() was "
+            "exhausted; node %s runs it now (requests it yields that are already queued or "
+            "seen are dropped by dedup, except dont_filter=True ones)",
+            self.config.job, self.config.node_id,
+        )
+        self.counts["clustersync/start_takeovers"] += 1
+        return True
+
+    def _stopping(self) -> bool:
+        worker = self.worker
+        return worker is None or worker.finished or bool(worker.state_lost) or \
+            self.crawler.crawling is False
+
+    def _busy(self) -> None:
+        assert self.worker is not None
+        self.worker.node_idle = False
+        self.worker.activity += 1
 
     # ---- internals ---------------------------------------------------------------------------
     def _dead_letter(self, entry_id: str, reason: str) -> None:
@@ -239,7 +338,7 @@ class ClusterScheduler:
         self.worker.add(("D", entry_id, reason))
         self.counts["clustersync/dead_letters"] += 1
 
-    def _wake_engine_threadsafe(self) -> None:
+    def _wake_engine_threadsafe(self) -> None:  # called from the Redis thread
         from twisted.internet import reactor
 
         reactor.callFromThread(self.wake_engine)
@@ -265,3 +364,12 @@ class ClusterScheduler:
             if value:
                 self.stats.inc_value(key, value)
         self.counts.clear()
+
+
+async def _sleep(seconds: float) -> None:
+    """Sleep without blocking the reactor, under the asyncio and the plain Twisted reactor."""
+    from scrapy.utils.defer import maybe_deferred_to_future
+    from twisted.internet import reactor
+    from twisted.internet.task import deferLater
+
+    await maybe_deferred_to_future(deferLater(reactor, seconds, lambda: None))

@@ -1,41 +1,190 @@
 """Writes that could not reach Redis when a node closed are kept on local disk, not dropped.
 
-The next node of the same job started in the same directory sends them first.
+The next node of the same job started in the same directory replays them, exactly once:
+- Every batch is stored with its call id, and replayed under the node id that wrote it, so a
+  batch Redis applied before the node lost its answer is not applied again (the flush script
+  returns the stored result), and that node's lease releases pass the owner check.
+- The file is rewritten after every batch Redis confirmed, and removed only when all are in.
+- A node claims a file by renaming it (atomic), so two nodes started together in one directory
+  never both replay it; a claim whose process is gone is taken over.
+- A file of another format, or written for an earlier incarnation of the job (Redis lost the
+  job since), is refused with a clear message and kept aside, never replayed wrongly.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import msgpack
+import psutil
 
-from .store import Op
+from .store import StoreError
+from .store.errors import BadBatch, RolledBack
+from .store.job import new_call_id
+
+if TYPE_CHECKING:
+    from .store import JobStore
+    from .worker import Undelivered
 
 logger = logging.getLogger(__name__)
+
+SPOOL_FORMAT = 2
+SUFFIX = ".spool"
+CLAIM_MARK = ".replaying-"
 
 
 class Spool:
     def __init__(self, directory: str | Path, job: str) -> None:
         self.directory = Path(directory) / job
+        self.job = job
 
-    def save(self, node_id: str, ops: list[Op]) -> Path:
+    def save(self, node_id: str, epoch: str, undelivered: Undelivered, batch_size: int) -> Path:
+        """Keep ``undelivered`` on disk, cut into batches that each have their call id now."""
+        batches: list[list[Any]] = []
+        if undelivered.pending is not None:
+            call_id, ops = undelivered.pending
+            batches.append([call_id, [list(op) for op in ops]])
+        rest = undelivered.ops
+        for start in range(0, len(rest), batch_size):
+            batches.append([new_call_id(), [list(op) for op in rest[start:start + batch_size]]])
         self.directory.mkdir(parents=True, exist_ok=True)
-        path = self.directory / f"{node_id.replace(':', '_')}.msgpack"
-        path.write_bytes(msgpack.packb([list(op) for op in ops], use_bin_type=True))
+        path = self.directory / f"{node_id.replace(':', '_')}{SUFFIX}"
+        _write(path, {"format": SPOOL_FORMAT, "job": self.job, "node": node_id, "epoch": epoch,
+                      "writes_seen": undelivered.writes_seen, "batches": batches})
         return path
 
-    def take(self) -> list[Op]:
-        """Every spooled op of the job, oldest file first; the files are removed."""
+    def replay(self, epoch: str, store_for: Callable[[str, int], JobStore]) -> int:
+        """Send every spooled batch of the job; returns how many writes were sent.
+
+        ``store_for(node_id, writes_seen)`` gives a store acting as the node that wrote a file.
+        A file Redis cannot take now (unreachable) is handed back for the next node.
+        """
+        sent = 0
+        for path in self._claim_all():
+            sent += self._replay_file(path, epoch, store_for)
+        return sent
+
+    def _claim_all(self) -> list[Path]:
         if not self.directory.is_dir():
             return []
-        ops: list[Op] = []
-        for path in sorted(self.directory.glob("*.msgpack"), key=lambda p: p.stat().st_mtime):
+        candidates = sorted(self.directory.glob(f"*{SUFFIX}"), key=_mtime)
+        candidates += [p for p in self.directory.glob(f"*{CLAIM_MARK}*") if _claim_is_stale(p)]
+        claimed = []
+        for path in candidates:
+            original = path.name.split(CLAIM_MARK)[0]
+            target = path.with_name(f"{original}{CLAIM_MARK}{os.getpid()}")
             try:
-                ops.extend(tuple(op) for op in msgpack.unpackb(path.read_bytes(), raw=False))
-            except Exception as exc:
-                logger.error("clustersync: spool file %s is unreadable (%s); kept as is", path, exc)
+                path.rename(target)  # atomic: of two nodes, one wins
+            except FileNotFoundError:
                 continue
-            path.unlink()
-            logger.warning("clustersync: sending %d writes spooled in %s", len(ops), path)
-        return ops
+            claimed.append(target)
+        return claimed
+
+    def _replay_file(
+        self, path: Path, epoch: str, store_for: Callable[[str, int], JobStore]
+    ) -> int:
+        data = self._readable(path, epoch)
+        if data is None:
+            return 0
+        store = store_for(data["node"], int(data["writes_seen"]))
+        batches: list[list[Any]] = data["batches"]
+        sent = 0
+        logger.warning("clustersync: sending %d writes spooled in %s",
+                       sum(len(ops) for _, ops in batches), path)
+        while batches:
+            call_id, ops = batches[0]
+            try:
+                store.flush(epoch, [tuple(op) for op in ops], call_id)
+            except RolledBack:
+                _acks_to_releases(batches)  # see SyncWorker._rolled_back
+                continue
+            except BadBatch as exc:
+                _split_or_set_aside(batches, str(exc))
+                continue
+            except StoreError as exc:
+                path.rename(path.with_name(path.name.split(CLAIM_MARK)[0]))
+                logger.error("clustersync: spooled writes in %s not sent (%s); the next node "
+                             "started here sends them", path, exc)
+                return sent
+            sent += len(batches.pop(0)[1])
+            data["writes_seen"] = store.writes_seen
+            if batches:
+                _write(path, data)  # progress first: a crash now replays no batch twice
+        path.unlink()
+        return sent
+
+    def _readable(self, path: Path, epoch: str) -> dict[str, Any] | None:
+        """The file's content if this node may replay it; else set it aside and say why."""
+        try:
+            data = msgpack.unpackb(path.read_bytes(), raw=False)
+        except Exception as exc:
+            self._set_aside(path, "unreadable", f"it cannot be read ({exc})")
+            return None
+        if not isinstance(data, dict) or data.get("format") != SPOOL_FORMAT:
+            found = data.get("format") if isinstance(data, dict) else "1 (a list)"
+            self._set_aside(
+                path, "unknown", f"it has spool format {found!r}, this version reads format "
+                f"{SPOOL_FORMAT}: replay it with the version that wrote it")
+            return None
+        if data.get("epoch") != epoch:
+            self._set_aside(
+                path, "stale", "it was written for an earlier incarnation of the job (Redis "
+                "lost the job since), so its acks and releases would touch other requests")
+            return None
+        return dict(data)
+
+    def _set_aside(self, path: Path, why: str, reason: str) -> None:
+        target = path.with_name(f"{path.name.split(CLAIM_MARK)[0]}.{why}")
+        path.rename(target)
+        logger.error("clustersync: spool file %s of job %r is not replayed: %s. Kept as %s.",
+                     path, self.job, reason, target)
+
+
+def _acks_to_releases(batches: list[list[Any]]) -> None:
+    for batch in batches:
+        batch[1] = [["N", op[1]] if op[0] == "A" else op for op in batch[1]]
+
+
+def _split_or_set_aside(batches: list[list[Any]], reason: str) -> None:
+    """Replace the refused first batch by one batch per op; a refused single op is dead-lettered.
+
+    Derived call ids are deterministic, so a crash mid-way replays nothing twice.
+    """
+    call_id, ops = batches[0]
+    if len(ops) > 1:
+        batches[0:1] = [[f"{call_id}.{i}", [op]] for i, op in enumerate(ops)]
+        return
+    [op] = ops
+    logger.error("clustersync: Redis refused a spooled write (%s); it goes to the dead letters",
+                 reason)
+    if op[0] == "X":
+        batches.pop(0)
+        return
+    record = op[3] if op[0] == "P" else msgpack.packb(op, use_bin_type=True)
+    batches[0] = [f"{call_id}.x", [["X", f"refused by Redis: {reason}"[:1000], record]]]
+
+
+def _write(path: Path, data: dict[str, Any]) -> None:
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_bytes(msgpack.packb(data, use_bin_type=True))
+    os.replace(temporary, path)
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except FileNotFoundError:
+        return 0.0
+
+
+def _claim_is_stale(path: Path) -> bool:
+    try:
+        pid = int(path.name.rsplit(CLAIM_MARK, 1)[1])
+    except ValueError:
+        return False
+    return pid != os.getpid() and not psutil.pid_exists(pid)
+

@@ -1,10 +1,17 @@
 """SyncWorker: the one thread that talks to Redis for a node, so the reactor never waits on it.
 
 The reactor thread only appends to ``ops`` (pushes, acks, dead letters, releases) and pops from
-``prefetched``. The worker flushes ``ops`` in batches (one script call each), leases new work
-into ``prefetched`` and sends the heartbeat. When Redis is away it keeps every op, stops
-leasing, retries the same call (same call id, so nothing is applied twice) with backoff, and logs
-the outage and the recovery once each.
+``prefetched``. The worker flushes ``ops`` in order, in batches (one script call each), leases
+new work into ``prefetched`` and sends the heartbeat. When Redis is away it keeps every op,
+stops leasing, retries the same call (same call id, so nothing is applied twice) with backoff,
+and logs the outage and the recovery once each.
+
+Two faults are not outages and are never retried as they are:
+- A batch Redis refuses for what it holds (a malformed op) is split until the op is found;
+  that op goes to the job's dead letters with the reason, the rest is applied in order.
+- Redis came back older than the node saw it (RolledBack). Acks of requests whose children
+  may be among the lost writes become releases (the requests are crawled again), and the
+  scheduler forgets which fingerprints it sent (``rollbacks`` changes).
 """
 
 from __future__ import annotations
@@ -14,10 +21,14 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
+
+import msgpack
 
 from .config import ClusterConfig, redact_url
 from .store import JobStore, Op, StateLost, StoreError, StoreUnavailable
+from .store.errors import BadBatch, RolledBack
 from .store.job import new_call_id
 
 logger = logging.getLogger(__name__)
@@ -27,7 +38,24 @@ MIN_SLEEP_S = 0.001
 MAX_SLEEP_S = 0.5
 EMPTY_QUEUE_BACKOFF_MAX_S = 1.0
 OUTAGE_BACKOFF_MAX_S = 5.0
+ERROR_BACKOFF_S = 1.0
 CLOSE_TIMEOUT_S = 15.0
+
+
+@dataclass
+class Undelivered:
+    """What a closing node could not send: the batch in doubt (with its call id) and the rest."""
+
+    pending: tuple[str, list[Op]] | None = None
+    ops: list[Op] = field(default_factory=list)
+    #: the node's write counter as Redis last confirmed it (checked again on replay)
+    writes_seen: int = 0
+
+    def __bool__(self) -> bool:
+        return bool(self.pending or self.ops)
+
+    def __len__(self) -> int:
+        return len(self.ops) + (len(self.pending[1]) if self.pending else 0)
 
 
 class SyncWorker:
@@ -38,6 +66,7 @@ class SyncWorker:
         epoch: str,
         node_info: Callable[[], dict[str, Any]],
         on_leased: Callable[[], None],
+        start_state: str = "none",
     ) -> None:
         self.store = store
         self.config = config
@@ -45,14 +74,26 @@ class SyncWorker:
         self._node_info = node_info
         self._on_leased = on_leased
         #: what Redis did with this node's writes; only the thread that flushes adds to it
-        self.totals = {"pushed": 0, "filtered": 0, "released": 0}
+        self.totals = {"pushed": 0, "filtered": 0, "released": 0, "set_aside": 0}
         self.ops: deque[Op] = deque()
         self.prefetched: deque[tuple[str, bytes]] = deque()
         self.held: set[str] = set()  # lease ids of this node, owned by the worker thread
         self.node_idle = False  # set by the reactor thread
+        #: bumped by the reactor thread whenever the node does something; a node that worked
+        #: since its last heartbeat starts its idle time again
+        self.activity = 0
+        self._activity_at_beat = 0
+        #: the job's start(): "done", "mine", "other" or "none" (see heartbeat.lua)
+        self.start_state = start_state
+        #: set by the reactor thread while it waits to take start() over from a dead node
+        self.wants_start = False
+        #: how many times Redis was found older than this node saw it
+        self.rollbacks = 0
         self.finished = False
         self.state_lost: str | None = None
         self.away_since: float | None = None
+        self._void: set[str] = set()  # leases whose acks must become releases (rollback)
+        self._batch_limit = config.batch_size  # smaller while a refused op is looked for
         self._pending_flush: tuple[str, list[Op]] | None = None
         self._pending_lease: tuple[str, int] | None = None
         self._wake = threading.Event()
@@ -62,6 +103,7 @@ class SyncWorker:
         self._next_lease = 0.0
         self._empty_backoff_s = 0.0
         self._outage_tries = 0
+        self._errors_logged: set[str] = set()
         self._thread = threading.Thread(target=self._run, name="clustersync-io", daemon=True)
 
     # ---- reactor-thread side -------------------------------------------------------------
@@ -90,8 +132,8 @@ class SyncWorker:
         """Nothing buffered, prefetched or held: the node owes Redis nothing."""
         return not (self.backlog or self.prefetched or self.held)
 
-    def close(self, unacked: list[str]) -> list[Op]:
-        """Release ``unacked`` leases, flush everything, leave the job; return undelivered ops."""
+    def close(self, unacked: list[str]) -> Undelivered:
+        """Release ``unacked`` leases, flush everything, leave the job; return what is left."""
         self._stop.set()
         self._wake.set()
         # the thread first: a lease call under way would add to ``prefetched`` after a release
@@ -114,9 +156,8 @@ class SyncWorker:
             self._guard(lambda: self._send_heartbeat(leaving=True))
         return self._undelivered()
 
-    def _undelivered(self) -> list[Op]:
-        pending = self._pending_flush[1] if self._pending_flush else []
-        return [*pending, *self.ops]
+    def _undelivered(self) -> Undelivered:
+        return Undelivered(self._pending_flush, list(self.ops), self.store.writes_seen or 0)
 
     # ---- worker thread -------------------------------------------------------------------
     def _run(self) -> None:
@@ -145,6 +186,7 @@ class SyncWorker:
         return bool(self._guard(lambda: self._step(closing)))
 
     def _guard(self, action: Callable[[], Any]) -> Any:
+        """Run ``action``; every failure becomes the node's reaction to it, never a dead thread."""
         try:
             result = action()
         except StoreUnavailable as exc:
@@ -153,12 +195,25 @@ class SyncWorker:
         except StateLost as exc:
             self._lost(exc)
             return False
+        except RolledBack as exc:
+            self._rolled_back(exc)
+            return False
         except StoreError as exc:
-            logger.error("clustersync: Redis refused a call: %s; retrying", exc)
-            time.sleep(1.0)
+            self._log_once(logging.ERROR, f"clustersync: Redis refused a call: {exc}; retrying")
+            self._stop.wait(ERROR_BACKOFF_S)
+            return False
+        except Exception as exc:  # a bug must not end the thread: the node would hang
+            self._log_once(logging.ERROR, f"clustersync: unexpected error in the Redis thread: "
+                           f"{exc!r}; retrying", exc_info=True)
+            self._stop.wait(ERROR_BACKOFF_S)
             return False
         self._came_back()
         return result
+
+    def _log_once(self, level: int, message: str, exc_info: bool = False) -> None:
+        if message not in self._errors_logged:
+            self._errors_logged.add(message)
+            logger.log(level, message, exc_info=exc_info)
 
     def _step(self, closing: bool) -> bool:
         now = time.monotonic()
@@ -184,25 +239,57 @@ class SyncWorker:
             self._oldest_op_at = now  # an op raced in while the last batch was being taken
         return now - self._oldest_op_at >= FLUSH_LINGER_S
 
+    def _take_batch(self) -> list[Op]:
+        batch: list[Op] = []
+        while self.ops and len(batch) < self._batch_limit:
+            op = self.ops.popleft()
+            if op[0] == "A" and op[1] in self._void:
+                op = ("N", op[1])  # see _rolled_back
+            batch.append(op)
+        self._oldest_op_at = time.monotonic() if self.ops else None
+        return batch
+
     def _flush(self) -> None:
         if self._pending_flush is None:
-            batch: list[Op] = []
-            while self.ops and len(batch) < self.config.batch_size:
-                batch.append(self.ops.popleft())
-            self._oldest_op_at = time.monotonic() if self.ops else None
-            self._pending_flush = (new_call_id(), batch)
+            self._pending_flush = (new_call_id(), self._take_batch())
         call_id, batch = self._pending_flush
-        result = self.store.flush(self.epoch, batch, call_id)
+        try:
+            result = self.store.flush(self.epoch, batch, call_id)
+        except BadBatch as exc:
+            self._pending_flush = None
+            self._set_aside(batch, exc)
+            return
         self._pending_flush = None
+        # past the refused op (if any): back to full batches, doubling
+        self._batch_limit = min(self.config.batch_size, self._batch_limit * 2)
         for op in batch:
             if op[0] in ("A", "N", "D"):
                 self.held.discard(op[1])
+                self._void.discard(op[1])
         if result.pushed:
             self._next_lease = 0.0
             self._empty_backoff_s = 0.0
         self.totals["pushed"] += result.pushed
         self.totals["filtered"] += result.filtered
         self.totals["released"] += result.released
+
+    def _set_aside(self, batch: list[Op], exc: BadBatch) -> None:
+        """Find the op Redis refused by halving the batch; dead-letter it, keep the order."""
+        if len(batch) > 1:
+            self.ops.extendleft(reversed(batch))  # back in front, in order
+            self._batch_limit = max(1, len(batch) // 2)
+            return
+        [op] = batch
+        self.totals["set_aside"] += 1
+        logger.error(
+            "clustersync: Redis refused a write of job %r (%s); it is moved to the job's dead "
+            "letters (`clustersync dead %s`) and the crawl goes on. Write: %s",
+            self.config.job, exc, self.config.job, _describe(op),
+        )
+        if op[0] == "X":
+            return  # even the dead letter was refused: the log line above is its record
+        record = op[3] if op[0] == "P" else msgpack.packb(list(op), use_bin_type=True)
+        self.ops.appendleft(("X", f"refused by Redis: {exc}"[:1000], record))
 
     def _lease_due(self, now: float) -> bool:
         return now >= self._next_lease and self._lease_wanted()
@@ -234,6 +321,7 @@ class SyncWorker:
 
     def _send_heartbeat(self, leaving: bool) -> None:
         idle = self.node_idle and self.quiet
+        activity = self.activity
         beat = self.store.heartbeat(
             self.epoch,
             ttl_ms=0 if leaving else int(self.config.lease_timeout_s * 1000),
@@ -242,7 +330,11 @@ class SyncWorker:
             idle=idle,
             idle_after_ms=int(self.config.idle_close_after_s * 1000),
             lease_ids=sorted(self.held),
+            busy_since_last=activity != self._activity_at_beat,
+            take_start=self.wants_start,
         )
+        self._activity_at_beat = activity
+        self.start_state = beat.start
         if beat.finished and not leaving:
             self.finished = True
 
@@ -272,6 +364,30 @@ class SyncWorker:
         self._outage_tries = 0
         self._next_heartbeat = 0.0
 
+    def _rolled_back(self, exc: Exception) -> None:
+        """Redis lost writes it had confirmed: forget what this node believed stored.
+
+        The requests this node has under way may have had children among the lost writes, so
+        their acks become releases and they are crawled again; the scheduler forgets which
+        fingerprints it sent (they may be gone), so redelivered parents queue their children
+        anew. Entry ids never repeat (see flush.lua), so no late op touches another request.
+        """
+        self.rollbacks += 1
+        not_started = {entry_id for entry_id, _ in self.prefetched}
+        self._void |= self.held - not_started
+        if self._pending_flush is not None:  # refused before any change: send it anew
+            self.ops.extendleft(reversed(self._pending_flush[1]))
+            self._pending_flush = None
+        self._next_heartbeat = 0.0
+        logger.critical(
+            "clustersync: Redis at %s came back older than this node saw it (%s): it restarted "
+            "from an older snapshot or failed over to a replica that lagged. Writes it had "
+            "confirmed are gone; this node hands back the %d requests it has under way (they "
+            "are crawled again) and sends their links anew. Run Redis with appendonly yes and "
+            "appendfsync always to avoid this.",
+            redact_url(self.config.redis_url), exc, len(self._void),
+        )
+
     def _lost(self, exc: Exception) -> None:
         if self.state_lost is None:
             self.state_lost = str(exc)
@@ -281,3 +397,14 @@ class SyncWorker:
                 "everything; enable Redis persistence (appendonly yes) and re-seed the job.",
                 self.config.job, redact_url(self.config.redis_url), exc,
             )
+
+
+def _describe(op: Op) -> str:
+    """A short, readable form of ``op`` for the log (the request's URL for a push)."""
+    if op[0] == "P":
+        try:
+            url = msgpack.unpackb(op[3], raw=False)[1]["url"]
+        except Exception:
+            url = "?"
+        return f"push of {url} (fingerprint {op[1]!r:.60}, priority {op[2]!r})"
+    return repr(op)[:200]

@@ -145,8 +145,9 @@ def test_exactly_one_node_claims_start_and_a_dead_claimer_is_taken_over(
 def test_the_job_finishes_only_when_every_live_node_was_idle_long_enough(
     redis_server: RedisFactory,
 ) -> None:
-    a, epoch = joined(redis_server, "a")
+    a, epoch = joined(redis_server, "a")  # a runs start() ...
     b, _ = joined(redis_server, "b")
+    a.flush(epoch, [("S",)], new_call_id())  # ... and has exhausted it
 
     def beat(store: JobStore, idle: bool) -> bool:
         return store.heartbeat(epoch, ttl_ms=10_000, lease_ms=1000, info={}, idle=idle,

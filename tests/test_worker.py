@@ -32,5 +32,5 @@ def test_close_hands_back_what_a_lease_call_with_a_lost_answer_took(
     undelivered = worker.close(unacked=[])
     # then those leases are back in the queue at once, not after the 60 s lease timeout
     status = store.status()
-    assert undelivered == []
+    assert not undelivered
     assert (status.queued, status.leased) == (5, 0)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from scrapy import signals
-from scrapy.exceptions import DontCloseSpider
+from scrapy.exceptions import CloseSpider, DontCloseSpider
 from scrapy.utils.defer import deferred_from_coro
 from twisted.internet.task import LoopingCall
 
@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from typing_extensions import Self
 
 CHECK_INTERVAL_S = 0.25
+STATE_LOST = "clustersync_state_lost"
 
 
 class NodeLifecycle:
@@ -51,7 +52,9 @@ class NodeLifecycle:
         if scheduler is None or scheduler.worker is None:
             return
         scheduler.engine_idle()
-        if not (scheduler.worker.finished or scheduler.worker.state_lost):
+        if scheduler.worker.state_lost:
+            raise CloseSpider(STATE_LOST)  # not "finished": the job is gone, not done
+        if not scheduler.worker.finished:
             raise DontCloseSpider
 
     def _check(self) -> None:
@@ -61,7 +64,7 @@ class NodeLifecycle:
         scheduler.publish_counts()
         worker = scheduler.worker
         if worker.state_lost:
-            self._close("clustersync_state_lost")
+            self._close(STATE_LOST)
         elif worker.finished:
             self._close("finished")
         elif worker.prefetched:

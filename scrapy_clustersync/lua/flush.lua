@@ -10,7 +10,7 @@
 -- KEYS[6]  seen       set    raw 20-byte request fingerprints
 -- KEYS[7]  stats      hash   job counters
 -- KEYS[8]  dead       list   dead letters, newest first
--- KEYS[9]  last_call  hash   this node's last call id and its result (makes a retry a no-op)
+-- KEYS[9]  last_call  hash   this node's write counter, last call id and result (see below)
 -- KEYS[10] bloom      hash   Bloom filter state: layers (active count), count<i>, layout<i>
 -- KEYS[11..] bloom chunk strings of the described layers, layer by layer, chunk by chunk
 -- ARGV[1]  epoch      string the job epoch the node joined; another value = Redis lost the job
@@ -18,29 +18,43 @@
 -- ARGV[3]  node       string node id
 -- ARGV[4]  dead_max   int    how many dead letters to keep
 -- ARGV[5]  dedup      string "exact" (set of fingerprints) or "bloom"
--- ARGV[6]  described  int    how many Bloom layers are described next (0 for exact)
--- ARGV[7..] per described layer: bits, hashes, bits per chunk, chunks, capacity
--- ARGV[7 + 5*described ..] ops, each an opcode followed by its fields:
+-- ARGV[6]  writes     int    the node's write counter as it last saw it; -1 = do not check
+-- ARGV[7]  described  int    how many Bloom layers are described next (0 for exact)
+-- ARGV[8..] per described layer: bits, hashes, bits per chunk, chunks, capacity
+-- ARGV[8 + 5*described ..] ops, each an opcode followed by its fields:
 --   P fingerprint priority blob dont_filter(0|1)   push unless the fingerprint was seen
 --   A id                                           ack: the request is done
 --   N id                                           release this node's lease back to the queue
 --   D id reason                                    dead-letter a leased entry
+--   X reason record                                dead-letter a write no script could apply
 --   S                                              the job's start() is exhausted
--- Returns "pushed filtered acked released dead active_bloom_layers".
--- Errors CLUSTERSYNC_BLOOM_LAYOUT <n> (before any change) if fewer layers are described than the
--- batch may need: the caller describes <n> layers and calls again. Fingerprints are 20 bytes.
+-- Returns "pushed filtered acked released dead active_bloom_layers writes".
+-- Every check runs before the first write, so an error never leaves a batch half applied:
+--   CLUSTERSYNC_STATE_LOST          the job's epoch is gone or changed (Redis lost the job)
+--   CLUSTERSYNC_ROLLED_BACK <w> <e> the node's write counter is behind what the node saw: Redis
+--                                   came back older than it was
+--   CLUSTERSYNC_BAD_OP <n> <why>    op number n is malformed; nothing was applied
+--   CLUSTERSYNC_BLOOM_LAYOUT <n>    fewer layers are described than the batch may need: the
+--                                   caller describes <n> layers and calls again
+-- Entry ids are "<seq, 16 hex digits><first 8 characters of the call id>": the sequence keeps
+-- FIFO order among equal priorities, the call id keeps ids unique even when Redis came back
+-- older and the sequence runs again.
 if redis.call('HGET', KEYS[1], 'epoch') ~= ARGV[1] then
   return redis.error_reply('CLUSTERSYNC_STATE_LOST job epoch missing or changed')
 end
-local last = redis.call('HMGET', KEYS[9], 'flush_id', 'flush_result')
-if last[1] == ARGV[2] then
-  return last[2]
+local last = redis.call('HMGET', KEYS[9], 'writes', 'flush_id', 'flush_result')
+local writes = tonumber(last[1] or '0')
+if writes < tonumber(ARGV[6]) then
+  return redis.error_reply('CLUSTERSYNC_ROLLED_BACK ' .. writes .. ' ' .. ARGV[6])
+end
+if last[2] == ARGV[2] then
+  return last[3] .. ' ' .. writes
 end
 
 local pushed, filtered, acked, released, dead = 0, 0, 0, 0, 0
 local bloom = ARGV[5] == 'bloom'
-local described = tonumber(ARGV[6])
-local first_op = 7 + 5 * described
+local described = tonumber(ARGV[7])
+local first_op = 8 + 5 * described
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
@@ -56,7 +70,7 @@ local active = 0
 local function load_layers()
   local key = 11
   for l = 1, described do
-    local base = 7 + 5 * (l - 1)
+    local base = 8 + 5 * (l - 1)
     layers[l] = {bits = tonumber(ARGV[base]), k = tonumber(ARGV[base + 1]),
                  chunk_bits = tonumber(ARGV[base + 2]), chunks = tonumber(ARGV[base + 3]),
                  capacity = tonumber(ARGV[base + 4]), first_key = key}
@@ -68,7 +82,7 @@ local function load_layers()
   while index <= #ARGV do
     local op = ARGV[index]
     if op == 'P' then pushes = pushes + 1; index = index + 5
-    elseif op == 'D' then index = index + 3
+    elseif op == 'D' or op == 'X' then index = index + 3
     elseif op == 'S' then index = index + 1
     else index = index + 2 end
   end
@@ -151,6 +165,36 @@ local function is_new(fp)
   return redis.call('SADD', KEYS[6], fp) == 1
 end
 
+-- ---- validation: every op, before anything is written -----------------------------------------
+local function bad_op(number, why)
+  return redis.error_reply('CLUSTERSYNC_BAD_OP ' .. number .. ' ' .. why)
+end
+do
+  local index, number = first_op, 0
+  while index <= #ARGV do
+    local op = ARGV[index]
+    number = number + 1
+    local width = ({P = 5, A = 2, N = 2, D = 3, X = 3, S = 1})[op]
+    if not width then return bad_op(number, 'unknown opcode ' .. tostring(op)) end
+    if index + width - 1 > #ARGV then return bad_op(number, 'missing fields') end
+    if op == 'P' then
+      local prio = tonumber(ARGV[index + 2])
+      if ARGV[index + 4] ~= '0' and ARGV[index + 4] ~= '1' then
+        return bad_op(number, 'dont_filter must be 0 or 1')
+      end
+      if ARGV[index + 4] == '0' and #ARGV[index + 1] ~= 20 then
+        return bad_op(number, 'fingerprint of ' .. #ARGV[index + 1] .. ' bytes, not 20')
+      end
+      if not prio or prio ~= prio or prio == math.huge or prio == -math.huge then
+        return bad_op(number, 'priority is not a finite number')
+      end
+    elseif (op == 'A' or op == 'N' or op == 'D') and ARGV[index + 1] == '' then
+      return bad_op(number, 'empty entry id')
+    end
+    index = index + width
+  end
+end
+
 if bloom then
   local wanted = load_layers()
   if wanted > 0 then
@@ -160,6 +204,7 @@ if bloom then
 end
 
 -- ---- ops --------------------------------------------------------------------------------------
+local id_tail = string.sub(ARGV[2], 1, 8)
 local i = first_op
 local n = #ARGV
 while i <= n do
@@ -167,7 +212,7 @@ while i <= n do
   if op == 'P' then
     local fp, prio, blob, dont_filter = ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
     if dont_filter == '1' or is_new(fp) then
-      local id = string.format('%016x', redis.call('HINCRBY', KEYS[1], 'seq', 1))
+      local id = string.format('%016x', redis.call('HINCRBY', KEYS[1], 'seq', 1)) .. id_tail
       redis.call('HSET', KEYS[3], id, blob)
       redis.call('ZADD', KEYS[2], -tonumber(prio), id)
       pushed = pushed + 1
@@ -206,11 +251,16 @@ while i <= n do
     redis.call('HDEL', KEYS[3], id)
     dead = dead + 1
     i = i + 3
+  elseif op == 'X' then
+    local record = table.concat({'-', ARGV[3], tostring(now_ms), ARGV[i + 1]}, '\t') .. '\n'
+                   .. ARGV[i + 2]
+    redis.call('LPUSH', KEYS[8], record)
+    redis.call('LTRIM', KEYS[8], 0, tonumber(ARGV[4]) - 1)
+    dead = dead + 1
+    i = i + 3
   elseif op == 'S' then
     redis.call('HSET', KEYS[1], 'start_done', ARGV[3])
     i = i + 1
-  else
-    return redis.error_reply('CLUSTERSYNC_BAD_OP ' .. tostring(op))
   end
 end
 
@@ -221,6 +271,6 @@ for name, value in pairs(counters) do
   end
 end
 local result = table.concat({pushed, filtered, acked, released, dead, active}, ' ')
-redis.call('HSET', KEYS[9], 'flush_id', ARGV[2], 'flush_result', result)
+redis.call('HSET', KEYS[9], 'writes', writes + 1, 'flush_id', ARGV[2], 'flush_result', result)
 redis.call('PEXPIRE', KEYS[9], 86400000)
-return result
+return result .. ' ' .. (writes + 1)

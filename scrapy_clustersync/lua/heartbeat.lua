@@ -1,36 +1,57 @@
--- heartbeat: keep a node alive, renew its leases, record whether it is idle, and say whether
--- the whole job is finished. A node that leaves (ttl_ms = 0) is removed from the live set.
+-- heartbeat: keep a node alive, renew its leases, record whether it is idle, follow the job's
+-- start(), and say whether the whole job is finished. A node that leaves (ttl_ms = 0) is
+-- removed from the live set.
 --
--- KEYS[1]  meta       hash   job epoch
+-- KEYS[1]  meta       hash   job epoch, start_claim, start_done
 -- KEYS[2]  nodes      zset   node id -> liveness deadline (server ms)
 -- KEYS[3]  node_info  hash   node id -> JSON record written by the node
 -- KEYS[4]  idle       hash   node id -> server ms since which the node is idle
 -- KEYS[5]  deadlines  zset   leased entry id -> lease deadline (server ms)
 -- KEYS[6]  leased     hash   leased entry id -> "<queue score>|<node>"
 -- KEYS[7]  queue      zset   entry id -> -priority
+-- KEYS[8]  last_call  hash   this node's write counter (see flush.lua)
 -- ARGV[1]  epoch          string  the job epoch the node joined
 -- ARGV[2]  node           string  node id
 -- ARGV[3]  ttl_ms         int     liveness duration; 0 = the node leaves the job
 -- ARGV[4]  lease_ms       int     lease duration for renewed leases
 -- ARGV[5]  info           string  the node's JSON record
--- ARGV[6]  idle           0|1     the node has nothing to do and nothing buffered
+-- ARGV[6]  idle           0|1|2   0 busy; 1 idle; 2 idle now but busy since its last heartbeat
+--                                 (its idle time starts again now)
 -- ARGV[7]  idle_after_ms  int     how long every live node must be idle; 0 = never finish
--- ARGV[8..] lease ids this node holds, to renew
--- Returns {finished 0|1, queued, leased, live nodes, server ms}.
+-- ARGV[8]  writes         int     the node's write counter as it last saw it; -1 = no check
+-- ARGV[9]  take_start     0|1     the node waits for start(): take the claim over if its
+--                                 holder is no longer alive
+-- ARGV[10..] lease ids this node holds, to renew
+-- Returns {finished 0|1, queued, leased, live nodes, server ms, writes, start}; start is
+-- "done" (start() exhausted), "mine" (this node holds the claim, perhaps just taken over),
+-- "other" (another live node runs it) or "none" (nobody claimed it).
+-- The job is finished when start() is done (or was never claimed), the queue is empty, no
+-- lease is out and every live node has been idle for idle_after_ms.
+-- Errors (before any change): CLUSTERSYNC_STATE_LOST, CLUSTERSYNC_ROLLED_BACK <w> <e> (as flush).
 if redis.call('HGET', KEYS[1], 'epoch') ~= ARGV[1] then
   return redis.error_reply('CLUSTERSYNC_STATE_LOST job epoch missing or changed')
 end
 local node = ARGV[2]
+local writes = tonumber(redis.call('HGET', KEYS[8], 'writes') or '0')
+if writes < tonumber(ARGV[8]) then
+  return redis.error_reply('CLUSTERSYNC_ROLLED_BACK ' .. writes .. ' ' .. ARGV[8])
+end
+writes = writes + 1
+redis.call('HSET', KEYS[8], 'writes', writes)
+redis.call('PEXPIRE', KEYS[8], 86400000)
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local leaving = tonumber(ARGV[3]) == 0
 
 redis.call('HSET', KEYS[3], node, ARGV[5])
-if tonumber(ARGV[3]) == 0 then
+if leaving then
   redis.call('ZREM', KEYS[2], node)
   redis.call('HDEL', KEYS[4], node)
 else
   redis.call('ZADD', KEYS[2], now_ms + tonumber(ARGV[3]), node)
-  if ARGV[6] == '1' then
+  if ARGV[6] == '2' then
+    redis.call('HSET', KEYS[4], node, now_ms)
+  elseif ARGV[6] == '1' then
     redis.call('HSETNX', KEYS[4], node, now_ms)
   else
     redis.call('HDEL', KEYS[4], node)
@@ -38,10 +59,28 @@ else
 end
 
 local lease_deadline = now_ms + tonumber(ARGV[4])
-for j = 8, #ARGV do
+for j = 10, #ARGV do
   local lease = redis.call('HGET', KEYS[6], ARGV[j])
   if lease and string.sub(lease, -(#node + 1)) == '|' .. node then
     redis.call('ZADD', KEYS[5], 'XX', lease_deadline, ARGV[j])
+  end
+end
+
+-- start(): done, or claimed by a node that is alive, or taken over from one that is not
+local start = 'none'
+local claim = redis.call('HMGET', KEYS[1], 'start_claim', 'start_done')
+if claim[2] then
+  start = 'done'
+elseif claim[1] == node then
+  start = 'mine'
+elseif claim[1] then
+  local alive_until = redis.call('ZSCORE', KEYS[2], claim[1])
+  if (not alive_until or tonumber(alive_until) < now_ms) and ARGV[9] == '1' and not leaving then
+    redis.call('HSET', KEYS[1], 'start_claim', node)
+    redis.call('HINCRBY', KEYS[1], 'start_takeovers', 1)
+    start = 'mine'
+  else
+    start = 'other'
   end
 end
 
@@ -50,7 +89,7 @@ local leased = redis.call('ZCARD', KEYS[5])
 local live = redis.call('ZRANGEBYSCORE', KEYS[2], now_ms, '+inf', 'LIMIT', 0, 100000)
 local idle_after = tonumber(ARGV[7])
 local finished = 1
-if idle_after <= 0 or queued > 0 or leased > 0 then
+if idle_after <= 0 or queued > 0 or leased > 0 or (start ~= 'done' and start ~= 'none') then
   finished = 0
 else
   for _, other in ipairs(live) do
@@ -61,4 +100,4 @@ else
     end
   end
 end
-return {finished, queued, leased, #live, now_ms}
+return {finished, queued, leased, #live, now_ms, writes, start}

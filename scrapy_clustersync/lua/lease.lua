@@ -8,19 +8,28 @@
 -- KEYS[4]  deadlines  zset   leased entry id -> lease deadline (server ms)
 -- KEYS[5]  leased     hash   leased entry id -> "<queue score>|<node>"
 -- KEYS[6]  stats      hash   job counters
--- KEYS[7]  last_call  hash   this node's last call id and result (makes a retry a no-op)
+-- KEYS[7]  last_call  hash   this node's write counter, last call id and result
 -- ARGV[1]  epoch        string  the job epoch the node joined
 -- ARGV[2]  call_id      string  unique per call
 -- ARGV[3]  node         string  node id
 -- ARGV[4]  count        int     how many entries to lease at most
 -- ARGV[5]  lease_ms     int     lease duration in milliseconds
 -- ARGV[6]  reclaim_max  int     how many expired leases to return at most in this call
--- Returns a flat array: id1, blob1, id2, blob2, ...
+-- ARGV[7]  writes       int     the node's write counter as it last saw it; -1 = do not check
+-- Returns a flat array: the node's write counter, then id1, blob1, id2, blob2, ...
+-- Errors (before any change): CLUSTERSYNC_STATE_LOST, CLUSTERSYNC_ROLLED_BACK <w> <e> (as flush).
 if redis.call('HGET', KEYS[1], 'epoch') ~= ARGV[1] then
   return redis.error_reply('CLUSTERSYNC_STATE_LOST job epoch missing or changed')
 end
 local node = ARGV[3]
-local out = {}
+local writes = tonumber(redis.call('HGET', KEYS[7], 'writes') or '0')
+if writes < tonumber(ARGV[7]) then
+  return redis.error_reply('CLUSTERSYNC_ROLLED_BACK ' .. writes .. ' ' .. ARGV[7])
+end
+writes = writes + 1
+redis.call('HSET', KEYS[7], 'writes', writes)
+redis.call('PEXPIRE', KEYS[7], 86400000)
+local out = {writes}
 
 local function lease_one(id, score, deadline)
   local blob = redis.call('HGET', KEYS[3], id)

@@ -13,3 +13,19 @@ class StoreUnavailable(StoreError):
 
 class StateLost(StoreError):
     """The job's keys are gone or were replaced: Redis restarted empty or the job was purged."""
+
+
+class RolledBack(StoreError):
+    """Redis came back older than this node saw it: writes it confirmed to the node are gone.
+
+    A restart from a lagging snapshot, an AOF that lost its last second, a failover to a replica
+    that lagged. Nothing was changed by the call that found it; the node must forget what it
+    believed stored (see ``SyncWorker``) before it writes on.
+    """
+
+
+class BadBatch(StoreError):
+    """A batch of writes holds an op the flush script refuses; nothing of it was applied.
+
+    Retrying the same batch can never succeed: the caller sets the bad op aside.
+    """

@@ -15,7 +15,7 @@ import redis
 from ..bloom import BloomParams, expected_error, layer
 from ..config import DedupSettings
 from ..keys import JobKeys
-from .errors import StateLost, StoreError, StoreUnavailable
+from .errors import BadBatch, RolledBack, StateLost, StoreError, StoreUnavailable
 
 #: One buffered write, as the flush script reads it: an opcode and its fields.
 Op = tuple[Any, ...]
@@ -37,9 +37,14 @@ def translate_errors() -> Iterator[None]:
     except (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError) as exc:
         raise StoreUnavailable(str(exc) or type(exc).__name__) from exc
     except redis.ResponseError as exc:
-        if "CLUSTERSYNC_STATE_LOST" in str(exc):
-            raise StateLost(str(exc)) from exc
-        raise StoreError(str(exc)) from exc
+        text = str(exc)
+        if "CLUSTERSYNC_STATE_LOST" in text:
+            raise StateLost(text) from exc
+        if "CLUSTERSYNC_ROLLED_BACK" in text:
+            raise RolledBack(text) from exc
+        if "CLUSTERSYNC_BAD_OP" in text:
+            raise BadBatch(text) from exc
+        raise StoreError(text) from exc
     except redis.RedisError as exc:
         raise StoreError(str(exc)) from exc
 
@@ -65,6 +70,8 @@ class Heartbeat:
     leased: int
     live_nodes: int
     server_ms: int
+    #: "done", "mine" (this node holds the start() claim), "other" or "none"
+    start: str = "none"
 
 
 @dataclass(frozen=True)
@@ -117,11 +124,20 @@ class JobStore:
     """The Redis side of one job, as seen by one node (or by the CLI, with ``node_id="cli"``)."""
 
     def __init__(
-        self, client: redis.Redis, job: str, node_id: str, dedup: DedupSettings | None = None
+        self,
+        client: redis.Redis,
+        job: str,
+        node_id: str,
+        dedup: DedupSettings | None = None,
+        writes_seen: int | None = 0,
     ) -> None:
         self.client = client
         self.keys = JobKeys(job)
         self.node_id = node_id
+        #: The node's write counter as the last answer from Redis gave it (every script of the
+        #: node bumps it). A script that finds a lower value raises RolledBack: Redis lost writes
+        #: it had confirmed. None: no check (the CLI, which writes without keeping state).
+        self.writes_seen = writes_seen
         #: the caller's dedup settings until join() reads the job's own
         self.dedup = dedup or DedupSettings()
         self._bloom_layers_described = 1
@@ -154,27 +170,50 @@ class JobStore:
         return self.join(ttl_ms=0, claim=False)[0]
 
     def flush(self, epoch: str, ops: Sequence[Op], call_id: str) -> FlushResult:
-        """Apply ``ops`` in order, atomically; running the same ``call_id`` twice is a no-op."""
+        """Apply ``ops`` in order, atomically; running the same ``call_id`` twice is a no-op.
+
+        Raises BadBatch, before any change, if an op is malformed; RolledBack if Redis lost
+        writes it had confirmed to this node; StateLost if the job is gone.
+        """
         while True:
             keys, args = self._flush_call(epoch, ops, call_id)
             try:
-                with translate_errors():
-                    raw = self._flush(keys=keys, args=args)
+                raw = self._run(self._flush, keys, args)
             except StoreError as exc:
                 wanted = _bloom_layers_wanted(exc)
                 if wanted is None or wanted <= self._bloom_layers_described:
                     raise
                 self._bloom_layers_described = wanted  # the filter grew: describe more layers
                 continue
-            result = FlushResult(*(int(x) for x in _text(raw).split()))
+            *figures, writes = (int(x) for x in _text(raw).split())
+            self._saw_writes(writes)
+            result = FlushResult(*figures)
             self._bloom_layers_described = max(1, result.bloom_layers)
             return result
+
+    def _run(self, script: Any, keys: list[Any], args: list[Any]) -> Any:
+        """Call ``script``; a RolledBack answer resets the counter to what Redis holds."""
+        try:
+            with translate_errors():
+                return script(keys=keys, args=args)
+        except RolledBack as exc:
+            found = str(exc).split("CLUSTERSYNC_ROLLED_BACK", 1)[1].split()[0]
+            self.writes_seen = int(found)  # start counting again from what Redis holds
+            raise
+
+    def _expected_writes(self) -> int:
+        return -1 if self.writes_seen is None else self.writes_seen
+
+    def _saw_writes(self, writes: int) -> None:
+        if self.writes_seen is not None:
+            self.writes_seen = max(self.writes_seen, writes)
 
     def _flush_call(self, epoch: str, ops: Sequence[Op], call_id: str) -> tuple[list, list]:
         k = self.keys
         keys = [k.meta, k.queue, k.entries, k.deadlines, k.leased, k.seen, k.stats, k.dead,
                 k.last_call(self.node_id), k.bloom]
-        args: list[Any] = [epoch, call_id, self.node_id, DEAD_LETTERS_KEPT, self.dedup.mode]
+        args: list[Any] = [epoch, call_id, self.node_id, DEAD_LETTERS_KEPT, self.dedup.mode,
+                           self._expected_writes()]
         if self.dedup.mode == "bloom":
             params = self._bloom_params()
             described = [layer(params, i) for i in range(self._bloom_layers_described)]
@@ -194,12 +233,13 @@ class JobStore:
     def lease(self, epoch: str, count: int, lease_ms: int, call_id: str) -> list[tuple[str, bytes]]:
         """Lease up to ``count`` entries; returns (entry id, encoded request) pairs."""
         k = self.keys
-        with translate_errors():
-            flat = self._lease(
-                keys=[k.meta, k.queue, k.entries, k.deadlines, k.leased, k.stats,
-                      k.last_call(self.node_id)],
-                args=[epoch, call_id, self.node_id, count, lease_ms, RECLAIM_PER_LEASE],
-            )
+        writes, *flat = self._run(
+            self._lease,
+            [k.meta, k.queue, k.entries, k.deadlines, k.leased, k.stats, k.last_call(self.node_id)],
+            [epoch, call_id, self.node_id, count, lease_ms, RECLAIM_PER_LEASE,
+             self._expected_writes()],
+        )
+        self._saw_writes(int(writes))
         return [(_text(flat[i]), _raw(flat[i + 1])) for i in range(0, len(flat), 2)]
 
     def heartbeat(
@@ -212,17 +252,28 @@ class JobStore:
         idle: bool,
         idle_after_ms: int,
         lease_ids: Sequence[str],
+        busy_since_last: bool = False,
+        take_start: bool = False,
     ) -> Heartbeat:
-        """Keep the node alive (``ttl_ms=0``: it leaves), renew leases, learn if all is done."""
+        """Keep the node alive (``ttl_ms=0``: it leaves), renew leases, learn if all is done.
+
+        ``busy_since_last``: the node worked since its last heartbeat, so an idle node's idle
+        time starts now. ``take_start``: the node waits for start() and takes the claim over
+        if its holder is gone (``Heartbeat.start == "mine"`` then).
+        """
         k = self.keys
-        args: list[Any] = [epoch, self.node_id, ttl_ms, lease_ms, json.dumps(info),
-                           1 if idle else 0, idle_after_ms, *lease_ids]
-        with translate_errors():
-            finished, queued, leased, live, now_ms = self._heartbeat(
-                keys=[k.meta, k.nodes, k.node_info, k.idle, k.deadlines, k.leased, k.queue],
-                args=args,
-            )
-        return Heartbeat(bool(finished), int(queued), int(leased), int(live), int(now_ms))
+        idle_flag = (2 if busy_since_last else 1) if idle else 0
+        args: list[Any] = [epoch, self.node_id, ttl_ms, lease_ms, json.dumps(info), idle_flag,
+                           idle_after_ms, self._expected_writes(), int(take_start), *lease_ids]
+        finished, queued, leased, live, now_ms, writes, start = self._run(
+            self._heartbeat,
+            [k.meta, k.nodes, k.node_info, k.idle, k.deadlines, k.leased, k.queue,
+             k.last_call(self.node_id)],
+            args,
+        )
+        self._saw_writes(int(writes))
+        return Heartbeat(bool(finished), int(queued), int(leased), int(live), int(now_ms),
+                         _text(start))
 
     def status(self) -> JobStatus:
         k = self.keys
@@ -279,7 +330,8 @@ class JobStore:
                 if _text(field).startswith("layout"):
                     index, chunks = int(_text(field)[6:]), int(_text(value).split()[3])
                     names.extend(k.bloom_chunk(index, c) for c in range(chunks))
-            return int(self.client.delete(*names))
+            # UNLINK: a huge queue or Bloom layer is freed in the background, not in the call
+            return int(self.client.unlink(*names))
 
 
 def _bloom_layers_wanted(exc: StoreError) -> int | None:
