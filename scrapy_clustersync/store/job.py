@@ -16,6 +16,7 @@ from ..bloom import BloomParams, expected_error, layer
 from ..config import DedupSettings
 from ..keys import JobKeys
 from .errors import StateLost, StoreError, StoreUnavailable
+from .outages import drop_connections, not_serving
 
 #: One buffered write, as the flush script reads it: an opcode and its fields.
 Op = tuple[Any, ...]
@@ -30,18 +31,30 @@ def _load_lua(name: str) -> str:
 
 
 @contextmanager
-def translate_errors() -> Iterator[None]:
-    """Turn redis-py exceptions into the store's own."""
+def translate_errors(client: redis.Redis) -> Iterator[None]:
+    """Turn redis-py exceptions into the store's own.
+
+    A reply saying the server cannot take writes right now (a replica after a failover, out of
+    memory, loading, ...) is an outage like a lost connection, and ``client`` (the one that
+    made the call) drops its pooled connections, so the retry reaches whichever server its
+    address leads to now.
+    """
     try:
         yield
-    except (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError) as exc:
-        raise StoreUnavailable(str(exc) or type(exc).__name__) from exc
-    except redis.ResponseError as exc:
-        if "CLUSTERSYNC_STATE_LOST" in str(exc):
-            raise StateLost(str(exc)) from exc
-        raise StoreError(str(exc)) from exc
     except redis.RedisError as exc:
-        raise StoreError(str(exc)) from exc
+        raise _translated(exc, client) from exc
+
+
+def _translated(exc: redis.RedisError, client: redis.Redis) -> StoreError:
+    reason = not_serving(exc)
+    if reason is not None:
+        drop_connections(client)
+        return StoreUnavailable(reason)
+    if isinstance(exc, (redis.ConnectionError, redis.TimeoutError)):
+        return StoreUnavailable(str(exc) or type(exc).__name__)
+    if isinstance(exc, redis.ResponseError) and "CLUSTERSYNC_STATE_LOST" in str(exc):
+        return StateLost(str(exc))
+    return StoreError(str(exc))
 
 
 def new_call_id() -> str:
@@ -131,7 +144,7 @@ class JobStore:
         self._join = client.register_script(_load_lua("join"))
 
     def ping(self) -> None:
-        with translate_errors():
+        with translate_errors(self.client):
             self.client.ping()
 
     def join(self, ttl_ms: int, claim: bool = True) -> tuple[str, bool]:
@@ -140,7 +153,7 @@ class JobStore:
         Returns the job's epoch and whether this node must run the spider's start().
         """
         k, d = self.keys, self.dedup
-        with translate_errors():
+        with translate_errors(self.client):
             epoch, claimed, mode, capacity, error = self._join(
                 keys=[k.meta, k.nodes],
                 args=[self.node_id, uuid.uuid4().hex, ttl_ms, int(claim), d.mode,
@@ -158,7 +171,7 @@ class JobStore:
         while True:
             keys, args = self._flush_call(epoch, ops, call_id)
             try:
-                with translate_errors():
+                with translate_errors(self.client):
                     raw = self._flush(keys=keys, args=args)
             except StoreError as exc:
                 wanted = _bloom_layers_wanted(exc)
@@ -194,7 +207,7 @@ class JobStore:
     def lease(self, epoch: str, count: int, lease_ms: int, call_id: str) -> list[tuple[str, bytes]]:
         """Lease up to ``count`` entries; returns (entry id, encoded request) pairs."""
         k = self.keys
-        with translate_errors():
+        with translate_errors(self.client):
             flat = self._lease(
                 keys=[k.meta, k.queue, k.entries, k.deadlines, k.leased, k.stats,
                       k.last_call(self.node_id)],
@@ -217,7 +230,7 @@ class JobStore:
         k = self.keys
         args: list[Any] = [epoch, self.node_id, ttl_ms, lease_ms, json.dumps(info),
                            1 if idle else 0, idle_after_ms, *lease_ids]
-        with translate_errors():
+        with translate_errors(self.client):
             finished, queued, leased, live, now_ms = self._heartbeat(
                 keys=[k.meta, k.nodes, k.node_info, k.idle, k.deadlines, k.leased, k.queue],
                 args=args,
@@ -226,7 +239,7 @@ class JobStore:
 
     def status(self) -> JobStatus:
         k = self.keys
-        with translate_errors():
+        with translate_errors(self.client):
             pipe = self.client.pipeline(transaction=False)
             pipe.hgetall(k.meta)
             pipe.zcard(k.queue)
@@ -260,7 +273,7 @@ class JobStore:
         )
 
     def dead_letters(self, limit: int = 100) -> list[DeadLetter]:
-        with translate_errors():
+        with translate_errors(self.client):
             raw = self.client.lrange(self.keys.dead, 0, limit - 1)
         letters = []
         for record in raw:
@@ -272,7 +285,7 @@ class JobStore:
     def purge(self) -> int:
         """Delete every key of the job; returns how many keys existed."""
         k = self.keys
-        with translate_errors():
+        with translate_errors(self.client):
             nodes = [_text(n) for n in self.client.hkeys(k.node_info)]
             names = k.shared_keys() + [k.last_call(n) for n in nodes + ["cli"]]
             for field, value in self.client.hgetall(k.bloom).items():
