@@ -12,6 +12,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+import redis
+
+from scrapy_clustersync.testing.proxy import TcpProxy
+from scrapy_clustersync.testing.redis_server import LOCALHOST, RedisServer
 from scrapy_clustersync.testing.site import TestSite
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -119,3 +123,37 @@ def missing_pages(site: TestSite) -> list[str]:
 
 def pages_fetched_twice(site: TestSite) -> dict[str, int]:
     return {path: count for path, count in site.hits().items() if count > 1}
+
+
+def replicate(replica: RedisServer, primary: RedisServer, timeout_s: float = 30) -> None:
+    """Make ``replica`` a replica of ``primary`` and wait until it holds primary's data."""
+    client = replica.client()
+    client.replicaof(LOCALHOST, primary.port)
+    wait_until(lambda: in_sync(client), timeout_s, f"{replica} to sync from {primary}")
+
+
+def in_sync(replica: redis.Redis) -> bool:
+    """The replica's link to its primary is up and its initial sync is over."""
+    info = replica.info("replication")
+    return info.get("master_link_status") == "up" and not info.get("master_sync_in_progress")
+
+
+def fail_over(old: RedisServer, new: RedisServer, proxy: TcpProxy | None = None) -> None:
+    """A planned failover from ``old`` to ``new``, its synced replica, losing no write.
+
+    Writes to ``old`` are held (CLIENT PAUSE WRITE) until ``new`` has applied every write
+    ``old`` ever acknowledged (replication is asynchronous); then ``new`` is promoted, ``old``
+    becomes its replica and ``proxy`` sends new connections to ``new`` (connections already
+    open stay with ``old``, as after a DNS or virtual IP move). The held writes are let go
+    last, so ``old`` answers them READONLY instead of acknowledging them.
+    """
+    old_client, new_client = old.client(), new.client()
+    old_client.client_pause(30_000, all=False)
+    offset = int(old_client.info("replication")["master_repl_offset"])
+    wait_until(lambda: int(new_client.info("replication")["slave_repl_offset"]) >= offset,
+               10, f"{new} to catch up with {old}")
+    new_client.replicaof("NO", "ONE")
+    old_client.replicaof(LOCALHOST, new.port)
+    if proxy is not None:
+        proxy.retarget(LOCALHOST, new.port)
+    old_client.client_unpause()

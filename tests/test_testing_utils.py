@@ -373,6 +373,25 @@ def test_cut_fails_commands_and_restore_lets_a_new_connection_work(
     assert client.ping() is True
 
 
+def test_retarget_sends_new_connections_elsewhere_and_leaves_open_ones_alone(
+    redis_factory: RedisFactory, proxy_factory: ProxyFactory
+) -> None:
+    # Given two servers and a client connected to the first through the proxy
+    first, second = redis_factory(), redis_factory()
+    first.client().set("server", "first")
+    second.client().set("server", "second")
+    proxy = proxy_factory(first)
+    old = no_retry_client(proxy.url())
+    assert old.get("server") == b"first"
+
+    # When the proxy is retargeted, like a DNS name or virtual IP moving to another server
+    proxy.retarget("127.0.0.1", second.port)
+
+    # Then new connections reach the second server and the open one still the first
+    assert no_retry_client(proxy.url()).get("server") == b"second"
+    assert old.get("server") == b"first"
+
+
 def test_blackhole_cut_makes_commands_time_out_until_restored(
     redis_server: RedisServer, proxy_factory: ProxyFactory
 ) -> None:

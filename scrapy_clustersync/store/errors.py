@@ -8,7 +8,8 @@ class StoreError(Exception):
 
 
 class StoreUnavailable(StoreError):
-    """Redis cannot be reached right now (connection refused or lost, timeout, loading)."""
+    """Redis cannot be used right now: connection refused or lost, timeout, or a server that
+    cannot take writes for now (a replica after a failover, loading, out of memory, ...)."""
 
 
 class StateLost(StoreError):

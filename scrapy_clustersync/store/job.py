@@ -16,6 +16,7 @@ from ..bloom import BloomParams, expected_error, layer
 from ..config import DedupSettings
 from ..keys import JobKeys
 from .errors import BadBatch, RolledBack, StateLost, StoreError, StoreUnavailable
+from .outages import drop_connections, not_serving
 
 #: One buffered write, as the flush script reads it: an opcode and its fields.
 Op = tuple[Any, ...]
@@ -30,23 +31,41 @@ def _load_lua(name: str) -> str:
 
 
 @contextmanager
-def translate_errors() -> Iterator[None]:
-    """Turn redis-py exceptions into the store's own."""
+def translate_errors(client: redis.Redis) -> Iterator[None]:
+    """Turn redis-py exceptions into the store's own.
+
+    A reply saying the server cannot take writes right now (a replica after a failover, out of
+    memory, loading, ...) is an outage like a lost connection, and ``client`` (the one that
+    made the call) drops its pooled connections, so the retry reaches whichever server its
+    address leads to now.
+    """
     try:
         yield
-    except (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError) as exc:
-        raise StoreUnavailable(str(exc) or type(exc).__name__) from exc
-    except redis.ResponseError as exc:
-        text = str(exc)
-        if "CLUSTERSYNC_STATE_LOST" in text:
-            raise StateLost(text) from exc
-        if "CLUSTERSYNC_ROLLED_BACK" in text:
-            raise RolledBack(text) from exc
-        if "CLUSTERSYNC_BAD_OP" in text:
-            raise BadBatch(text) from exc
-        raise StoreError(text) from exc
     except redis.RedisError as exc:
-        raise StoreError(str(exc)) from exc
+        raise _translated(exc, client) from exc
+
+
+def _translated(exc: redis.RedisError, client: redis.Redis) -> StoreError:
+    reason = not_serving(exc)
+    if reason is not None:
+        drop_connections(client)
+        return StoreUnavailable(reason)
+    if isinstance(exc, (redis.ConnectionError, redis.TimeoutError)):
+        return StoreUnavailable(str(exc) or type(exc).__name__)
+    text = str(exc)
+    if isinstance(exc, redis.ResponseError):
+        for marker, kind in _SCRIPT_ERRORS.items():
+            if marker in text:
+                return kind(text)
+    return StoreError(text)
+
+
+#: the errors the job's scripts raise on purpose (see the headers of lua/*.lua)
+_SCRIPT_ERRORS: dict[str, type[StoreError]] = {
+    "CLUSTERSYNC_STATE_LOST": StateLost,
+    "CLUSTERSYNC_ROLLED_BACK": RolledBack,
+    "CLUSTERSYNC_BAD_OP": BadBatch,
+}
 
 
 def new_call_id() -> str:
@@ -147,7 +166,7 @@ class JobStore:
         self._join = client.register_script(_load_lua("join"))
 
     def ping(self) -> None:
-        with translate_errors():
+        with translate_errors(self.client):
             self.client.ping()
 
     def join(self, ttl_ms: int, claim: bool = True) -> tuple[str, bool]:
@@ -156,7 +175,7 @@ class JobStore:
         Returns the job's epoch and whether this node must run the spider's start().
         """
         k, d = self.keys, self.dedup
-        with translate_errors():
+        with translate_errors(self.client):
             epoch, claimed, mode, capacity, error = self._join(
                 keys=[k.meta, k.nodes],
                 args=[self.node_id, uuid.uuid4().hex, ttl_ms, int(claim), d.mode,
@@ -194,7 +213,7 @@ class JobStore:
     def _run(self, script: Any, keys: list[Any], args: list[Any]) -> Any:
         """Call ``script``; a RolledBack answer resets the counter to what Redis holds."""
         try:
-            with translate_errors():
+            with translate_errors(self.client):
                 return script(keys=keys, args=args)
         except RolledBack as exc:
             found = str(exc).split("CLUSTERSYNC_ROLLED_BACK", 1)[1].split()[0]
@@ -277,7 +296,7 @@ class JobStore:
 
     def status(self) -> JobStatus:
         k = self.keys
-        with translate_errors():
+        with translate_errors(self.client):
             pipe = self.client.pipeline(transaction=False)
             pipe.hgetall(k.meta)
             pipe.zcard(k.queue)
@@ -311,7 +330,7 @@ class JobStore:
         )
 
     def dead_letters(self, limit: int = 100) -> list[DeadLetter]:
-        with translate_errors():
+        with translate_errors(self.client):
             raw = self.client.lrange(self.keys.dead, 0, limit - 1)
         letters = []
         for record in raw:
@@ -323,7 +342,7 @@ class JobStore:
     def purge(self) -> int:
         """Delete every key of the job; returns how many keys existed."""
         k = self.keys
-        with translate_errors():
+        with translate_errors(self.client):
             nodes = [_text(n) for n in self.client.hkeys(k.node_info)]
             names = k.shared_keys() + [k.last_call(n) for n in nodes + ["cli"]]
             for field, value in self.client.hgetall(k.bloom).items():

@@ -3,7 +3,7 @@
 Put it between the crawler nodes and Redis: `TcpProxy(target_host, target_port, delay_s=0.0025)`
 adds 2.5 ms in each direction (5 ms per round trip). `cut` drops every connection and refuses
 new ones (or, with ``blackhole=True``, swallows all traffic so clients time out); `restore`
-forwards again.
+forwards again. `retarget` sends new connections to another server (a DNS or VIP move).
 
 One asyncio event loop in a background thread carries every connection. Each chunk read is
 delivered at ``arrival time + delay_s`` through a per-direction FIFO, so bytes keep their order
@@ -123,6 +123,14 @@ class TcpProxy(Service):
         drop all bytes both ways and forward nothing for new ones (clients time out).
         """
         self._call(self._set_mode("blackhole" if blackhole else "refuse"))
+
+    def retarget(self, host: str, port: int) -> None:
+        """Forward new connections to ``host:port``, like a DNS name or virtual IP that moves
+        to another server; connections already open stay linked to the old target."""
+        self._call(self._set_target(host, port))
+
+    async def _set_target(self, host: str, port: int) -> None:
+        self.target_host, self.target_port = host, port
 
     def restore(self) -> None:
         """Forward new connections again. Connections that were blackholed are closed,
