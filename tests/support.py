@@ -69,6 +69,7 @@ def start_node(
     settings: Mapping[str, str] | None = None,
     project_dir: Path = EXAMPLE_PROJECT,
     spider: str = "site",
+    env: Mapping[str, str] | None = None,
 ) -> Node:
     """Start ``scrapy crawl`` as a cluster node; its User-Agent is ``name`` (the site counts it)."""
     merged = {**FAST_SETTINGS, "USER_AGENT": name,
@@ -76,7 +77,7 @@ def start_node(
     command = [sys.executable, "-m", "scrapy", "crawl", spider, "-a", f"start_url={start_url}"]
     for key, value in merged.items():
         command += ["-s", f"{key}={value}"]
-    env = {**os.environ, "CLUSTERSYNC_REDIS_URL": redis_url}
+    env = {**os.environ, "CLUSTERSYNC_REDIS_URL": redis_url, **(env or {})}
     workdir.mkdir(parents=True, exist_ok=True)
     log_path = workdir / f"{name}.log"
     with log_path.open("wb") as log:

@@ -272,9 +272,13 @@ class RedisServer(Service, RedisClients):
         process.kill()
         process.wait()
 
-    def restart(self, down_s: float = 0.0, timeout_s: float = 10.0) -> None:
-        """Graceful stop, stay down ``down_s`` seconds, start again on the same port and dir."""
-        self.stop()
+    def restart(self, down_s: float = 0.0, timeout_s: float = 10.0, crash: bool = False) -> None:
+        """Stop (``crash``: SIGKILL, nothing saved), stay down ``down_s`` seconds, start again
+        on the same port and dir (it loads what it had persisted, if anything)."""
+        if crash:
+            self.kill()
+        else:
+            self.stop()
         if down_s > 0:
             time.sleep(down_s)
         self._fixed_port = True  # clients hold this URL; never move to another port

@@ -1,0 +1,246 @@
+""""Never lost" for the spiders people write: real `scrapy crawl` nodes, real kill -9.
+
+Each test pins one way the promise used to break:
+- a page acked before the requests its callback yielded reached Redis (slow item pipeline,
+  Scrapy's default asyncio reactor), so a kill in between lost them;
+- a failed request whose errback ran stayed leased until the node went idle, so a node that
+  left ran it again elsewhere;
+- the job finished while start() was still running on a node that then died;
+- Redis came back older than the nodes saw it, and what they remembered hid pages for ever.
+"""
+
+from __future__ import annotations
+
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from scrapy_clustersync.testing.redis_server import free_port
+
+from conftest import RedisFactory, SiteFactory
+from support import (
+    EXAMPLE_PROJECT,
+    missing_pages,
+    pages_fetched,
+    start_node,
+    wait_all,
+    wait_until,
+)
+
+SPIDERS = '''
+    import os
+
+    import scrapy
+    from scrapy.utils.defer import maybe_deferred_to_future
+    from twisted.internet.task import deferLater
+
+
+    async def sleep(seconds):
+        from twisted.internet import reactor  # the one Scrapy installed
+
+        await maybe_deferred_to_future(deferLater(reactor, seconds, lambda: None))
+
+
+    def mark(name, line):
+        with open(os.environ["MARKS_DIR"] + "/" + name, "a") as marks:
+            marks.write(line + "\\n")
+
+
+    class ListingSpider(scrapy.Spider):
+        """Each page yields ITEMS items, then its links (a listing page)."""
+
+        name = "listing"
+
+        def __init__(self, start_url="", **kw):
+            super().__init__(**kw)
+            self.start_url = start_url
+
+        async def start(self):
+            yield scrapy.Request(self.start_url)
+
+        def parse(self, response):
+            for index in range(self.settings.getint("ITEMS")):
+                yield {"url": response.url, "index": index}
+            for href in response.css("a::attr(href)").getall():
+                yield response.follow(href)
+
+
+    class SlowLastItemsPipeline:
+        """The last items of page 0 take BLOCK_S seconds (a stuck database write)."""
+
+        def __init__(self, crawler):
+            self.block_s = crawler.settings.getfloat("BLOCK_S")
+            self.items = crawler.settings.getint("ITEMS")
+
+        @classmethod
+        def from_crawler(cls, crawler):
+            return cls(crawler)
+
+        async def process_item(self, item):
+            if self.block_s and item["url"].endswith("/page/0.html") and \\
+                    item["index"] >= self.items - 2:
+                mark("blocked", item["url"])
+                await sleep(self.block_s)
+            return item
+
+
+    class ErrbackSpider(scrapy.Spider):
+        """A slow crawl, and one request that fails and has an errback."""
+
+        name = "errback"
+
+        def __init__(self, start_url="", **kw):
+            super().__init__(**kw)
+            self.start_url = start_url
+
+        async def start(self):
+            yield scrapy.Request(self.start_url)
+            yield scrapy.Request(self.settings.get("FAILING_URL"), errback=self.failed)
+
+        def parse(self, response):
+            for href in response.css("a::attr(href)").getall():
+                yield response.follow(href)
+
+        def failed(self, failure):
+            mark("errbacks", self.settings.get("USER_AGENT"))
+            yield {"failed": failure.request.url}
+
+
+    class SlowStartSpider(scrapy.Spider):
+        """start() yields page 0 .. PAGES-1 slowly; callbacks follow nothing."""
+
+        name = "slowstart"
+
+        def __init__(self, start_url="", **kw):
+            super().__init__(**kw)
+            self.base = start_url.rsplit("/", 1)[0]
+
+        async def start(self):
+            for index in range(self.settings.getint("PAGES")):
+                mark("started", f"{self.settings.get('USER_AGENT')} {index}")
+                yield scrapy.Request(f"{self.base}/{index}.html")
+                await sleep(0.2)
+
+        def parse(self, response):
+            yield {"url": response.url}
+'''
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    """The example project plus the spiders above; marks go to ``tmp_path/marks``."""
+    root = tmp_path / "project"
+    (root / "example" / "spiders").mkdir(parents=True)
+    for name in ("scrapy.cfg", "example/__init__.py", "example/settings.py",
+                 "example/spiders/__init__.py"):
+        (root / name).write_text((EXAMPLE_PROJECT / name).read_text())
+    (root / "example/spiders/guarantees.py").write_text(textwrap.dedent(SPIDERS))
+    (tmp_path / "marks").mkdir()
+    return root
+
+
+def marks(tmp_path: Path, name: str) -> list[str]:
+    path = tmp_path / "marks" / name
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def node_env(tmp_path: Path) -> dict[str, str]:
+    return {"MARKS_DIR": str(tmp_path / "marks")}
+
+
+@pytest.mark.parametrize("reactor", ["asyncio", "select"])
+def test_a_page_is_not_acked_before_its_links_are_queued_however_slow_its_items(
+    reactor: str, redis_server: RedisFactory, site: SiteFactory, project: Path, tmp_path: Path
+) -> None:
+    # given a listing spider whose item pipeline is stuck on the last items of page 0, while
+    # the links page 0 yielded after its items wait behind them (2 items at a time)
+    web = site(60, links_per_page=2)
+    settings = {"ITEMS": "30", "CONCURRENT_ITEMS": "2", "BLOCK_S": "60",
+                "ITEM_PIPELINES": '{"example.spiders.guarantees.SlowLastItemsPipeline": 100}'}
+    if reactor == "select":
+        settings["TWISTED_REACTOR"] = "twisted.internet.selectreactor.SelectReactor"
+    first = start_node("first", redis_server.url, web.start_url, tmp_path, settings,
+                       project_dir=project, spider="listing", env=node_env(tmp_path))
+    wait_until(lambda: len(marks(tmp_path, "blocked")) == 2, 60, "page 0's last items to block")
+    time.sleep(1.0)  # far longer than a flush takes
+    # then page 0 is not acked yet: what it yielded is not all through
+    stats = redis_server.client().hgetall("clustersync:{listing}:stats")
+    assert int(stats.get(b"acked", 0)) == 0
+    # when the node is killed there, and a healthy node takes over the job
+    first.kill()
+    second = start_node("second", redis_server.url, web.start_url, tmp_path,
+                        {**settings, "BLOCK_S": "0"}, project_dir=project, spider="listing",
+                        env=node_env(tmp_path))
+    wait_all([second], timeout_s=120)
+    # then page 0 was crawled again once its lease ran out, and no page is lost
+    assert missing_pages(web) == []
+    assert second.finish_reason() == "finished"
+
+
+def test_a_request_whose_errback_ran_is_done_and_a_leaving_node_does_not_hand_it_back(
+    redis_server: RedisFactory, site: SiteFactory, project: Path, tmp_path: Path
+) -> None:
+    # given a node on a slow crawl with one request that fails and has an errback
+    web = site(300, delay_s=0.05)
+    settings = {"FAILING_URL": f"http://127.0.0.1:{free_port()}/nothing-listens-here",
+                "CONCURRENT_REQUESTS": "4", "RETRY_ENABLED": "0",
+                "CLUSTERSYNC_LEASE_TIMEOUT": "600"}
+    leaving = start_node("leaving", redis_server.url, web.start_url, tmp_path, settings,
+                         project_dir=project, spider="errback", env=node_env(tmp_path))
+    wait_until(lambda: marks(tmp_path, "errbacks") == ["leaving"], 60, "the errback to run")
+    time.sleep(1.0)
+    assert pages_fetched(web) < 300  # the node is busy: it did not go idle since
+    # when that node stops (SIGTERM hands back what it has not finished) and another goes on
+    leaving.process.terminate()
+    assert leaving.wait(60) == 0
+    staying = start_node("staying", redis_server.url, web.start_url, tmp_path, settings,
+                         project_dir=project, spider="errback", env=node_env(tmp_path))
+    wait_all([staying], timeout_s=180)
+    # then the errback ran once in the whole cluster, and every page was crawled
+    assert marks(tmp_path, "errbacks") == ["leaving"]
+    assert missing_pages(web) == []
+    assert staying.finish_reason() == "finished"
+
+
+def test_the_job_waits_for_start_and_a_live_node_finishes_it_when_its_node_dies(
+    redis_server: RedisFactory, site: SiteFactory, project: Path, tmp_path: Path
+) -> None:
+    # given two nodes started together on a spider whose start() yields 30 pages slowly
+    web = site(30)
+    settings = {"PAGES": "30"}
+    nodes = [start_node(name, redis_server.url, web.start_url, tmp_path, settings,
+                        project_dir=project, spider="slowstart", env=node_env(tmp_path))
+             for name in ("node1", "node2")]
+    wait_until(lambda: len(marks(tmp_path, "started")) >= 5, 60, "start() to be under way")
+    # when the node running start() is killed half-way
+    [runner] = [n for n in nodes if n.name == marks(tmp_path, "started")[0].split()[0]]
+    [other] = [n for n in nodes if n is not runner]
+    runner.kill()
+    wait_all([other], timeout_s=120)
+    # then the other node took start() over and the job finished with every page
+    assert missing_pages(web) == []
+    assert other.finish_reason() == "finished"
+    assert "runs it now" in other.log()
+    assert any(line.startswith(other.name) for line in marks(tmp_path, "started"))
+
+
+def test_redis_rolled_back_to_an_older_snapshot_loses_no_page(
+    redis_server: RedisFactory, site: SiteFactory, tmp_path: Path
+) -> None:
+    # given two nodes crawling, and a snapshot of Redis taken mid-crawl
+    web = site(500, delay_s=0.01)
+    nodes = [start_node(name, redis_server.url, web.start_url, tmp_path)
+             for name in ("node1", "node2")]
+    wait_until(lambda: pages_fetched(web) >= 100, 60, "100 pages")
+    redis_server.client().save()
+    at_snapshot = pages_fetched(web)
+    wait_until(lambda: pages_fetched(web) >= at_snapshot + 100, 60, "100 pages more")
+    # when Redis crashes and comes back from that snapshot: writes after it are gone
+    redis_server.restart(crash=True)
+    wait_all(nodes, timeout_s=120)
+    # then every page was crawled, and the nodes said what happened
+    assert missing_pages(web) == []
+    assert [node.finish_reason() for node in nodes] == ["finished", "finished"]
+    assert all("came back older than this node saw it" in node.log() for node in nodes)

@@ -1,0 +1,166 @@
+"""The job's scripts against a real redis-server: Redis that came back older, start() claims,
+idle time, and how a node reacts to them."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+from scrapy.exceptions import CloseSpider
+from scrapy.settings import Settings
+from test_store import joined, push_op
+
+from scrapy_clustersync.config import ClusterConfig
+from scrapy_clustersync.extensions.lifecycle import NodeLifecycle
+from scrapy_clustersync.scheduler import _schedulers
+from scrapy_clustersync.store import JobStore, make_client
+from scrapy_clustersync.store.errors import RolledBack
+from scrapy_clustersync.store.job import new_call_id
+from scrapy_clustersync.worker import SyncWorker
+
+from conftest import RedisFactory
+
+
+def beat(store: JobStore, epoch: str, idle: bool = False, **kw: Any) -> Any:
+    options: dict[str, Any] = {"ttl_ms": 10_000, "lease_ms": 10_000, "info": {}, "idle": idle,
+                               "idle_after_ms": 200, "lease_ids": []}
+    return store.heartbeat(epoch, **(options | kw))
+
+
+def test_a_node_notices_when_redis_comes_back_older_than_it_saw_it(
+    redis_factory: RedisFactory,
+) -> None:
+    # given a node whose first writes are in a snapshot, and whose later writes are not
+    redis = redis_factory()
+    store, epoch = joined(redis)
+    store.flush(epoch, [push_op("http://a/1")], new_call_id())
+    redis.client().save()
+    store.flush(epoch, [push_op("http://a/2")], new_call_id())
+    # when Redis crashes and loads that snapshot
+    redis.restart(crash=True)
+    # then the node's next call of any kind says so, and changes nothing
+    with pytest.raises(RolledBack):
+        store.lease(epoch, 10, 10_000, new_call_id())
+    assert redis.client().zcard("clustersync:{job}:queue") == 1
+    # and once told, the node writes on from what Redis holds
+    store.flush(epoch, [push_op("http://a/3")], new_call_id())
+
+
+def test_entry_ids_are_never_reused_after_redis_came_back_older(
+    redis_factory: RedisFactory,
+) -> None:
+    # given an entry pushed after a snapshot, and Redis restarted from that snapshot
+    redis = redis_factory()
+    store, epoch = joined(redis)
+    redis.client().save()
+    store.flush(epoch, [push_op("http://a/lost")], new_call_id())
+    [(lost_id, _)] = store.lease(epoch, 1, 10_000, new_call_id())
+    redis.restart(crash=True)
+    other = JobStore(make_client(redis.url), "job", "n2")
+    other.join(ttl_ms=10_000)
+    # when another node pushes a new request (the entry sequence runs again)
+    other.flush(epoch, [push_op("http://a/new")], new_call_id())
+    [(new_id, _)] = other.lease(epoch, 1, 10_000, new_call_id())
+    # then it has another id, so a late ack of the lost entry cannot delete it
+    assert new_id != lost_id
+    other.flush(epoch, [("A", lost_id)], new_call_id())
+    assert redis.client().hexists("clustersync:{job}:entries", new_id)
+
+
+def make_worker(redis: Any, node: str = "n1", **settings: Any) -> tuple[SyncWorker, JobStore, str]:
+    config = ClusterConfig.from_settings(
+        Settings({"CLUSTERSYNC_REDIS_URL": redis.url, **settings}), "job")
+    store = JobStore(make_client(redis.url), "job", node)
+    epoch, _ = store.join(ttl_ms=60_000)
+    worker = SyncWorker(store, config, epoch, node_info=dict, on_leased=lambda: None)
+    return worker, store, epoch
+
+
+def test_after_a_rollback_the_acks_of_requests_under_way_become_releases(
+    redis_factory: RedisFactory,
+) -> None:
+    # given a node that crawls a leased request whose children went out after a snapshot
+    redis = redis_factory()
+    worker, store, epoch = make_worker(redis)
+    store.flush(epoch, [push_op("http://a/parent")], new_call_id())
+    redis.client().save()
+    [(parent, _)] = store.lease(epoch, 1, 60_000, new_call_id())
+    worker.held.add(parent)
+    store.flush(epoch, [push_op("http://a/child")], new_call_id())
+    # when Redis comes back from the snapshot (the lease and the child are gone) ...
+    redis.restart(crash=True)
+    worker.start()
+    worker.add(("P", b"x" * 20, 0, b"", 1))  # any write: it finds the rollback
+    time.sleep(1.0)
+    # ... and the node acks the parent afterwards
+    worker.add(("A", parent))
+    assert not worker.close(unacked=[])
+    # then the parent is queued again (to be crawled again, children and all), not deleted
+    assert worker.rollbacks == 1
+    assert redis.client().zscore("clustersync:{job}:queue", parent) is not None
+
+
+def test_the_job_does_not_finish_while_start_is_claimed_and_not_exhausted(
+    redis_server: RedisFactory,
+) -> None:
+    # given a job whose start() is claimed by a live node and not done, every node idle
+    runner, epoch = joined(redis_server, "runner")
+    assert beat(runner, epoch, idle=True).start == "mine"
+    time.sleep(0.3)
+    # then it is not finished
+    assert beat(runner, epoch, idle=True).finished is False
+    # until start() is exhausted
+    runner.flush(epoch, [("S",)], new_call_id())
+    time.sleep(0.3)
+    assert beat(runner, epoch, idle=True).finished is True
+
+
+def test_a_waiting_node_takes_start_over_from_a_node_that_is_gone(
+    redis_server: RedisFactory,
+) -> None:
+    # given a job whose start() claim belongs to a node whose liveness ran out
+    runner = JobStore(make_client(redis_server.url), "job", "runner")
+    epoch, claimed = runner.join(ttl_ms=200)
+    waiter, _ = joined(redis_server, "waiter")
+    assert claimed and beat(waiter, epoch, take_start=True).start == "other"
+    time.sleep(0.3)
+    # when a node that waits for start() beats (one that does not wait never takes it)
+    assert beat(waiter, epoch).start == "other"
+    # then it holds the claim
+    assert beat(waiter, epoch, take_start=True).start == "mine"
+    assert redis_server.client().hget("clustersync:{job}:meta", "start_claim") == b"waiter"
+
+
+def test_a_node_busy_since_its_last_heartbeat_starts_its_idle_time_again(
+    redis_server: RedisFactory,
+) -> None:
+    # given a job with start() done and one node idle long enough to finish it ...
+    node, epoch = joined(redis_server)
+    node.flush(epoch, [("S",)], new_call_id())
+    beat(node, epoch, idle=True)
+    time.sleep(0.3)
+    # when its next heartbeat says it worked in between (but is idle again)
+    # then its idle time starts again: the job is not finished yet
+    assert beat(node, epoch, idle=True, busy_since_last=True).finished is False
+    time.sleep(0.3)
+    assert beat(node, epoch, idle=True).finished is True
+
+
+class _Crawler:
+    engine = None
+
+
+def test_a_node_whose_job_is_gone_closes_as_such_even_when_idle_first() -> None:
+    # given a node whose Redis thread found the job gone
+    crawler = _Crawler()
+    scheduler: Any = type("S", (), {})()
+    scheduler.worker = type("W", (), {"state_lost": "epoch missing", "finished": False})()
+    scheduler.engine_idle = lambda: None
+    _schedulers[crawler] = scheduler  # type: ignore[index]
+    lifecycle = NodeLifecycle(crawler)  # type: ignore[arg-type]
+    # when the engine goes idle before the extension's loop closes it
+    # then it closes with the reason that says so, never "finished"
+    with pytest.raises(CloseSpider) as closing:
+        lifecycle.spider_idle()
+    assert closing.value.reason == "clustersync_state_lost"
