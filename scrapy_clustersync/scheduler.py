@@ -22,6 +22,7 @@ import weakref
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
+from scrapy import Request
 from scrapy.exceptions import CloseSpider
 
 from .codec import LEASE_META_KEY, RequestCodec, UndecodableEntry, UnencodableRequest
@@ -35,7 +36,7 @@ from .worker import SyncWorker
 START_WAIT_POLL_S = 0.25
 
 if TYPE_CHECKING:
-    from scrapy import Request, Spider
+    from scrapy import Spider
     from scrapy.crawler import Crawler
     from typing_extensions import Self
 
@@ -76,6 +77,8 @@ class ClusterScheduler:
         #: of those, the ones whose response (or failure) is in Scrapy's scraper right now
         self.scraping: set[str] = set()
         self._rollbacks_seen = 0
+        #: the worker's rollback count when this node exhausted start(); None: it did not
+        self._start_done_at: int | None = None
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -289,6 +292,35 @@ class ClusterScheduler:
         if self.worker is not None:
             self.worker.add(("S",))
             self.worker.start_state = "done"
+            self._start_done_at = self.worker.rollbacks
+
+    def start_lost(self) -> bool:
+        """This node ran start(), and Redis came back older than the end of it.
+
+        start()'s requests may be among the lost writes, and the job cannot finish before
+        start() is done again, so this node runs it again (see ``rerun_start``).
+        """
+        worker = self.worker
+        return worker is not None and self._start_done_at is not None and \
+            worker.start_state_rollbacks > self._start_done_at and \
+            worker.start_state in ("mine", "none")
+
+    async def rerun_start(self) -> None:
+        """Run the spider's start() again, its requests straight to the engine.
+
+        Only after Redis lost the writes that ended start() (see ``start_lost``). Requests it
+        yields that Redis still has are dropped by dedup; items are not sent again (their
+        pipelines ran the first time).
+        """
+        assert self.worker is not None
+        self._start_done_at = None
+        logger.warning("clustersync: Redis lost the end of job %r's start(); node %s runs "
+                       "start() again", self.config.job, self.config.node_id)
+        engine: Any = self.crawler.engine
+        async for item_or_request in self.crawler.spider.start():  # type: ignore[union-attr]
+            if isinstance(item_or_request, Request) and engine.spider is not None:
+                engine.crawl(item_or_request)
+        self.start_exhausted()
 
     async def wait_for_start(self) -> bool:
         """Wait while another node runs the job's start(); True if this node must run it.

@@ -83,8 +83,10 @@ class SyncWorker:
         #: since its last heartbeat starts its idle time again
         self.activity = 0
         self._activity_at_beat = 0
-        #: the job's start(): "done", "mine", "other" or "none" (see heartbeat.lua)
+        #: the job's start(): "done", "mine", "other" or "none" (see heartbeat.lua), and the
+        #: value of ``rollbacks`` when a heartbeat last said so
         self.start_state = start_state
+        self.start_state_rollbacks = 0
         #: set by the reactor thread while it waits to take start() over from a dead node
         self.wants_start = False
         #: how many times Redis was found older than this node saw it
@@ -335,6 +337,7 @@ class SyncWorker:
         )
         self._activity_at_beat = activity
         self.start_state = beat.start
+        self.start_state_rollbacks = self.rollbacks
         if beat.finished and not leaving:
             self.finished = True
 

@@ -67,6 +67,8 @@ class NodeLifecycle:
             self._close(STATE_LOST)
         elif worker.finished:
             self._close("finished")
+        elif scheduler.start_lost():
+            deferred_from_coro(scheduler.rerun_start())
         elif worker.prefetched:
             scheduler.wake_engine()
 
