@@ -1,0 +1,1 @@
+"""A "listing" project for the end-to-end tests: many items per page, a slow async pipeline."""
