@@ -34,6 +34,7 @@ from .store import JobStore, StoreError, make_client
 from .worker import SyncWorker
 
 START_WAIT_POLL_S = 0.25
+MIN_REDIS_VERSION = (7, 0)
 
 if TYPE_CHECKING:
     from scrapy import Spider
@@ -116,6 +117,7 @@ class ClusterScheduler:
                 "that Redis is running.", self.config.job, redact_url(self.config.redis_url), exc,
             )
             raise CloseSpider("clustersync_redis_unreachable") from None
+        self._check_server_version()
         if self.store.dedup != self.config.dedup:
             logger.warning(
                 "clustersync: job %r was created with dedup settings %s; this node's settings "
@@ -156,6 +158,18 @@ class ClusterScheduler:
                 "clustersync: Redis was unreachable at close; %d writes are kept in %s and are "
                 "sent by the next node of job %r started in this directory.",
                 len(undelivered), path, self.config.job,
+            )
+
+    def _check_server_version(self) -> None:
+        try:
+            version = self.store.server_version()
+        except StoreError:
+            return  # the join just worked; the version is only worth a warning
+        if version and version < MIN_REDIS_VERSION:
+            logger.warning(
+                "clustersync: Redis at %s is version %s; clustersync needs %s or newer and is "
+                "not tested on older versions.", redact_url(self.config.redis_url),
+                ".".join(map(str, version)), ".".join(map(str, MIN_REDIS_VERSION)),
             )
 
     def _replay_spool(self, epoch: str) -> None:

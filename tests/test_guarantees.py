@@ -11,6 +11,7 @@ Each test pins one way the promise used to break:
 
 from __future__ import annotations
 
+import signal
 import textwrap
 import time
 from pathlib import Path
@@ -267,3 +268,22 @@ def test_start_runs_again_when_redis_comes_back_older_than_its_end(
     assert missing_pages(web) == []
     assert node.finish_reason() == "finished"
     assert "runs start() again" in node.log()
+
+
+def test_a_node_frozen_longer_than_its_leases_loses_nothing_when_it_wakes(
+    redis_server: RedisFactory, site: SiteFactory, tmp_path: Path
+) -> None:
+    # given two nodes crawling with 3-second leases
+    web = site(400, delay_s=0.01)
+    frozen, other = [start_node(name, redis_server.url, web.start_url, tmp_path)
+                     for name in ("frozen", "other")]
+    wait_until(lambda: sum(web.hits_by_agent().get("frozen", {}).values()) >= 40, 60,
+               "the first node to crawl")
+    # when one is frozen (SIGSTOP) for longer than its leases, then woken (SIGCONT)
+    frozen.process.send_signal(signal.SIGSTOP)
+    time.sleep(5)
+    frozen.process.send_signal(signal.SIGCONT)
+    wait_all([frozen, other], timeout_s=120)
+    # then every page was crawled and both nodes ended the job normally
+    assert missing_pages(web) == []
+    assert [frozen.finish_reason(), other.finish_reason()] == ["finished", "finished"]

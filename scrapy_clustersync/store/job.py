@@ -169,6 +169,12 @@ class JobStore:
         with translate_errors(self.client):
             self.client.ping()
 
+    def server_version(self) -> tuple[int, ...]:
+        """The Redis server's version, e.g. (7, 0, 15); () if it does not say."""
+        with translate_errors(self.client):
+            version = str(self.client.info("server").get("redis_version", ""))
+        return tuple(int(part) for part in version.split(".") if part.isdigit())
+
     def join(self, ttl_ms: int, claim: bool = True) -> tuple[str, bool]:
         """Join the job (creating it if new) and adopt its dedup settings.
 
