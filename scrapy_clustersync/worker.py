@@ -159,7 +159,14 @@ class SyncWorker:
         return self._undelivered()
 
     def _undelivered(self) -> Undelivered:
-        return Undelivered(self._pending_flush, list(self.ops), self.store.writes_seen or 0)
+        ops = [self._voided(op) for op in self.ops]
+        return Undelivered(self._pending_flush, ops, self.store.writes_seen or 0)
+
+    def _voided(self, op: Op) -> Op:
+        """``op``, with an ack of a request voided by a rollback turned into a release."""
+        if op[0] == "A" and op[1] in self._void:
+            return ("N", op[1])  # see _rolled_back
+        return op
 
     # ---- worker thread -------------------------------------------------------------------
     def _run(self) -> None:
@@ -244,10 +251,7 @@ class SyncWorker:
     def _take_batch(self) -> list[Op]:
         batch: list[Op] = []
         while self.ops and len(batch) < self._batch_limit:
-            op = self.ops.popleft()
-            if op[0] == "A" and op[1] in self._void:
-                op = ("N", op[1])  # see _rolled_back
-            batch.append(op)
+            batch.append(self._voided(self.ops.popleft()))
         self._oldest_op_at = time.monotonic() if self.ops else None
         return batch
 

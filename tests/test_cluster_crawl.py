@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
+
 from conftest import RedisFactory, SiteFactory
 from support import (
     missing_pages,
@@ -111,17 +113,19 @@ def test_redis_restart_mid_crawl_loses_nothing(
         assert log.count("reachable again") == 1
 
 
+@pytest.mark.parametrize("blackhole", [False, True], ids=["refused", "replies-lost"])
 def test_redis_unreachable_longer_than_a_lease_loses_nothing(
-    redis_server: RedisFactory, site: SiteFactory, proxy_factory, tmp_path: Path
+    blackhole: bool, redis_server: RedisFactory, site: SiteFactory, proxy_factory, tmp_path: Path
 ) -> None:
-    # given two nodes that reach Redis through a proxy, with 2-second leases
+    # given two nodes that reach Redis through a proxy, with 2-second leases; with a blackhole,
+    # calls under way at the cut reach Redis but their replies are lost
     proxy = proxy_factory(redis_server)
     web = site(500, delay_s=0.01)
     settings = {"CLUSTERSYNC_LEASE_TIMEOUT": "2", "CLUSTERSYNC_SOCKET_TIMEOUT": "1"}
     nodes = start_nodes(2, proxy.url(), web.start_url, tmp_path, settings)
     wait_until(lambda: pages_fetched(web) >= 100, 60, "100 pages")
     # when the network to Redis is cut for longer than a lease
-    proxy.cut()
+    proxy.cut(blackhole=blackhole)
     before = pages_fetched(web)
     wait_until(lambda: all("is unreachable" in n.log() for n in nodes), 20, "both nodes to notice")
     time.sleep(4)
