@@ -34,6 +34,8 @@ logger = logging.getLogger(__name__)
 
 SPOOL_FORMAT = 2
 SUFFIX = ".spool"
+#: how the previous version (format 1, a list of ops) named its files, in this same directory
+FORMAT_1_SUFFIX = ".msgpack"
 CLAIM_MARK = ".replaying-"
 
 
@@ -71,7 +73,9 @@ class Spool:
     def _claim_all(self) -> list[Path]:
         if not self.directory.is_dir():
             return []
-        candidates = sorted(self.directory.glob(f"*{SUFFIX}"), key=_mtime)
+        # format 1 files too: claimed only to be set aside with a clear error, never ignored
+        found = [*self.directory.glob(f"*{SUFFIX}"), *self.directory.glob(f"*{FORMAT_1_SUFFIX}")]
+        candidates = sorted(found, key=_mtime)
         candidates += [p for p in self.directory.glob(f"*{CLAIM_MARK}*") if _claim_is_stale(p)]
         claimed = []
         for path in candidates:

@@ -26,7 +26,8 @@ class RolledBack(StoreError):
 
 
 class BadBatch(StoreError):
-    """A batch of writes holds an op the flush script refuses; nothing of it was applied.
+    """A batch of writes holds an op the flush script refuses, or one redis-py cannot even
+    send (a value of a type it does not encode); nothing of it was applied.
 
     Retrying the same batch can never succeed: the caller sets the bad op aside.
     """

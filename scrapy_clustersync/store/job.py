@@ -53,6 +53,10 @@ def _translated(exc: redis.RedisError, client: redis.Redis) -> StoreError:
     if isinstance(exc, (redis.ConnectionError, redis.TimeoutError)):
         return StoreUnavailable(str(exc) or type(exc).__name__)
     text = str(exc)
+    if isinstance(exc, redis.DataError):
+        # redis-py cannot encode an argument (a bool or None priority): nothing was sent, and
+        # sending the same batch again can never work, like an op the flush script refuses
+        return BadBatch(f"an op holds a value that cannot be sent to Redis ({text})")
     if isinstance(exc, redis.ResponseError):
         for marker, kind in _SCRIPT_ERRORS.items():
             if marker in text:
