@@ -252,7 +252,8 @@ class ClusterScheduler:
             return False
         if fingerprint:
             self.dupefilter.sent(fingerprint)
-        self.worker.add(("P", fingerprint, request.priority, blob, int(request.dont_filter)))
+        # int(): Scrapy accepts any int-like priority (True, numpy ints); Redis takes numbers
+        self.worker.add(("P", fingerprint, int(request.priority), blob, int(request.dont_filter)))
         self._busy()
         self.counts["clustersync/enqueued"] += 1
         return True

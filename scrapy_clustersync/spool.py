@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 SPOOL_FORMAT = 2
+SPOOL_FIELDS = frozenset({"format", "job", "node", "epoch", "writes_seen", "batches"})
 SUFFIX = ".spool"
 #: how the previous version (format 1, a list of ops) named its files, in this same directory
 FORMAT_1_SUFFIX = ".msgpack"
@@ -133,6 +134,10 @@ class Spool:
             self._set_aside(
                 path, "unknown", f"it has spool format {found!r}, this version reads format "
                 f"{SPOOL_FORMAT}: replay it with the version that wrote it")
+            return None
+        missing = SPOOL_FIELDS - set(data)
+        if missing:
+            self._set_aside(path, "unreadable", f"it lacks {sorted(missing)}")
             return None
         if data.get("epoch") != epoch:
             self._set_aside(
