@@ -11,7 +11,8 @@
 -- KEYS[7]  stats      hash   job counters
 -- KEYS[8]  dead       list   dead letters, newest first
 -- KEYS[9]  last_call  hash   this node's last call id and its result (makes a retry a no-op)
--- KEYS[10] bloom      hash   Bloom filter state: layers (active count), count<i>, layout<i>
+-- KEYS[10] bloom      hash   Bloom filter state: layers (active count), count<i>, layout<i>,
+--                           prepared<i> (chunks of layer i allocated by bloom_prepare.lua)
 -- KEYS[11..] bloom chunk strings of the described layers, layer by layer, chunk by chunk
 -- ARGV[1]  epoch      string the job epoch the node joined; another value = Redis lost the job
 -- ARGV[2]  call_id    string unique per call; the same id again returns the stored result
@@ -26,9 +27,13 @@
 --   N id                                           release this node's lease back to the queue
 --   D id reason                                    dead-letter a leased entry
 --   S                                              the job's start() is exhausted
--- Returns "pushed filtered acked released dead active_bloom_layers".
+-- Returns "pushed filtered acked released dead active_bloom_layers active_layer_entries".
 -- Errors CLUSTERSYNC_BLOOM_LAYOUT <n> (before any change) if fewer layers are described than the
 -- batch may need: the caller describes <n> layers and calls again. Fingerprints are 20 bytes.
+-- Errors CLUSTERSYNC_BLOOM_NOT_READY <i> (before any change) if the batch may need layer <i> (0 =
+-- the first) and not all its chunks exist: this script never allocates a layer (that would block
+-- Redis for the whole layer and escape maxmemory); the caller allocates it with bloom_prepare.lua
+-- and calls again.
 if redis.call('HGET', KEYS[1], 'epoch') ~= ARGV[1] then
   return redis.error_reply('CLUSTERSYNC_STATE_LOST job epoch missing or changed')
 end
@@ -52,7 +57,7 @@ end
 
 -- ---- Bloom filter ----------------------------------------------------------------------------
 local layers = {}
-local active = 0
+local active, needed = 0, 0
 local function load_layers()
   local key = 11
   for l = 1, described do
@@ -72,7 +77,8 @@ local function load_layers()
     elseif op == 'S' then index = index + 1
     else index = index + 2 end
   end
-  local room, needed = 0, math.max(active, 1)
+  local room = 0
+  needed = math.max(active, 1)
   for l = 1, math.max(active, 1) do
     room = room + (layers[l] and layers[l].capacity or 0)
        - tonumber(redis.call('HGET', KEYS[10], 'count' .. (l - 1)) or '0')
@@ -87,12 +93,19 @@ local function load_layers()
   return 0
 end
 
-local function add_layer()
-  local layer = layers[active + 1]
-  for c = 0, layer.chunks - 1 do
-    -- a zero string of the exact size: no allocator rounding, no later growth
-    redis.call('SETRANGE', KEYS[layer.first_key + c], layer.chunk_bits / 8 - 1, '\0')
+-- the first layer the batch may need whose chunks are not all allocated yet, or nil
+local function unprepared_layer()
+  for l = active + 1, needed do
+    if tonumber(redis.call('HGET', KEYS[10], 'prepared' .. (l - 1)) or '0') < layers[l].chunks then
+      return l - 1
+    end
   end
+  return nil
+end
+
+-- the next layer's chunks exist (unprepared_layer() said so): taking it into use writes no bits
+local function activate_layer()
+  local layer = layers[active + 1]
   redis.call('HSET', KEYS[10], 'layers', active + 1, 'count' .. active, 0,
              'layout' .. active, table.concat({layer.bits, layer.k, layer.chunk_bits,
                                                layer.chunks, layer.capacity}, ' '))
@@ -134,7 +147,7 @@ local function bloom_add(fp)
   end
   local count_field = 'count' .. (active - 1)
   if tonumber(redis.call('HGET', KEYS[10], count_field)) >= layers[active].capacity then
-    add_layer()
+    activate_layer()
     count_field = 'count' .. (active - 1)
   end
   local layer = layers[active]
@@ -156,7 +169,16 @@ if bloom then
   if wanted > 0 then
     return redis.error_reply('CLUSTERSYNC_BLOOM_LAYOUT ' .. wanted)
   end
-  if active == 0 then add_layer() end
+  local unready = unprepared_layer()
+  if unready then
+    return redis.error_reply('CLUSTERSYNC_BLOOM_NOT_READY ' .. unready)
+  end
+  if active == 0 then activate_layer() end
+end
+
+local function active_layer_entries()
+  if not bloom then return 0 end
+  return tonumber(redis.call('HGET', KEYS[10], 'count' .. (active - 1)) or '0')
 end
 
 -- ---- ops --------------------------------------------------------------------------------------
@@ -220,7 +242,8 @@ for name, value in pairs(counters) do
     redis.call('HINCRBY', KEYS[7], name, value)
   end
 end
-local result = table.concat({pushed, filtered, acked, released, dead, active}, ' ')
+local result = table.concat({pushed, filtered, acked, released, dead, active,
+                             active_layer_entries()}, ' ')
 redis.call('HSET', KEYS[9], 'flush_id', ARGV[2], 'flush_result', result)
 redis.call('PEXPIRE', KEYS[9], 86400000)
 return result
