@@ -9,6 +9,9 @@ class so that Redis spends no memory on rounding, and none near the 512 MB strin
 Bit positions come from Scrapy's request fingerprint by triple hashing (h1 + i*h2 + i*i*h3,
 computed in the Lua script); every node derives the same layout from the parameters stored with
 the job.
+
+A layer is allocated before it is needed, one chunk per Redis call (store/bloomprep.py), from
+the moment the layer in use is ``PREPARE_AT_FILL`` full; the flush script never allocates one.
 """
 
 from __future__ import annotations
@@ -26,6 +29,10 @@ STRING_HEADER_BYTES = 16
 #: the flush script's triple hashing stays exact in doubles up to this many hash functions
 MAX_HASHES = 90
 MAX_CHUNK_BYTES = 256 * 2**20
+#: the next layer is allocated (chunk by chunk, outside the flush) once the active layer holds
+#: this share of its capacity: early enough that it is ready long before it is needed (it takes
+#: one Redis call per chunk), late enough that little memory is held ahead of need
+PREPARE_AT_FILL = 0.9
 
 
 @dataclass(frozen=True)
@@ -85,6 +92,19 @@ def layer(params: BloomParams, index: int) -> Layer:
     chunk_bytes = _chunk_bytes(math.ceil(bits_needed / 8))
     chunks = math.ceil(bits_needed / 8 / chunk_bytes)
     return Layer(index, capacity, error, hashes, chunk_bytes, chunks)
+
+
+def layer_to_prepare(params: BloomParams, active_layers: int, active_entries: int) -> int | None:
+    """The layer to allocate ahead of need, or None if none is due yet.
+
+    ``active_layers`` layers are in use and the last of them holds ``active_entries``; a job
+    with no layer in use needs its first one.
+    """
+    if active_layers == 0:
+        return 0
+    if active_entries >= PREPARE_AT_FILL * layer(params, active_layers - 1).capacity:
+        return active_layers
+    return None
 
 
 def _chunk_bytes(layer_bytes: int) -> int:

@@ -85,6 +85,9 @@ def _print_status(report: JobStatus) -> None:
             f"layer(s), {dedup['bytes']:,} bytes, expected error rate now "
             f"{dedup['expected_error_rate']:.2e} (configured {dedup['configured_error_rate']})"
         )
+        if dedup.get("prepared_bytes"):
+            console.print(f"  bloom filter  next layer allocated ahead: "
+                          f"{dedup['prepared_bytes']:,} bytes")
     else:
         console.print(f"  dedup         exact set of {dedup.get('entries', 0):,} fingerprints")
     table = Table("node", "alive", "state", "pages", "items", "inflight", "buffered", "rss MiB",

@@ -25,7 +25,8 @@ class JobKeys:
     - ``nodes``    sorted set: node id -> liveness deadline (server time, ms)
     - ``node_info`` hash: node id -> JSON record (host, pid, state, figures)
     - ``idle``     hash: node id -> server ms since which the node is idle
-    - ``bloom``    hash: Bloom filter state (active layers, entries and layout per layer)
+    - ``bloom``    hash: Bloom filter state (active layers, entries and layout per layer, and
+      ``prepared<layer>``: how many chunks of a layer exist, allocated ahead of need)
     - ``bloom:<layer>:<chunk>`` string: the bits of one chunk of a Bloom layer
     - ``dead``     list: dead letters (msgpack records with the reason), newest first
     """

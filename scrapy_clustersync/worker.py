@@ -235,6 +235,8 @@ class SyncWorker:
             busy = True
         if not closing and self._lease_due(now):
             busy = self._lease() or busy
+        if not closing:  # bloom-prepare: next Bloom layer ahead of need, one chunk per step
+            busy = self.store.prepare_bloom(self.epoch) or busy
         return busy
 
     def _flush_due(self, now: float, closing: bool) -> bool:

@@ -5,16 +5,19 @@ from __future__ import annotations
 import math
 import multiprocessing
 import random
+import threading
 from pathlib import Path
 
 import pytest
+import redis
 from scrapy import Request
 from scrapy.utils.request import RequestFingerprinter
 
 from scrapy_clustersync.bloom import BloomParams, expected_error, layer
 from scrapy_clustersync.codec import RequestCodec
 from scrapy_clustersync.config import DedupSettings
-from scrapy_clustersync.store import JobStore, make_client
+from scrapy_clustersync.keys import JobKeys
+from scrapy_clustersync.store import JobStore, StoreError, make_client
 from scrapy_clustersync.store.job import new_call_id
 
 from conftest import RedisFactory, SiteFactory
@@ -28,12 +31,15 @@ def bloom_store(url: str, capacity: int, error: float, node: str = "n1") -> tupl
     return store, store.join(ttl_ms=60_000)[0]
 
 
+def push_ops(fingerprints: list[bytes]) -> list[tuple]:
+    return [("P", fp, 0, b"", 0) for fp in fingerprints]
+
+
 def insert(store: JobStore, epoch: str, fingerprints: list[bytes]) -> tuple[int, int]:
     """Push every fingerprint; return (pushed, filtered)."""
     pushed = filtered = 0
     for start in range(0, len(fingerprints), 500):
-        ops = [("P", fp, 0, b"", 0) for fp in fingerprints[start:start + 500]]
-        result = store.flush(epoch, ops, new_call_id())
+        result = store.flush(epoch, push_ops(fingerprints[start:start + 500]), new_call_id())
         pushed, filtered = pushed + result.pushed, filtered + result.filtered
     return pushed, filtered
 
@@ -155,3 +161,213 @@ def test_a_very_low_error_rate_holds_in_small_layers_too(redis_server: RedisFact
     store, epoch = bloom_store(redis_server.url, capacity=1000, error=1e-9)
     insert(store, epoch, random_fingerprints(20_000, seed=7))
     assert insert(store, epoch, random_fingerprints(100_000, seed=8)) == (100_000, 0)
+
+
+
+# ---- layers are allocated ahead of need, one chunk per call, never inside a flush ---------------
+BLOOM = JobKeys("job").bloom
+
+
+def used_memory(client: redis.Redis) -> int:
+    return int(client.info("memory")["used_memory"])
+
+
+def with_first_layer_holding(url: str, capacity: int, entries: int) -> tuple[JobStore, str]:
+    """A Bloom job whose first layer holds ``entries`` (so its counter says), the node told so.
+
+    Filling a layer of millions for real would take minutes; which bits are set does not matter
+    to when the next layer is allocated. The node learns the fill from its next flush.
+    """
+    store, epoch = bloom_store(url, capacity=capacity, error=0.001)
+    insert(store, epoch, random_fingerprints(10, seed=99))
+    store.client.hset(BLOOM, "count0", entries)
+    store.flush(epoch, [], new_call_id())
+    return store, epoch
+
+
+def prepare_ahead(store: JobStore, epoch: str) -> list[int]:
+    """Run prepare_bloom until nothing is left, as the node's Redis thread does between calls;
+    return how much Redis memory each call took."""
+    grown, more = [], True
+    while more:
+        before = used_memory(store.client)
+        more = store.prepare_bloom(epoch)
+        grown.append(used_memory(store.client) - before)
+    return grown
+
+
+def test_a_flush_that_starts_a_new_layer_allocates_none_of_it(redis_server: RedisFactory) -> None:
+    # given a filter planned for 2M URLs (its second layer is 9 MB) whose first layer is 95% full
+    store, epoch = with_first_layer_holding(redis_server.url, 2_000_000, entries=1_900_000)
+    second = layer(BloomParams(2_000_000, 0.001), 1)
+    # when the node prepares ahead, then sends a batch that crosses into the second layer
+    grown = prepare_ahead(store, epoch)
+    store.client.hset(BLOOM, "count0", 2_000_000 - 50)
+    before = used_memory(store.client)
+    result = store.flush(epoch, push_ops(random_fingerprints(100, seed=11)), new_call_id())
+    # then the layer was allocated one chunk per call, and the flush only took it into use
+    assert len(grown) == second.chunks and max(grown) <= second.chunk_bytes + 16_384
+    assert (result.pushed, result.bloom_layers) == (100, 2)
+    assert used_memory(store.client) - before < second.bytes / 20
+
+
+def test_growing_the_filter_never_blocks_redis_for_long(redis_factory: RedisFactory) -> None:
+    # given a Redis that times every command, and a filter planned for 20M URLs (layers of 38
+    # and 92 MB) whose first layer is full, and that no node prepared ahead
+    redis = redis_factory(extra_args=["--slowlog-log-slower-than", "0",
+                                      "--slowlog-max-len", "100000"])
+    store, epoch = with_first_layer_holding(redis.url, 20_000_000, entries=20_000_000 - 5)
+    second = layer(BloomParams(20_000_000, 0.001), 1)
+    # when a batch crosses into the second layer
+    result = store.flush(epoch, push_ops(random_fingerprints(10, seed=12)), new_call_id())
+    slowest = max(entry["duration"] for entry in store.client.slowlog_get(100_000))
+    # then the layer was allocated, and no command took a third of the time that allocating
+    # it in one command takes (measured here, on this machine, after the fact)
+    assert (result.pushed, result.bloom_layers) == (10, 2)
+    store.client.slowlog_reset()
+    store.client.setrange("one-command", second.bytes - 1, b"\0")
+    at_once = store.client.slowlog_get(1)[0]["duration"]
+    assert slowest < at_once / 3, (slowest, at_once)
+
+
+def test_a_layer_past_maxmemory_is_refused_and_the_batch_applies_later_once(
+    redis_factory: RedisFactory,
+) -> None:
+    # given a Redis limited to 8 MB, and a filter whose first layer (4 MB) is full, so that the
+    # next batch needs its second layer (9 MB)
+    redis = redis_factory(extra_args=["--maxmemory", "8mb"])
+    store, epoch = with_first_layer_holding(redis.url, 2_000_000, entries=2_000_000 - 50)
+    second = layer(BloomParams(2_000_000, 0.001), 1)
+    ops, call_id = push_ops(random_fingerprints(100, seed=13)), new_call_id()
+    queued = store.status().queued
+    # when that batch is flushed
+    with pytest.raises(StoreError) as refused:
+        store.flush(epoch, ops, call_id)
+    # then Redis refused the layer with a clear error, kept to maxmemory within one chunk,
+    # and nothing of the batch was applied
+    assert "OOM" in str(refused.value) and "Bloom layer 1" in str(refused.value)
+    assert used_memory(store.client) <= 8 * 2**20 + second.chunk_bytes + 16_384
+    assert store.status().queued == queued and store.client.hget(BLOOM, "count0") == b"1999950"
+    # and once Redis has room, the same call applies the whole batch, once
+    store.client.config_set("maxmemory", 0)
+    result = store.flush(epoch, ops, call_id)
+    assert (result.pushed, result.bloom_layers) == (100, 2)
+    assert store.flush(epoch, ops, call_id) == result and store.status().queued == queued + 100
+
+
+def test_layers_prepared_ahead_keep_every_count_and_filter_every_known_url(
+    redis_server: RedisFactory,
+) -> None:
+    # given a filter planned for 1,000 URLs at 1e-9 (so that no new URL is skipped by chance)
+    store, epoch = bloom_store(redis_server.url, capacity=1000, error=1e-9)
+    urls = random_fingerprints(20_000, seed=14)
+    # when 20,000 URLs go in, 200 per flush, the node preparing ahead between flushes
+    pushed = 0
+    for start in range(0, len(urls), 200):
+        pushed += store.flush(epoch, push_ops(urls[start:start + 200]), new_call_id()).pushed
+        prepare_ahead(store, epoch)
+    # then every URL was queued and counted once, through five layers or more, and known URLs
+    # are all filtered
+    dedup = store.status().dedup
+    assert pushed == dedup["entries"] == 20_000 and dedup["layers"] >= 5
+    assert insert(store, epoch, urls) == (0, 20_000)
+
+
+def chunks_of(client: redis.Redis, index: int) -> list[bytes | None]:
+    shape = layer(BloomParams(1000, 1e-9), index)
+    return [client.get(JobKeys("job").bloom_chunk(index, c)) for c in range(shape.chunks)]
+
+
+def push_and_prepare(
+    url: str, urls: list[bytes], node: str, start: threading.Barrier, errors: list[Exception]
+) -> None:
+    try:
+        store, epoch = bloom_store(url, capacity=1000, error=1e-9, node=node)
+        start.wait()
+        for first in range(0, len(urls), 100):
+            store.flush(epoch, push_ops(urls[first:first + 100]), new_call_id())
+            while store.prepare_bloom(epoch):
+                pass
+    except Exception as exc:  # the test asserts there was none
+        errors.append(exc)
+
+
+def test_two_nodes_allocating_the_same_layers_at_once_leave_every_chunk_whole(
+    redis_server: RedisFactory,
+) -> None:
+    # given two nodes of a filter planned for 1,000 URLs, with 2,500 of their 5,000 URLs in common
+    urls = random_fingerprints(7500, seed=15)
+    start, errors = threading.Barrier(2), []
+    nodes = [threading.Thread(target=push_and_prepare,
+                              args=(redis_server.url, part, name, start, errors))
+             for name, part in (("a", urls[:5000]), ("b", urls[2500:]))]
+    # when both push at the same time, both allocating the layers they need as they go
+    for node in nodes:
+        node.start()
+    for node in nodes:
+        node.join(120)
+    assert errors == []
+    # then every chunk of every layer exists at its exact size, and each URL was counted once
+    store, epoch = bloom_store(redis_server.url, capacity=1000, error=1e-9)
+    dedup = store.status().dedup
+    assert dedup["entries"] == 7500 and dedup["layers"] >= 4
+    for index in range(dedup["layers"]):
+        shape = layer(BloomParams(1000, 1e-9), index)
+        assert [len(c or b"") for c in chunks_of(store.client, index)] == \
+            [shape.chunk_bytes] * shape.chunks
+    assert insert(store, epoch, urls) == (0, 7500)
+
+
+def test_a_node_behind_on_a_layer_never_rewrites_it_once_it_is_in_use(
+    redis_server: RedisFactory,
+) -> None:
+    # given node b, which saw the second layer due, and node a, which then allocated it, took it
+    # into use and set bits in it
+    a, epoch = bloom_store(redis_server.url, capacity=1000, error=1e-9, node="a")
+    b, _ = bloom_store(redis_server.url, capacity=1000, error=1e-9, node="b")
+    insert(a, epoch, random_fingerprints(950, seed=16))
+    b.flush(epoch, [], new_call_id())
+    known = random_fingerprints(500, seed=17)
+    insert(a, epoch, known)
+    in_use = chunks_of(a.client, 1)
+    # when b catches up on its preparation
+    prepare_ahead(b, epoch)
+    # then the layer is byte for byte as it was, and every URL a pushed is still filtered
+    assert chunks_of(a.client, 1) == in_use and any(c.strip(b"\0") for c in in_use if c)
+    assert insert(a, epoch, known) == (0, 500)
+
+
+def test_preparing_a_layer_leaves_a_chunk_that_already_exists_untouched(
+    redis_server: RedisFactory,
+) -> None:
+    # given a chunk of the second layer that exists and holds bits though the job's record says
+    # none of that layer is allocated (a lost record, or a node of another version)
+    store, epoch = bloom_store(redis_server.url, capacity=1000, error=1e-9)
+    insert(store, epoch, random_fingerprints(950, seed=18))
+    shape = layer(BloomParams(1000, 1e-9), 1)
+    chunk = JobKeys("job").bloom_chunk(1, 0)
+    store.client.setbit(chunk, shape.chunk_bits - 1, 1)  # the byte SETRANGE would zero
+    store.client.setbit(chunk, 3, 1)
+    before = store.client.get(chunk)
+    # when the node allocates that layer
+    prepare_ahead(store, epoch)
+    # then that chunk is unchanged, and the others exist at their exact size
+    assert store.client.get(chunk) == before
+    assert [len(c or b"") for c in chunks_of(store.client, 1)] == [shape.chunk_bytes] * shape.chunks
+
+
+def test_purge_deletes_layers_prepared_ahead_and_status_counts_them_apart(
+    redis_server: RedisFactory,
+) -> None:
+    # given a job whose second layer was allocated ahead of need
+    store, epoch = bloom_store(redis_server.url, capacity=1000, error=0.001)
+    insert(store, epoch, random_fingerprints(950, seed=19))
+    prepare_ahead(store, epoch)
+    # then status counts the layer in use as the filter's bytes, and the other one apart
+    dedup = store.status().dedup
+    params = BloomParams(1000, 0.001)
+    assert (dedup["layers"], dedup["bytes"], dedup["prepared_bytes"]) == (
+        1, layer(params, 0).bytes, layer(params, 1).bytes)
+    # and purge leaves no chunk behind
+    store.purge()
+    assert store.client.keys("*bloom*") == []

@@ -18,7 +18,8 @@ from scrapy.utils.request import RequestFingerprinter
 
 from scrapy_clustersync.codec import RequestCodec
 from scrapy_clustersync.store import JobStore, StateLost, StoreError, StoreUnavailable, make_client
-from scrapy_clustersync.store.job import new_call_id, translate_errors
+from scrapy_clustersync.store.errors import translate_errors
+from scrapy_clustersync.store.job import new_call_id
 from scrapy_clustersync.testing.redis_server import RedisServer
 from scrapy_clustersync.testing.site import TestSite
 

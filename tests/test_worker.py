@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import time
+
 from scrapy.settings import Settings
 
-from scrapy_clustersync.config import ClusterConfig
+from scrapy_clustersync.bloom import BloomParams, layer
+from scrapy_clustersync.config import ClusterConfig, DedupSettings
+from scrapy_clustersync.keys import JobKeys
 from scrapy_clustersync.store import JobStore, make_client
 from scrapy_clustersync.store.job import new_call_id
 from scrapy_clustersync.worker import SyncWorker
@@ -34,3 +38,27 @@ def test_close_hands_back_what_a_lease_call_with_a_lost_answer_took(
     status = store.status()
     assert not undelivered
     assert (status.queued, status.leased) == (5, 0)
+
+
+def test_the_worker_allocates_the_next_bloom_layer_before_a_batch_needs_it(
+    redis_server: RedisFactory,
+) -> None:
+    # given a node of a job whose first Bloom layer (capacity 10,000) is 95% full
+    config = ClusterConfig.from_settings(
+        Settings({"CLUSTERSYNC_REDIS_URL": redis_server.url}), "job")
+    dedup = DedupSettings("bloom", 10_000, 0.001)
+    store = JobStore(make_client(redis_server.url), "job", config.node_id, dedup)
+    epoch = store.join(ttl_ms=60_000)[0]
+    store.flush(epoch, [("P", bytes([1]) * 20, 0, b"entry", 0)], new_call_id())
+    store.client.hset(JobKeys("job").bloom, "count0", 9_500)
+    worker = SyncWorker(store, config, epoch, node_info=dict, on_leased=lambda: None)
+    # when its Redis thread flushes one more push (and so learns how full the layer is)
+    worker.add(("P", bytes([2]) * 20, 0, b"entry", 0))
+    worker.start()
+    # then it allocates the second layer on its own, though no batch needs it yet
+    second = layer(BloomParams(10_000, 0.001), 1)
+    deadline = time.monotonic() + 10
+    while store.status().dedup["prepared_bytes"] < second.bytes and time.monotonic() < deadline:
+        time.sleep(0.05)
+    worker.close(unacked=[])
+    assert store.status().dedup["prepared_bytes"] == second.bytes

@@ -11,7 +11,8 @@
 -- KEYS[7]  stats      hash   job counters
 -- KEYS[8]  dead       list   dead letters, newest first
 -- KEYS[9]  last_call  hash   this node's write counter, last call id and result (see below)
--- KEYS[10] bloom      hash   Bloom filter state: layers (active count), count<i>, layout<i>
+-- KEYS[10] bloom      hash   Bloom filter state: layers (active count), count<i>, layout<i>,
+--                           prepared<i> (chunks of layer i allocated by bloom_prepare.lua)
 -- KEYS[11..] bloom chunk strings of the described layers, layer by layer, chunk by chunk
 -- ARGV[1]  epoch      string the job epoch the node joined; another value = Redis lost the job
 -- ARGV[2]  call_id    string unique per call; the same id again returns the stored result
@@ -28,7 +29,7 @@
 --   D id reason                                    dead-letter a leased entry
 --   X reason record                                dead-letter a write no script could apply
 --   S                                              the job's start() is exhausted
--- Returns "pushed filtered acked released dead active_bloom_layers writes".
+-- Returns "pushed filtered acked released dead active_bloom_layers active_layer_entries writes".
 -- Every check runs before the first write, so an error never leaves a batch half applied:
 --   CLUSTERSYNC_STATE_LOST          the job's epoch is gone or changed (Redis lost the job)
 --   CLUSTERSYNC_ROLLED_BACK <w> <e> the node's write counter is behind what the node saw: Redis
@@ -36,6 +37,10 @@
 --   CLUSTERSYNC_BAD_OP <n> <why>    op number n is malformed; nothing was applied
 --   CLUSTERSYNC_BLOOM_LAYOUT <n>    fewer layers are described than the batch may need: the
 --                                   caller describes <n> layers and calls again
+--   CLUSTERSYNC_BLOOM_NOT_READY <i> the batch may need layer <i> (0 = the first) and not all its
+--                                   chunks exist: this script never allocates a layer (that
+--                                   would block Redis for the whole layer and escape maxmemory);
+--                                   the caller allocates it with bloom_prepare.lua, calls again
 -- Entry ids are "<seq, 16 hex digits><first 8 characters of the call id>": the sequence keeps
 -- FIFO order among equal priorities, the call id keeps ids unique even when Redis came back
 -- older and the sequence runs again.
@@ -66,7 +71,7 @@ end
 
 -- ---- Bloom filter ----------------------------------------------------------------------------
 local layers = {}
-local active = 0
+local active, needed = 0, 0
 local function load_layers()
   local key = 11
   for l = 1, described do
@@ -86,7 +91,8 @@ local function load_layers()
     elseif op == 'S' then index = index + 1
     else index = index + 2 end
   end
-  local room, needed = 0, math.max(active, 1)
+  local room = 0
+  needed = math.max(active, 1)
   for l = 1, math.max(active, 1) do
     room = room + (layers[l] and layers[l].capacity or 0)
        - tonumber(redis.call('HGET', KEYS[10], 'count' .. (l - 1)) or '0')
@@ -101,12 +107,19 @@ local function load_layers()
   return 0
 end
 
-local function add_layer()
-  local layer = layers[active + 1]
-  for c = 0, layer.chunks - 1 do
-    -- a zero string of the exact size: no allocator rounding, no later growth
-    redis.call('SETRANGE', KEYS[layer.first_key + c], layer.chunk_bits / 8 - 1, '\0')
+-- the first layer the batch may need whose chunks are not all allocated yet, or nil
+local function unprepared_layer()
+  for l = active + 1, needed do
+    if tonumber(redis.call('HGET', KEYS[10], 'prepared' .. (l - 1)) or '0') < layers[l].chunks then
+      return l - 1
+    end
   end
+  return nil
+end
+
+-- the next layer's chunks exist (unprepared_layer() said so): taking it into use writes no bits
+local function activate_layer()
+  local layer = layers[active + 1]
   redis.call('HSET', KEYS[10], 'layers', active + 1, 'count' .. active, 0,
              'layout' .. active, table.concat({layer.bits, layer.k, layer.chunk_bits,
                                                layer.chunks, layer.capacity}, ' '))
@@ -148,7 +161,7 @@ local function bloom_add(fp)
   end
   local count_field = 'count' .. (active - 1)
   if tonumber(redis.call('HGET', KEYS[10], count_field)) >= layers[active].capacity then
-    add_layer()
+    activate_layer()
     count_field = 'count' .. (active - 1)
   end
   local layer = layers[active]
@@ -200,7 +213,16 @@ if bloom then
   if wanted > 0 then
     return redis.error_reply('CLUSTERSYNC_BLOOM_LAYOUT ' .. wanted)
   end
-  if active == 0 then add_layer() end
+  local unready = unprepared_layer()
+  if unready then
+    return redis.error_reply('CLUSTERSYNC_BLOOM_NOT_READY ' .. unready)
+  end
+  if active == 0 then activate_layer() end
+end
+
+local function active_layer_entries()
+  if not bloom then return 0 end
+  return tonumber(redis.call('HGET', KEYS[10], 'count' .. (active - 1)) or '0')
 end
 
 -- ---- ops --------------------------------------------------------------------------------------
@@ -270,7 +292,8 @@ for name, value in pairs(counters) do
     redis.call('HINCRBY', KEYS[7], name, value)
   end
 end
-local result = table.concat({pushed, filtered, acked, released, dead, active}, ' ')
+local result = table.concat({pushed, filtered, acked, released, dead, active,
+                             active_layer_entries()}, ' ')
 redis.call('HSET', KEYS[9], 'writes', writes + 1, 'flush_id', ARGV[2], 'flush_result', result)
 redis.call('PEXPIRE', KEYS[9], 86400000)
 return result .. ' ' .. (writes + 1)

@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import redis
+
+from .outages import drop_connections, not_serving
+
 
 class StoreError(Exception):
     """Redis answered, but not as expected (a script error, a wrong type, a refused command)."""
@@ -31,3 +38,45 @@ class BadBatch(StoreError):
 
     Retrying the same batch can never succeed: the caller sets the bad op aside.
     """
+
+
+@contextmanager
+def translate_errors(client: redis.Redis) -> Iterator[None]:
+    """Turn redis-py exceptions into the store's own.
+
+    A reply saying the server cannot take writes right now (a replica after a failover, out of
+    memory, loading, ...) is an outage like a lost connection, and ``client`` (the one that
+    made the call) drops its pooled connections, so the retry reaches whichever server its
+    address leads to now.
+    """
+    try:
+        yield
+    except redis.RedisError as exc:
+        raise _translated(exc, client) from exc
+
+
+def _translated(exc: redis.RedisError, client: redis.Redis) -> StoreError:
+    reason = not_serving(exc)
+    if reason is not None:
+        drop_connections(client)
+        return StoreUnavailable(reason)
+    if isinstance(exc, (redis.ConnectionError, redis.TimeoutError)):
+        return StoreUnavailable(str(exc) or type(exc).__name__)
+    text = str(exc)
+    if isinstance(exc, redis.DataError):
+        # redis-py cannot encode an argument (a bool or None priority): nothing was sent, and
+        # sending the same batch again can never work, like an op the flush script refuses
+        return BadBatch(f"an op holds a value that cannot be sent to Redis ({text})")
+    if isinstance(exc, redis.ResponseError):
+        for marker, kind in _SCRIPT_ERRORS.items():
+            if marker in text:
+                return kind(text)
+    return StoreError(text)
+
+
+#: the errors the job's scripts raise on purpose (see the headers of lua/*.lua)
+_SCRIPT_ERRORS: dict[str, type[StoreError]] = {
+    "CLUSTERSYNC_STATE_LOST": StateLost,
+    "CLUSTERSYNC_ROLLED_BACK": RolledBack,
+    "CLUSTERSYNC_BAD_OP": BadBatch,
+}

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
@@ -15,8 +14,8 @@ import redis
 from ..bloom import BloomParams, expected_error, layer
 from ..config import DedupSettings
 from ..keys import JobKeys
-from .errors import BadBatch, RolledBack, StateLost, StoreError, StoreUnavailable
-from .outages import drop_connections, not_serving
+from .bloomprep import BloomPreparer
+from .errors import RolledBack, StoreError, translate_errors
 
 #: One buffered write, as the flush script reads it: an opcode and its fields.
 Op = tuple[Any, ...]
@@ -28,48 +27,6 @@ CALL_ID_BYTES = 8
 
 def _load_lua(name: str) -> str:
     return resources.files("scrapy_clustersync").joinpath(f"lua/{name}.lua").read_text()
-
-
-@contextmanager
-def translate_errors(client: redis.Redis) -> Iterator[None]:
-    """Turn redis-py exceptions into the store's own.
-
-    A reply saying the server cannot take writes right now (a replica after a failover, out of
-    memory, loading, ...) is an outage like a lost connection, and ``client`` (the one that
-    made the call) drops its pooled connections, so the retry reaches whichever server its
-    address leads to now.
-    """
-    try:
-        yield
-    except redis.RedisError as exc:
-        raise _translated(exc, client) from exc
-
-
-def _translated(exc: redis.RedisError, client: redis.Redis) -> StoreError:
-    reason = not_serving(exc)
-    if reason is not None:
-        drop_connections(client)
-        return StoreUnavailable(reason)
-    if isinstance(exc, (redis.ConnectionError, redis.TimeoutError)):
-        return StoreUnavailable(str(exc) or type(exc).__name__)
-    text = str(exc)
-    if isinstance(exc, redis.DataError):
-        # redis-py cannot encode an argument (a bool or None priority): nothing was sent, and
-        # sending the same batch again can never work, like an op the flush script refuses
-        return BadBatch(f"an op holds a value that cannot be sent to Redis ({text})")
-    if isinstance(exc, redis.ResponseError):
-        for marker, kind in _SCRIPT_ERRORS.items():
-            if marker in text:
-                return kind(text)
-    return StoreError(text)
-
-
-#: the errors the job's scripts raise on purpose (see the headers of lua/*.lua)
-_SCRIPT_ERRORS: dict[str, type[StoreError]] = {
-    "CLUSTERSYNC_STATE_LOST": StateLost,
-    "CLUSTERSYNC_ROLLED_BACK": RolledBack,
-    "CLUSTERSYNC_BAD_OP": BadBatch,
-}
 
 
 def new_call_id() -> str:
@@ -84,6 +41,8 @@ class FlushResult:
     released: int = 0
     dead: int = 0
     bloom_layers: int = 0
+    #: entries in the last Bloom layer in use (0 with exact dedup)
+    bloom_active_entries: int = 0
 
 
 @dataclass(frozen=True)
@@ -168,6 +127,8 @@ class JobStore:
         self._lease = client.register_script(_load_lua("lease"))
         self._heartbeat = client.register_script(_load_lua("heartbeat"))
         self._join = client.register_script(_load_lua("join"))
+        self._bloom_prep = BloomPreparer(
+            client.register_script(_load_lua("bloom_prepare")), self.keys, client)
 
     def ping(self) -> None:
         with translate_errors(self.client):
@@ -203,21 +164,25 @@ class JobStore:
 
         Raises BadBatch, before any change, if an op is malformed; RolledBack if Redis lost
         writes it had confirmed to this node; StateLost if the job is gone.
+        A batch that may need a Bloom layer not yet allocated is refused by the script before
+        any change; the layer is then allocated here, one chunk per call, and the batch sent
+        again.
         """
+        prepared = -1  # the highest layer allocated for this batch: each retry makes progress
         while True:
             keys, args = self._flush_call(epoch, ops, call_id)
             try:
                 raw = self._run(self._flush, keys, args)
             except StoreError as exc:
-                wanted = _bloom_layers_wanted(exc)
-                if wanted is None or wanted <= self._bloom_layers_described:
-                    raise
-                self._bloom_layers_described = wanted  # the filter grew: describe more layers
+                prepared = self._grow_bloom_for_batch(epoch, exc, prepared)
                 continue
             *figures, writes = (int(x) for x in _text(raw).split())
             self._saw_writes(writes)
             result = FlushResult(*figures)
             self._bloom_layers_described = max(1, result.bloom_layers)
+            if self.dedup.mode == "bloom":
+                self._bloom_prep.observe(self._bloom_params(), result.bloom_layers,
+                                         result.bloom_active_entries)
             return result
 
     def _run(self, script: Any, keys: list[Any], args: list[Any]) -> Any:
@@ -236,6 +201,32 @@ class JobStore:
     def _saw_writes(self, writes: int) -> None:
         if self.writes_seen is not None:
             self.writes_seen = max(self.writes_seen, writes)
+
+    def _grow_bloom_for_batch(self, epoch: str, exc: StoreError, prepared: int) -> int:
+        """Describe or allocate the layer the refused batch needs; re-raise any other error.
+
+        Returns the highest layer allocated for the batch so far.
+        """
+        name, number = _bloom_refusal(exc)
+        if name == "CLUSTERSYNC_BLOOM_LAYOUT" and number > self._bloom_layers_described:
+            self._bloom_layers_described = number  # the filter grew: describe more layers
+            return prepared
+        if name == "CLUSTERSYNC_BLOOM_NOT_READY" and number > prepared:
+            self._bloom_prep.prepare(epoch, self._bloom_params(), number)
+            return number
+        raise exc
+
+    def prepare_bloom(self, epoch: str) -> bool:
+        """Allocate at most one chunk of the next Bloom layer if it is due; True if more remain.
+
+        Meant for the node's Redis thread between other calls, so that a layer is ready before
+        a batch needs it: once the active layer is PREPARE_AT_FILL full (see bloom.py), each
+        call allocates one chunk (about 1/32 of the layer); it makes no Redis call at all when
+        nothing is due. Never needed for correctness: a flush allocates what it needs itself.
+        """
+        if self.dedup.mode != "bloom":
+            return False
+        return self._bloom_prep.step(epoch, self._bloom_params())
 
     def _flush_call(self, epoch: str, ops: Sequence[Op], call_id: str) -> tuple[list, list]:
         k = self.keys
@@ -356,18 +347,33 @@ class JobStore:
             nodes = [_text(n) for n in self.client.hkeys(k.node_info)]
             names = k.shared_keys() + [k.last_call(n) for n in nodes + ["cli"]]
             for field, value in self.client.hgetall(k.bloom).items():
-                if _text(field).startswith("layout"):
-                    index, chunks = int(_text(field)[6:]), int(_text(value).split()[3])
-                    names.extend(k.bloom_chunk(index, c) for c in range(chunks))
+                names.extend(_bloom_chunks_of(k, _text(field), _text(value)))
             # UNLINK: a huge queue or Bloom layer is freed in the background, not in the call
-            return int(self.client.unlink(*names))
+            return int(self.client.unlink(*dict.fromkeys(names)))
 
 
-def _bloom_layers_wanted(exc: StoreError) -> int | None:
+def _bloom_chunks_of(keys: JobKeys, field: str, value: str) -> list[str]:
+    """The chunk strings a field of the bloom hash accounts for: a layer in use or prepared."""
+    if field.startswith("layout"):
+        index, chunks = int(field[6:]), int(value.split()[3])
+    elif field.startswith("prepared"):
+        index, chunks = int(field[8:]), int(value)
+    else:
+        return []
+    return [keys.bloom_chunk(index, c) for c in range(chunks)]
+
+
+def _bloom_refusal(exc: StoreError) -> tuple[str, int]:
+    """The flush script's refusal of a batch for want of a Bloom layer: its name and number.
+
+    ("CLUSTERSYNC_BLOOM_LAYOUT", layers to describe), ("CLUSTERSYNC_BLOOM_NOT_READY", layer to
+    allocate), or ("", 0) for any other error.
+    """
     text = str(exc)
-    if "CLUSTERSYNC_BLOOM_LAYOUT" not in text:
-        return None
-    return int(text.split("CLUSTERSYNC_BLOOM_LAYOUT", 1)[1].split()[0])
+    for name in ("CLUSTERSYNC_BLOOM_LAYOUT", "CLUSTERSYNC_BLOOM_NOT_READY"):
+        if name in text:
+            return name, int(text.split(name, 1)[1].split()[0])
+    return "", 0
 
 
 def _dedup_status(meta: dict[str, str], bloom: dict[str, str], exact_seen: int) -> dict[str, Any]:
@@ -380,8 +386,12 @@ def _dedup_status(meta: dict[str, str], bloom: dict[str, str], exact_seen: int) 
     sizes = [int(bloom[f"layout{i}"].split()[2]) // 8 * int(bloom[f"layout{i}"].split()[3])
              for i in range(layers)]
     params = BloomParams(int(meta["bloom_capacity"]), float(meta["bloom_error"]))
+    ahead = [int(value) * layer(params, int(field[8:])).chunk_bytes
+             for field, value in bloom.items()
+             if field.startswith("prepared") and int(field[8:]) >= layers]
     return {
         "mode": "bloom", "entries": sum(counts), "layers": layers, "bytes": sum(sizes),
+        "prepared_bytes": sum(ahead),
         "capacity": params.capacity, "configured_error_rate": params.error_rate,
         "expected_error_rate": expected_error(params, counts),
     }
