@@ -146,6 +146,28 @@ SPIDERS = '''
                 mark("started", f"mw {index}")
                 yield scrapy.Request(f"{spider_base}/{index}.html")
                 await sleep(0.2)
+
+
+    class QuickStartSpider(SlowStartSpider):
+        """start() yields page 0 .. PAGES-1 at once; callbacks follow nothing."""
+
+        name = "quickstart"
+
+        async def start(self):
+            for index in range(self.settings.getint("PAGES")):
+                yield scrapy.Request(f"{self.base}/{index}.html")
+
+
+    class PacedStart:
+        """A spider middleware close to the engine (negative order) that reads all of
+        start() first, then feeds it to the engine at a steady pace (a rate limiter)."""
+
+        async def process_start(self, start):
+            collected = [item_or_request async for item_or_request in start]
+            for item_or_request in collected:
+                mark("fed", item_or_request.url)
+                yield item_or_request
+                await sleep(0.5)
 '''
 
 
@@ -288,4 +310,53 @@ def test_start_run_again_after_a_rollback_includes_what_spider_middlewares_add(
     wait_all([node], timeout_s=120)
     assert "runs start() again" in node.log()
     assert node.finish_reason() == "finished"
+    assert missing_pages(web) == []
+
+
+def test_start_requests_lost_by_a_rollback_while_start_runs_are_yielded_again(
+    redis_server: RedisFactory, site: SiteFactory, project: Path, tmp_path: Path
+) -> None:
+    """As test_guarantees::test_start_runs_again_when_redis_comes_back_older_than_its_end,
+    but Redis crashes back to the snapshot while start() is still running (the default Redis
+    setup, RDB snapshots, does this). The node notices the rollback, start() goes on and ends,
+    and ClusterScheduler.start_exhausted records ``_start_done_at = worker.rollbacks``, a count
+    that already includes this rollback: start_lost() never becomes true, start() is not run
+    again, and the requests start() yielded between the snapshot and the crash (queued, not
+    crawled yet) are gone. The job ends "finished" without those pages."""
+    web = site(30, delay_s=0.3)
+    node = start_node("node1", redis_server.url, web.start_url, tmp_path,
+                      {"PAGES": "30", "CONCURRENT_REQUESTS": "1"}, project_dir=project,
+                      spider="slowstart", env=node_env(tmp_path))
+    wait_until(lambda: len(marks(tmp_path, "started")) >= 8, 60, "start() to be under way")
+    redis_server.client().save()
+    wait_until(lambda: len(marks(tmp_path, "started")) >= 20, 60, "start() to go on")
+    redis_server.restart(crash=True)
+    wait_all([node], timeout_s=120)
+    assert "came back older" in node.log()
+    assert node.finish_reason() == "finished"
+    assert missing_pages(web) == []
+
+
+def test_start_is_not_done_before_a_spider_middleware_closer_to_the_engine_is_done_with_it(
+    redis_server: RedisFactory, site: SiteFactory, project: Path, tmp_path: Path
+) -> None:
+    """ClusterSpiderMiddleware sits at order 0 and sends "S" (start() exhausted) when *its*
+    iteration ends. A spider middleware at a negative order (closer to the engine) may hold
+    start()'s output for a while (here: it reads it all, then feeds it at a pace). start_done
+    is then in Redis before the requests reach the scheduler; a kill -9 there loses them: no
+    node runs start() again, and the job ends "finished" without them."""
+    web = site(10)
+    settings = {"PAGES": "10",
+                "SPIDER_MIDDLEWARES": '{"example.spiders.review.PacedStart": -10}'}
+    first = start_node("first", redis_server.url, web.start_url, tmp_path, settings,
+                       project_dir=project, spider="quickstart", env=node_env(tmp_path))
+    client = redis_server.client()
+    wait_until(lambda: client.hexists("clustersync:{quickstart}:meta", "start_done"), 60,
+               "start() to be marked exhausted in Redis")
+    assert len(marks(tmp_path, "fed")) < 10  # the middleware still holds some of it
+    first.kill()
+    second = start_node("second", redis_server.url, web.start_url, tmp_path, settings,
+                        project_dir=project, spider="quickstart", env=node_env(tmp_path))
+    wait_all([second], timeout_s=60)
+    assert second.finish_reason() == "finished"
     assert missing_pages(web) == []
