@@ -168,6 +168,78 @@ SPIDERS = '''
                 mark("fed", item_or_request.url)
                 yield item_or_request
                 await sleep(0.5)
+
+
+    class ChaosSpider(FollowSpider):
+        """Links reached in six ways: plain, meta copied from the parent (lease token and all),
+        through a redirect, through a 503 then a retry then a redirect, through an errback of a
+        request the downloader ignores, through an errback of a 404. An async callback."""
+
+        name = "chaos"
+
+        async def parse(self, response):
+            import re
+            page = int(re.search(r"/page/(\\d+)[.]html", response.url).group(1))
+            yield {"page": page}
+            if page % 7 == 0:
+                await sleep(0.05)
+            for i, href in enumerate(response.css("a::attr(href)").getall()):
+                url = response.urljoin(href)
+                kind = (page + i) % 6
+                if kind == 0:
+                    yield scrapy.Request(url)
+                elif kind == 1:
+                    yield scrapy.Request(url, meta=dict(response.meta))
+                elif kind == 2:
+                    yield scrapy.Request(url + "?redirect=1")
+                elif kind == 3:
+                    yield scrapy.Request(url + "?flaky=1")
+                elif kind == 4:
+                    yield scrapy.Request(url + "?ignore=1", errback=self.retry_plain)
+                else:
+                    yield scrapy.Request(url + "?gone=1", errback=self.retry_plain)
+
+        def retry_plain(self, failure):
+            yield scrapy.Request(failure.request.url.split("?")[0], meta=failure.request.meta)
+
+
+    class ChaosDownloaderMiddleware:
+        def process_request(self, request):
+            from scrapy.exceptions import IgnoreRequest
+            from scrapy.http import HtmlResponse
+            url, _, query = request.url.partition("?")
+            if query == "redirect=1":
+                return HtmlResponse(request.url, status=302, headers={"Location": url})
+            if query == "flaky=1":
+                if not request.meta.get("retry_times"):
+                    return HtmlResponse(request.url, status=503)
+                return HtmlResponse(request.url, status=302, headers={"Location": url})
+            if query == "ignore=1":
+                raise IgnoreRequest("ignored")
+            if query == "gone=1":
+                return HtmlResponse(request.url, status=404)
+            return None
+
+
+    class PagesPipeline:
+        def __init__(self, crawler):
+            self.path = crawler.settings.get("PAGES_FILE")
+
+        @classmethod
+        def from_crawler(cls, crawler):
+            return cls(crawler)
+
+        def open_spider(self):
+            self.file = open(self.path, "a", buffering=1)
+
+        def close_spider(self):
+            self.file.close()
+
+        async def process_item(self, item):
+            if "page" in item:
+                await sleep(0.002)
+                self.file.write(f"{item['page']}\\n")
+            return item
 '''
 
 
