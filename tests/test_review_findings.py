@@ -240,6 +240,20 @@ SPIDERS = '''
                 await sleep(0.002)
                 self.file.write(f"{item['page']}\\n")
             return item
+
+
+    class StuckSpider(FollowSpider):
+        """On one node, the callback of page 5 blocks the reactor (a synchronous call without a
+        timeout: a database lock, a socket that never answers)."""
+
+        name = "stuck"
+
+        def parse(self, response):
+            if self.settings.getbool("STUCK") and response.url.endswith("/page/5.html"):
+                import time
+                mark("stuck", response.url)
+                time.sleep(600)
+            yield from super().parse(response)
 '''
 
 
@@ -432,3 +446,30 @@ def test_start_is_not_done_before_a_spider_middleware_closer_to_the_engine_is_do
     wait_all([second], timeout_s=60)
     assert second.finish_reason() == "finished"
     assert missing_pages(web) == []
+
+
+def test_a_node_whose_reactor_is_stuck_does_not_keep_its_pages_for_ever(
+    redis_server: RedisFactory, site: SiteFactory, project: Path, tmp_path: Path
+) -> None:
+    """A node whose reactor is blocked (a synchronous call that never returns, in a callback
+    or a pipeline) is as dead to the crawl as a SIGSTOPped one, but its Redis thread
+    (worker.py SyncWorker._run) keeps heartbeating and renewing every lease it holds
+    (heartbeat.lua renews ``held`` regardless of progress). Its pages are never reclaimed:
+    pages reachable only through them are never crawled, and the job never finishes."""
+    web = site(20, links_per_page=1)
+    stuck = start_node("stuck", redis_server.url, web.start_url, tmp_path, {"STUCK": "1"},
+                       project_dir=project, spider="stuck", env=node_env(tmp_path))
+    healthy = None
+    try:
+        wait_until(lambda: marks(tmp_path, "stuck") != [], 60, "the reactor to block")
+        healthy = start_node("healthy", redis_server.url, web.start_url, tmp_path, {},
+                             project_dir=project, spider="stuck", env=node_env(tmp_path))
+        # a lease is 3 s here: far more than enough for page 5 to be reclaimed and crawled
+        deadline = time.monotonic() + 45
+        while missing_pages(web) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert missing_pages(web) == []
+    finally:
+        stuck.kill()
+        if healthy is not None:
+            healthy.kill()
