@@ -254,6 +254,18 @@ SPIDERS = '''
                 mark("stuck", response.url)
                 time.sleep(600)
             yield from super().parse(response)
+
+
+    class ConnectionInMetaMiddleware:
+        """A downloader middleware that keeps a live object in meta (a proxy/session handle,
+        a browser page), and answers 503 to the first attempt of page 3."""
+
+        def process_request(self, request):
+            from scrapy.http import HtmlResponse
+            request.meta["session"] = object()
+            if request.url.endswith("/page/3.html") and not request.meta.get("retry_times"):
+                return HtmlResponse(request.url, status=503)
+            return None
 '''
 
 
@@ -473,3 +485,23 @@ def test_a_node_whose_reactor_is_stuck_does_not_keep_its_pages_for_ever(
         stuck.kill()
         if healthy is not None:
             healthy.kill()
+
+
+def test_a_retry_that_cannot_be_queued_does_not_ack_the_request_it_replaces(
+    redis_server: RedisFactory, site: SiteFactory, project: Path, tmp_path: Path
+) -> None:
+    """A chain of 10 pages. A downloader middleware keeps a live object in ``request.meta``
+    (as session/proxy/browser middlewares do) and page 3's first attempt gets a 503. The
+    retry RetryMiddleware builds copies that meta, so it cannot be encoded: enqueue_request
+    logs an error and returns False, and then acks the leased page 3 anyway
+    (scheduler.py ClusterScheduler.enqueue_request: the ack does not look at ``accepted``).
+    Page 3 was a perfectly queueable request the spider yielded; plain Scrapy retries it in
+    memory. Here it and every page after it are lost, and the job ends "finished"."""
+    web = site(10, links_per_page=1)
+    settings = {
+        "DOWNLOADER_MIDDLEWARES": '{"example.spiders.review.ConnectionInMetaMiddleware": 950}'}
+    node = start_node("node1", redis_server.url, web.start_url, tmp_path, settings,
+                      project_dir=project, spider="follow", env=node_env(tmp_path))
+    wait_all([node], timeout_s=60)
+    assert node.finish_reason() == "finished"
+    assert missing_pages(web) == []
