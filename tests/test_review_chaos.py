@@ -14,10 +14,10 @@ import time
 from pathlib import Path
 
 import pytest
+from test_review_findings import node_env, project  # noqa: F401  (fixture)
 
 from conftest import RedisFactory, SiteFactory
 from support import Node, pages_fetched_twice, start_node, wait_all
-from test_review_findings import node_env, project  # noqa: F401  (fixture)
 
 RUNS = int(os.environ.get("REVIEW_CHAOS_RUNS", "1"))
 PAGES = int(os.environ.get("REVIEW_CHAOS_PAGES", "400"))

@@ -505,3 +505,4 @@ def test_a_retry_that_cannot_be_queued_does_not_ack_the_request_it_replaces(
     wait_all([node], timeout_s=60)
     assert node.finish_reason() == "finished"
     assert missing_pages(web) == []
+
