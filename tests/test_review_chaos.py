@@ -23,9 +23,14 @@ RUNS = int(os.environ.get("REVIEW_CHAOS_RUNS", "1"))
 PAGES = int(os.environ.get("REVIEW_CHAOS_PAGES", "400"))
 
 
+REACTORS = {"asyncio": {},
+            "select": {"TWISTED_REACTOR": "twisted.internet.selectreactor.SelectReactor"}}
+
+
 @pytest.mark.parametrize("run", range(RUNS), ids=lambda run: f"run{run + 1}")
+@pytest.mark.parametrize("reactor", sorted(REACTORS))
 def test_chaos_spider_loses_no_page_under_random_kills(
-    run: int, redis_server: RedisFactory, site: SiteFactory, project: Path,  # noqa: F811
+    reactor: str, run: int, redis_server: RedisFactory, site: SiteFactory, project: Path,  # noqa: F811
     tmp_path: Path,
 ) -> None:
     seed = int(os.environ.get("REVIEW_CHAOS_SEED") or random.SystemRandom().randrange(2**32))
@@ -35,6 +40,7 @@ def test_chaos_spider_loses_no_page_under_random_kills(
         "DOWNLOADER_MIDDLEWARES": '{"example.spiders.review.ChaosDownloaderMiddleware": 950}',
         "ITEM_PIPELINES": '{"example.spiders.review.PagesPipeline": 100}',
         "CONCURRENT_ITEMS": "4",
+        **REACTORS[reactor],
     }
     started: list[Node] = []
 
@@ -64,8 +70,9 @@ def test_chaos_spider_loses_no_page_under_random_kills(
     parsed = {int(line) for path in tmp_path.glob("pages-*.txt")
               for line in path.read_text().split()}
     missing = sorted(set(range(PAGES)) - parsed)
-    summary = (f"seed {seed}: {kills} kills, {len(missing)} of {PAGES} pages never parsed "
-               f"{missing[:10]}, {len(pages_fetched_twice(web))} fetched twice or more")
+    summary = (f"{reactor} seed {seed}: {kills} kills, {len(missing)} of {PAGES} "
+               f"pages never parsed {missing[:10]}, "
+               f"{len(pages_fetched_twice(web))} fetched twice or more")
     print(summary)
     assert missing == [], summary
     assert all(node.finish_reason() == "finished" for node in nodes.values()), summary
