@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from .config import ClusterConfig
 from .extensions.lifecycle import NodeLifecycle
-from .middlewares import ClusterSpiderMiddleware
+from .middlewares import ORDER, ClusterSpiderMiddleware
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
@@ -25,5 +25,7 @@ class Addon:
         # node with one clear error (the job name is checked again once the spider is known)
         ClusterConfig.from_settings(settings, spider_name="spider")
         settings.set("SCHEDULER", SCHEDULER_PATH, priority="addon")
-        settings.set_in_component_priority_dict("SPIDER_MIDDLEWARES", ClusterSpiderMiddleware, 0)
+        settings.set_in_component_priority_dict(
+            "SPIDER_MIDDLEWARES", ClusterSpiderMiddleware, ORDER
+        )
         settings.set_in_component_priority_dict("EXTENSIONS", NodeLifecycle, 0)

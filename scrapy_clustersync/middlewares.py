@@ -1,9 +1,9 @@
 """Where start() runs once per job: ``ClusterSpiderMiddleware.process_start``.
 
-The node that claimed the job's start() when it joined iterates it and tells the job when it is
-exhausted. Every other node waits (crawling from the shared queue meanwhile) until start() is
-done, and runs it itself if the claiming node stops before that (its claim is taken over).
-Acks are not decided here: see scheduler.py.
+It is the spider middleware nearest the engine (the add-on installs it at ``ORDER``), so what
+it yields goes straight to the engine, after every other middleware's ``process_start``. See
+startrun.py for when this node runs start() and when start() is done. Acks are not decided
+here: see scheduler.py.
 """
 
 from __future__ import annotations
@@ -17,6 +17,9 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from typing_extensions import Self
 
+#: nearest the engine: below any order a project gives its own spider middlewares
+ORDER = -(10**9)
+
 
 class ClusterSpiderMiddleware:
     def __init__(self, crawler: Crawler) -> None:
@@ -28,10 +31,18 @@ class ClusterSpiderMiddleware:
 
     async def process_start(self, start: AsyncIterator[Any]) -> AsyncIterator[Any]:
         scheduler = scheduler_for(self.crawler)
-        if scheduler is not None and not scheduler.runs_start \
-                and not await scheduler.wait_for_start():
+        run = scheduler.start if scheduler is not None else None
+        if run is None:
+            async for item_or_request in start:
+                yield item_or_request
             return
-        async for item_or_request in start:
-            yield item_or_request
-        if scheduler is not None:
-            scheduler.start_exhausted()
+        if not await run.begin():
+            return
+        try:
+            async for item_or_request in start:
+                run.yielded(item_or_request)
+                yield item_or_request
+        except Exception:
+            run.ended()  # as in Scrapy, a start() that raises is over (reason start_error)
+            raise
+        run.ended()

@@ -18,6 +18,7 @@ A request replaced in the downloader (redirect, retry) is acked once its replace
 from __future__ import annotations
 
 import logging
+import time
 import weakref
 from collections import Counter
 from typing import TYPE_CHECKING, Any
@@ -30,10 +31,10 @@ from .config import ClusterConfig, redact_url
 from .dupefilter import ClusterDupeFilter
 from .nodeinfo import NodeInfo
 from .spool import Spool
+from .startrun import StartRun
 from .store import JobStore, StoreError, make_client
 from .worker import SyncWorker
 
-START_WAIT_POLL_S = 0.25
 MIN_REDIS_VERSION = (7, 0)
 
 if TYPE_CHECKING:
@@ -77,9 +78,11 @@ class ClusterScheduler:
         self.inflight: set[str] = set()
         #: of those, the ones whose response (or failure) is in Scrapy's scraper right now
         self.scraping: set[str] = set()
+        #: of those, the ones whose callback raised CloseSpider: released, not acked
+        self._hand_back: set[str] = set()
         self._rollbacks_seen = 0
-        #: the worker's rollback count when this node exhausted start(); None: it did not
-        self._start_done_at: int | None = None
+        #: the job's start() on this node (see startrun.py); set by open()
+        self.start: StartRun | None = None
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -117,7 +120,7 @@ class ClusterScheduler:
                 "that Redis is running.", self.config.job, redact_url(self.config.redis_url), exc,
             )
             raise CloseSpider("clustersync_redis_unreachable") from None
-        self._check_server_version()
+        self._check_server()
         if self.store.dedup != self.config.dedup:
             logger.warning(
                 "clustersync: job %r was created with dedup settings %s; this node's settings "
@@ -130,6 +133,7 @@ class ClusterScheduler:
             on_leased=self._wake_engine_threadsafe,
             start_state="mine" if self.runs_start else "other",
         )
+        self.start = StartRun(self.crawler, self.config, self.worker, claimed=self.runs_start)
         self._replay_spool(epoch)
         self._watch_scraper()
         self.worker.start()
@@ -160,16 +164,24 @@ class ClusterScheduler:
                 len(undelivered), path, self.config.job,
             )
 
-    def _check_server_version(self) -> None:
+    def _check_server(self) -> None:
+        """Warn of a Redis the guarantee does not hold on: too old, or evicting keys."""
         try:
-            version = self.store.server_version()
+            version, policy = self.store.server_facts()
         except StoreError:
-            return  # the join just worked; the version is only worth a warning
+            return  # the join just worked; these are only worth a warning
+        url = redact_url(self.config.redis_url)
         if version and version < MIN_REDIS_VERSION:
             logger.warning(
                 "clustersync: Redis at %s is version %s; clustersync needs %s or newer and is "
-                "not tested on older versions.", redact_url(self.config.redis_url),
-                ".".join(map(str, version)), ".".join(map(str, MIN_REDIS_VERSION)),
+                "not tested on older versions.", url, ".".join(map(str, version)),
+                ".".join(map(str, MIN_REDIS_VERSION)),
+            )
+        if policy and policy != "noeviction":
+            logger.warning(
+                "clustersync: Redis at %s evicts keys when full (maxmemory-policy %s): it may "
+                "delete the job's queue or record, which loses requests. Use a Redis with "
+                "maxmemory-policy noeviction for crawls.", url, policy,
             )
 
     def _replay_spool(self, epoch: str) -> None:
@@ -204,12 +216,29 @@ class ClusterScheduler:
                 raise
             return scraped.addBoth(self._scraped, token)
 
+        handle_spider_error = scraper.handle_spider_error
+
+        def watched_error(failure: Any, request: Request, *args: Any, **kwargs: Any) -> Any:
+            token = request.meta.get(LEASE_META_KEY)
+            if isinstance(failure.value, CloseSpider) and token in self.scraping:
+                self._hand_back.add(token)
+            return handle_spider_error(failure, request, *args, **kwargs)
+
         scraper.enqueue_scrape = watched
+        scraper.handle_spider_error = watched_error
 
     def _scraped(self, result: Any, token: str) -> Any:
-        """Everything the callback or errback of ``token`` produced has been buffered."""
+        """Everything the callback or errback of ``token`` produced has been buffered.
+
+        A callback that raised CloseSpider did not run to its end: its request is handed back
+        to the queue for another node, not acked (the node closes, as the spider asked).
+        """
         self.scraping.discard(token)
-        self.ack(token)
+        if token in self._hand_back:
+            self._hand_back.discard(token)
+            self.release(token)
+        else:
+            self.ack(token)
         return result
 
     def has_pending_requests(self) -> bool:
@@ -226,16 +255,23 @@ class ClusterScheduler:
         Redis, where the atomic dedup check may still filter it (counted in
         ``clustersync/dedup/filtered``).
         """
-        accepted = self._buffer(request)
+        accepted, refusal = self._buffer(request)
         token = request.meta.get(LEASE_META_KEY)
         if token in self.inflight and token not in self.scraping:
             # a redirect or retry replaced the leased request in the downloader (a child whose
             # meta was copied from its parent's response comes while the parent is scraped):
-            # the replacement was buffered first
-            self.ack(token)
+            # the replacement was buffered first, or, if it cannot travel, the original goes
+            # to the dead letters with the reason rather than being acked without a successor
+            if refusal is None:
+                self.ack(token)
+            else:
+                self._dead_letter(token, f"was replaced (redirect, retry) by a request "
+                                         f"that cannot be queued: {refusal}")
+                self.inflight.discard(token)
         return accepted
 
-    def _buffer(self, request: Request) -> bool:
+    def _buffer(self, request: Request) -> tuple[bool, str | None]:
+        """Buffer ``request``; returns (buffered, why it cannot be encoded, if so)."""
         assert self.worker is not None
         if self.worker.rollbacks != self._rollbacks_seen:
             # Redis came back older: fingerprints this node sent may be gone with it
@@ -243,23 +279,25 @@ class ClusterScheduler:
             self.dupefilter.forget_sent()
         fingerprint = b"" if request.dont_filter else self.dupefilter.fingerprint(request)
         if fingerprint and self.dupefilter.seen_here(fingerprint, request):
-            return False
+            return False, None
         try:
             blob = self.codec.encode(request)
         except UnencodableRequest as exc:
             logger.error("clustersync: %s", exc)
             self.counts["clustersync/unencodable"] += 1
-            return False
+            return False, str(exc)
         if fingerprint:
             self.dupefilter.sent(fingerprint)
         # int(): Scrapy accepts any int-like priority (True, numpy ints); Redis takes numbers
         self.worker.add(("P", fingerprint, int(request.priority), blob, int(request.dont_filter)))
         self._busy()
         self.counts["clustersync/enqueued"] += 1
-        return True
+        return True, None
 
     def next_request(self) -> Request | None:
         worker = self.worker
+        if worker is not None:
+            worker.reactor_tick = time.monotonic()
         if worker is None or worker.finished or worker.state_lost:
             return None
         if worker.backlog > self.config.buffer_limit:
@@ -271,7 +309,7 @@ class ClusterScheduler:
             try:
                 request = self.codec.decode(blob)
             except UndecodableEntry as exc:
-                self._dead_letter(entry_id, str(exc))
+                self._dead_letter(entry_id, f"cannot be decoded ({exc})")
                 continue
             request.meta[LEASE_META_KEY] = entry_id
             self.inflight.add(entry_id)
@@ -289,6 +327,14 @@ class ClusterScheduler:
         self.worker.add(("A", token))
         self.counts["clustersync/acked"] += 1
 
+    def release(self, token: str) -> None:
+        """Hand the leased request ``token`` back to the queue, for any node to crawl again."""
+        if token not in self.inflight or self.worker is None:
+            return
+        self.inflight.discard(token)
+        self.worker.add(("N", token))
+        self.counts["clustersync/handed_back"] += 1
+
     def engine_idle(self) -> None:
         """The engine has nothing in progress: no download, nothing in the scraper or pipelines.
 
@@ -303,73 +349,6 @@ class ClusterScheduler:
             self.worker.node_idle = True
             self.worker.wake()
 
-    def start_exhausted(self) -> None:
-        if self.worker is not None:
-            self.worker.add(("S",))
-            self.worker.start_state = "done"
-            self._start_done_at = self.worker.rollbacks
-
-    def start_lost(self) -> bool:
-        """This node ran start(), and Redis came back older than the end of it.
-
-        start()'s requests may be among the lost writes, and the job cannot finish before
-        start() is done again, so this node runs it again (see ``rerun_start``).
-        """
-        worker = self.worker
-        return worker is not None and self._start_done_at is not None and \
-            worker.start_state_rollbacks > self._start_done_at and \
-            worker.start_state in ("mine", "none")
-
-    async def rerun_start(self) -> None:
-        """Run the spider's start() again, its requests straight to the engine.
-
-        Only after Redis lost the writes that ended start() (see ``start_lost``). Requests it
-        yields that Redis still has are dropped by dedup; items are not sent again (their
-        pipelines ran the first time).
-        """
-        assert self.worker is not None
-        self._start_done_at = None
-        logger.warning("clustersync: Redis lost the end of job %r's start(); node %s runs "
-                       "start() again", self.config.job, self.config.node_id)
-        engine: Any = self.crawler.engine
-        async for item_or_request in self.crawler.spider.start():  # type: ignore[union-attr]
-            if isinstance(item_or_request, Request) and engine.spider is not None:
-                engine.crawl(item_or_request)
-        self.start_exhausted()
-
-    async def wait_for_start(self) -> bool:
-        """Wait while another node runs the job's start(); True if this node must run it.
-
-        That is the case when the node that claimed start() is no longer alive before start()
-        was exhausted: the heartbeat takes the claim over. The job cannot finish meanwhile.
-        """
-        worker = self.worker
-        if worker is None:
-            return False
-        worker.wants_start = True
-        try:
-            while worker.start_state in ("other", "none") and not self._stopping():
-                if worker.start_state == "none":
-                    return False  # nobody claimed it (a job seeded from the command line)
-                await _sleep(START_WAIT_POLL_S)
-        finally:
-            worker.wants_start = False
-        if worker.start_state != "mine" or self._stopping():
-            return False
-        logger.warning(
-            "clustersync: the node that ran start() of job %r stopped before start() was "
-            "exhausted; node %s runs it now (requests it yields that are already queued or "
-            "seen are dropped by dedup, except dont_filter=True ones)",
-            self.config.job, self.config.node_id,
-        )
-        self.counts["clustersync/start_takeovers"] += 1
-        return True
-
-    def _stopping(self) -> bool:
-        worker = self.worker
-        return worker is None or worker.finished or bool(worker.state_lost) or \
-            self.crawler.crawling is False
-
     def _busy(self) -> None:
         assert self.worker is not None
         self.worker.node_idle = False
@@ -379,8 +358,9 @@ class ClusterScheduler:
     def _dead_letter(self, entry_id: str, reason: str) -> None:
         assert self.worker is not None
         logger.error(
-            "clustersync: queue entry %s of job %r cannot be decoded (%s); it is moved to the "
-            "job's dead letters and the crawl goes on.", entry_id, self.config.job, reason,
+            "clustersync: queue entry %s of job %r %s; it is moved to the job's dead letters "
+            "(`clustersync dead %s`) and the crawl goes on.",
+            entry_id, self.config.job, reason, self.config.job,
         )
         self.worker.add(("D", entry_id, reason))
         self.counts["clustersync/dead_letters"] += 1
@@ -412,11 +392,3 @@ class ClusterScheduler:
                 self.stats.inc_value(key, value)
         self.counts.clear()
 
-
-async def _sleep(seconds: float) -> None:
-    """Sleep without blocking the reactor, under the asyncio and the plain Twisted reactor."""
-    from scrapy.utils.defer import maybe_deferred_to_future
-    from twisted.internet import reactor
-    from twisted.internet.task import deferLater
-
-    await maybe_deferred_to_future(deferLater(reactor, seconds, lambda: None))

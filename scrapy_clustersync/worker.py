@@ -87,8 +87,10 @@ class SyncWorker:
         #: value of ``rollbacks`` when a heartbeat last said so
         self.start_state = start_state
         self.start_state_rollbacks = 0
-        #: set by the reactor thread while it waits to take start() over from a dead node
-        self.wants_start = False
+        #: set by the reactor thread every few tenths of a second: a reactor stuck (a callback
+        #: that blocks) for half a lease stops the heartbeat, so that the node's leases run out
+        #: and other nodes crawl them, as if the node were dead
+        self.reactor_tick = time.monotonic()
         #: how many times Redis was found older than this node saw it
         self.rollbacks = 0
         self.finished = False
@@ -328,6 +330,8 @@ class SyncWorker:
         return True
 
     def _send_heartbeat(self, leaving: bool) -> None:
+        if not leaving and self._reactor_stuck():
+            return
         idle = self.node_idle and self.quiet
         activity = self.activity
         beat = self.store.heartbeat(
@@ -339,13 +343,22 @@ class SyncWorker:
             idle_after_ms=int(self.config.idle_close_after_s * 1000),
             lease_ids=sorted(self.held),
             busy_since_last=activity != self._activity_at_beat,
-            take_start=self.wants_start,
+            take_start=True,  # any live node takes start() over from a node that is gone
         )
         self._activity_at_beat = activity
         self.start_state = beat.start
         self.start_state_rollbacks = self.rollbacks
         if beat.finished and not leaving:
             self.finished = True
+
+    def _reactor_stuck(self) -> bool:
+        stuck_s = time.monotonic() - self.reactor_tick
+        if stuck_s < self.config.lease_timeout_s / 2:
+            return False
+        self._log_once(logging.WARNING, "clustersync: this node's reactor has not run for half "
+                       "a lease (a callback or pipeline that blocks?); the node stops renewing its "
+                       "leases, so other nodes crawl them if it stays stuck")
+        return True
 
     def _state(self, idle: bool) -> str:
         if self.away_since is not None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 
+import pytest
 from scrapy.settings import Settings
 from test_store import joined, push_op
 
@@ -13,6 +14,7 @@ from scrapy_clustersync.store.job import new_call_id
 from scrapy_clustersync.worker import SyncWorker
 
 from conftest import RedisFactory
+from support import wait_until
 
 
 def test_a_batch_redis_refuses_for_a_foreign_key_of_the_wrong_type_changes_nothing(
@@ -32,22 +34,25 @@ def test_a_batch_redis_refuses_for_a_foreign_key_of_the_wrong_type_changes_nothi
     assert client.zcard("clustersync:{job}:queue") == 0
 
 
-def test_a_node_whose_batch_redis_refuses_for_a_wrong_type_dead_letters_it_and_goes_on(
-    redis_server: RedisFactory,
+def test_a_node_whose_batch_redis_refuses_for_a_wrong_type_keeps_it_and_sends_it_once_mended(
+    redis_server: RedisFactory, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """The same, seen from the node: the worker only isolates ops on CLUSTERSYNC_BAD_OP
-    (worker.py SyncWorker._flush catches BadBatch only); any other script error is retried
-    as it is, for ever (SyncWorker._guard: "Redis refused a call ...; retrying"). The node
-    never sends its later writes (acks included), so it never becomes idle and the job never
-    finishes; at close the batch goes to the spool, where replay retries it the same way."""
+    """The same, seen from the node. A key of the job that another program overwrote is not
+    the batch's fault: the node says which key and what to do, keeps its writes (nothing is
+    applied, nothing dead-lettered), and sends them once the key is mended."""
     config = ClusterConfig.from_settings(
         Settings({"CLUSTERSYNC_REDIS_URL": redis_server.url}), "job")
     store = JobStore(make_client(redis_server.url), "job", config.node_id)
     epoch = store.join(ttl_ms=60_000)[0]
-    redis_server.client().set("clustersync:{job}:stats", "a foreign string")
+    client = redis_server.client()
+    client.set("clustersync:{job}:stats", "a foreign string")
     worker = SyncWorker(store, config, epoch, node_info=dict, on_leased=lambda: None)
     worker.start()
     worker.add(push_op("http://a/1"))
     worker.add(push_op("http://a/2"))
-    undelivered = worker.close(unacked=[])
-    assert not undelivered
+    wait_until(lambda: "holds a string, not a hash" in caplog.text, 10, "the error")
+    assert client.hlen("clustersync:{job}:entries") == 0
+    assert "delete or rename that key" in caplog.text
+    client.delete("clustersync:{job}:stats")
+    wait_until(lambda: client.hlen("clustersync:{job}:entries") == 2, 10, "the writes")
+    assert not worker.close(unacked=[])

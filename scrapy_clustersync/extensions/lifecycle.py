@@ -9,6 +9,7 @@ reason ``finished``. A node whose job vanished from Redis closes with
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING
 
 from scrapy import signals
@@ -63,12 +64,13 @@ class NodeLifecycle:
             return
         scheduler.publish_counts()
         worker = scheduler.worker
+        worker.reactor_tick = time.monotonic()  # the reactor is not stuck (see SyncWorker)
         if worker.state_lost:
             self._close(STATE_LOST)
         elif worker.finished:
             self._close("finished")
-        elif scheduler.start_lost():
-            deferred_from_coro(scheduler.rerun_start())
+        elif scheduler.start is not None and scheduler.start.needs_run():
+            deferred_from_coro(scheduler.start.run())
         elif worker.prefetched:
             scheduler.wake_engine()
 

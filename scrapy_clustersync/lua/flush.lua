@@ -32,6 +32,7 @@
 -- Returns "pushed filtered acked released dead active_bloom_layers active_layer_entries writes".
 -- Every check runs before the first write, so an error never leaves a batch half applied:
 --   CLUSTERSYNC_STATE_LOST          the job's epoch is gone or changed (Redis lost the job)
+--   CLUSTERSYNC_WRONG_TYPE <why>    a key of the job holds another type (see prelude.lua)
 --   CLUSTERSYNC_ROLLED_BACK <w> <e> the node's write counter is behind what the node saw: Redis
 --                                   came back older than it was
 --   CLUSTERSYNC_BAD_OP <n> <why>    op number n is malformed; nothing was applied
@@ -47,6 +48,10 @@
 if redis.call('HGET', KEYS[1], 'epoch') ~= ARGV[1] then
   return redis.error_reply('CLUSTERSYNC_STATE_LOST job epoch missing or changed')
 end
+local refused = wrong_type({{KEYS[2], 'zset'}, {KEYS[3], 'hash'}, {KEYS[4], 'zset'},
+                            {KEYS[5], 'hash'}, {KEYS[6], 'set'}, {KEYS[7], 'hash'},
+                            {KEYS[8], 'list'}, {KEYS[9], 'hash'}, {KEYS[10], 'hash'}})
+if refused then return refused end
 local last = redis.call('HMGET', KEYS[9], 'writes', 'flush_id', 'flush_result')
 local writes = tonumber(last[1] or '0')
 if writes < tonumber(ARGV[6]) then

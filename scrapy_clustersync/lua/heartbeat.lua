@@ -27,10 +27,15 @@
 -- "other" (another live node runs it) or "none" (nobody claimed it).
 -- The job is finished when start() is done (or was never claimed), the queue is empty, no
 -- lease is out and every live node has been idle for idle_after_ms.
--- Errors (before any change): CLUSTERSYNC_STATE_LOST, CLUSTERSYNC_ROLLED_BACK <w> <e> (as flush).
+-- Errors (before any change): CLUSTERSYNC_STATE_LOST, CLUSTERSYNC_WRONG_TYPE,
+-- CLUSTERSYNC_ROLLED_BACK <w> <e> (as flush).
 if redis.call('HGET', KEYS[1], 'epoch') ~= ARGV[1] then
   return redis.error_reply('CLUSTERSYNC_STATE_LOST job epoch missing or changed')
 end
+local refused = wrong_type({{KEYS[2], 'zset'}, {KEYS[3], 'hash'}, {KEYS[4], 'hash'},
+                            {KEYS[5], 'zset'}, {KEYS[6], 'hash'}, {KEYS[7], 'zset'},
+                            {KEYS[8], 'hash'}})
+if refused then return refused end
 local node = ARGV[2]
 local writes = tonumber(redis.call('HGET', KEYS[8], 'writes') or '0')
 if writes < tonumber(ARGV[8]) then

@@ -17,10 +17,14 @@
 -- ARGV[6]  reclaim_max  int     how many expired leases to return at most in this call
 -- ARGV[7]  writes       int     the node's write counter as it last saw it; -1 = do not check
 -- Returns a flat array: the node's write counter, then id1, blob1, id2, blob2, ...
--- Errors (before any change): CLUSTERSYNC_STATE_LOST, CLUSTERSYNC_ROLLED_BACK <w> <e> (as flush).
+-- Errors (before any change): CLUSTERSYNC_STATE_LOST, CLUSTERSYNC_WRONG_TYPE,
+-- CLUSTERSYNC_ROLLED_BACK <w> <e> (as flush).
 if redis.call('HGET', KEYS[1], 'epoch') ~= ARGV[1] then
   return redis.error_reply('CLUSTERSYNC_STATE_LOST job epoch missing or changed')
 end
+local refused = wrong_type({{KEYS[2], 'zset'}, {KEYS[3], 'hash'}, {KEYS[4], 'zset'},
+                            {KEYS[5], 'hash'}, {KEYS[6], 'hash'}, {KEYS[7], 'hash'}})
+if refused then return refused end
 local node = ARGV[3]
 local writes = tonumber(redis.call('HGET', KEYS[7], 'writes') or '0')
 if writes < tonumber(ARGV[7]) then

@@ -70,13 +70,19 @@ def _translated(exc: redis.RedisError, client: redis.Redis) -> StoreError:
     if isinstance(exc, redis.ResponseError):
         for marker, kind in _SCRIPT_ERRORS.items():
             if marker in text:
-                return kind(text)
+                return kind(_WRONG_TYPE_HINT.format(text) if kind is StoreError else text)
     return StoreError(text)
 
+
+_WRONG_TYPE_HINT = (
+    "{} - another program wrote into this job's keys: delete or rename that key (or "
+    "`clustersync purge` the job); the node keeps its writes and retries"
+)
 
 #: the errors the job's scripts raise on purpose (see the headers of lua/*.lua)
 _SCRIPT_ERRORS: dict[str, type[StoreError]] = {
     "CLUSTERSYNC_STATE_LOST": StateLost,
     "CLUSTERSYNC_ROLLED_BACK": RolledBack,
     "CLUSTERSYNC_BAD_OP": BadBatch,
+    "CLUSTERSYNC_WRONG_TYPE": StoreError,  # refused before any change; retried until mended
 }

@@ -26,7 +26,9 @@ CALL_ID_BYTES = 8
 
 
 def _load_lua(name: str) -> str:
-    return resources.files("scrapy_clustersync").joinpath(f"lua/{name}.lua").read_text()
+    """The script ``lua/<name>.lua``, after the helpers of ``lua/prelude.lua``."""
+    scripts = resources.files("scrapy_clustersync").joinpath("lua")
+    return scripts.joinpath("prelude.lua").read_text() + scripts.joinpath(f"{name}.lua").read_text()
 
 
 def new_call_id() -> str:
@@ -134,11 +136,14 @@ class JobStore:
         with translate_errors(self.client):
             self.client.ping()
 
-    def server_version(self) -> tuple[int, ...]:
-        """The Redis server's version, e.g. (7, 0, 15); () if it does not say."""
+    def server_facts(self) -> tuple[tuple[int, ...], str]:
+        """The server's version, e.g. (7, 0, 15), and its maxmemory policy ("" if unsaid)."""
         with translate_errors(self.client):
-            version = str(self.client.info("server").get("redis_version", ""))
-        return tuple(int(part) for part in version.split(".") if part.isdigit())
+            server = self.client.info("server")
+            memory = self.client.info("memory")
+        version = str(server.get("redis_version", ""))
+        policy = str(memory.get("maxmemory_policy", ""))
+        return tuple(int(part) for part in version.split(".") if part.isdigit()), policy
 
     def join(self, ttl_ms: int, claim: bool = True) -> tuple[str, bool]:
         """Join the job (creating it if new) and adopt its dedup settings.

@@ -1,0 +1,17 @@
+-- prelude: prepended to every script of the job when it is loaded (see store/job.py _load_lua).
+--
+-- wrong_type({{key, type}, ...}): an error reply if a key holds another type than the script
+-- writes to it (another program wrote into the job's keys), else nil. Scripts check this before
+-- their first write: Redis does not roll a script back, so a WRONGTYPE error half way would
+-- leave its writes half applied. A key that does not exist is fine.
+local function wrong_type(expected)
+  for _, pair in ipairs(expected) do
+    local found = redis.call('TYPE', pair[1])['ok']
+    if found ~= 'none' and found ~= pair[2] then
+      return redis.error_reply('CLUSTERSYNC_WRONG_TYPE ' .. pair[1] .. ' holds a ' .. found ..
+                               ', not a ' .. pair[2])
+    end
+  end
+  return nil
+end
+
