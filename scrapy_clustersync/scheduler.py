@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import time
 import weakref
-from collections import Counter
+from collections import Counter, deque
 from typing import TYPE_CHECKING, Any
 
 from scrapy import Request
@@ -80,6 +80,8 @@ class ClusterScheduler:
         self.scraping: set[str] = set()
         #: of those, the ones whose callback raised CloseSpider: released, not acked
         self._hand_back: set[str] = set()
+        #: replacements (retry, redirect) that cannot travel, crawled here (see _keep_here)
+        self.local: deque[Request] = deque()
         self._rollbacks_seen = 0
         #: the job's start() on this node (see startrun.py); set by open()
         self.start: StartRun | None = None
@@ -242,10 +244,10 @@ class ClusterScheduler:
         return result
 
     def has_pending_requests(self) -> bool:
-        return bool(self.worker and self.worker.prefetched)
+        return bool(self.local or (self.worker and self.worker.prefetched))
 
     def __len__(self) -> int:
-        return len(self.worker.prefetched) if self.worker else 0
+        return len(self.local) + (len(self.worker.prefetched) if self.worker else 0)
 
     def enqueue_request(self, request: Request) -> bool:
         """Buffer ``request`` for the shared queue.
@@ -265,10 +267,18 @@ class ClusterScheduler:
             if refusal is None:
                 self.ack(token)
             else:
-                self._dead_letter(token, f"was replaced (redirect, retry) by a request "
-                                         f"that cannot be queued: {refusal}")
-                self.inflight.discard(token)
+                self._keep_here(request)
+                return True
         return accepted
+
+    def _keep_here(self, request: Request) -> None:
+        """Crawl on this node a replacement that cannot travel, as Scrapy keeps requests it
+        cannot serialize in memory. It carries the lease of the request it replaces, which is
+        acked when its callback is done, or crawled again elsewhere if this node dies."""
+        self.local.append(request)
+        self.counts["clustersync/kept_on_node"] += 1
+        logger.warning("clustersync: %r cannot be queued in Redis; it is crawled on this node "
+                       "(the request it replaces is acked once it is done)", request)
 
     def _buffer(self, request: Request) -> tuple[bool, str | None]:
         """Buffer ``request``; returns (buffered, why it cannot be encoded, if so)."""
@@ -300,6 +310,9 @@ class ClusterScheduler:
             worker.reactor_tick = time.monotonic()
         if worker is None or worker.finished or worker.state_lost:
             return None
+        if self.local:
+            self._busy()
+            return self.local.popleft()
         if worker.backlog > self.config.buffer_limit:
             return None  # back-pressure while writes cannot reach Redis
         while worker.prefetched:

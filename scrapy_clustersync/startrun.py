@@ -95,9 +95,12 @@ class StartRun:
         """Run start() through the spider middlewares, its output straight to the engine."""
         self._rerun, self._must_rerun = True, False
         self.phase = "running"
-        logger.warning("clustersync: node %s runs start() of job %r %s", self.config.node_id,
-                       self.config.job, "again: Redis lost the end of it" if self.ran else
-                       "(its claim was taken over from a node that is gone)")
+        if self.ran:
+            logger.warning("clustersync: node %s runs start() again for job %r: Redis lost "
+                           "the end of it", self.config.node_id, self.config.job)
+        else:
+            logger.warning("clustersync: node %s runs start() of job %r: it took the claim "
+                           "over from a node that is gone", self.config.node_id, self.config.job)
         engine: Any = self.crawler.engine
         start = await engine.scraper.spidermw.process_start()
         async for item_or_request in start:

@@ -341,10 +341,12 @@ def test_an_item_yielded_by_start_goes_through_the_pipelines_even_if_its_node_is
     first = start_node("first", redis_server.url, web.start_url, tmp_path, settings,
                        project_dir=project, spider="startitems", env=node_env(tmp_path))
     client = redis_server.client()
-    wait_until(lambda: client.hexists("clustersync:{startitems}:meta", "start_done"), 60,
-               "start() to be exhausted in Redis")
-    assert marks(tmp_path, "start_item_begun") == ["first"]
-    assert marks(tmp_path, "start_items") == []  # still in the pipeline
+    wait_until(lambda: marks(tmp_path, "start_item_begun") == ["first"], 60,
+               "start()'s item to be in the pipeline")
+    time.sleep(1.0)  # far longer than a flush takes
+    # start() is not done while its item is in the pipeline
+    assert not client.hexists("clustersync:{startitems}:meta", "start_done")
+    assert marks(tmp_path, "start_items") == []
     first.kill()
     second = start_node("second", redis_server.url, web.start_url, tmp_path,
                         {**settings, "SLOW_S": "0"}, project_dir=project, spider="startitems",
@@ -438,8 +440,8 @@ def test_start_requests_lost_by_a_rollback_while_start_runs_are_yielded_again(
 def test_start_is_not_done_before_a_spider_middleware_closer_to_the_engine_is_done_with_it(
     redis_server: RedisFactory, site: SiteFactory, project: Path, tmp_path: Path
 ) -> None:
-    """ClusterSpiderMiddleware sits at order 0 and sends "S" (start() exhausted) when *its*
-    iteration ends. A spider middleware at a negative order (closer to the engine) may hold
+    """ClusterSpiderMiddleware sat at order 0 and sent "S" (start() exhausted) when *its*
+    iteration ended. A spider middleware at a negative order (closer to the engine) may hold
     start()'s output for a while (here: it reads it all, then feeds it at a pace). start_done
     is then in Redis before the requests reach the scheduler; a kill -9 there loses them: no
     node runs start() again, and the job ends "finished" without them."""
@@ -451,7 +453,8 @@ def test_start_is_not_done_before_a_spider_middleware_closer_to_the_engine_is_do
     client = redis_server.client()
     wait_until(lambda: client.hexists("clustersync:{quickstart}:meta", "start_done"), 60,
                "start() to be marked exhausted in Redis")
-    assert len(marks(tmp_path, "fed")) < 10  # the middleware still holds some of it
+    # start() is done only once the middleware nearest the engine has handed all of it over
+    assert len(marks(tmp_path, "fed")) == 10
     first.kill()
     second = start_node("second", redis_server.url, web.start_url, tmp_path, settings,
                         project_dir=project, spider="quickstart", env=node_env(tmp_path))
