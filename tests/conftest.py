@@ -19,6 +19,8 @@ from scrapy_clustersync.testing.proxy import TcpProxy
 from scrapy_clustersync.testing.redis_server import RedisServer, redis_server_binary
 from scrapy_clustersync.testing.site import TestSite
 
+from support import kill_leftover_nodes
+
 NO_REDIS_MESSAGE = (
     "redis-server not found: install it with `apt-get install redis-server` "
     "(macOS: `brew install redis`) or set REDIS_SERVER_BIN to its path"
@@ -56,6 +58,13 @@ def started_until_teardown(build: Callable[..., _S]) -> Iterator[Callable[..., _
     yield make
     for service in services:
         service.stop()
+
+
+@pytest.fixture(autouse=True)
+def no_leftover_nodes() -> Iterator[None]:
+    """Node processes a test started do not outlive it, even when it fails half way."""
+    yield
+    kill_leftover_nodes()
 
 
 @pytest.fixture

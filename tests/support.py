@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -83,7 +84,21 @@ def start_node(
     with log_path.open("wb") as log:
         process = subprocess.Popen(command, cwd=project_dir, env=env, stdout=log,
                                    stderr=subprocess.STDOUT)
+    STARTED.append(process)
     return Node(name, process, log_path)
+
+
+#: every node process started, so that a test that fails half way leaves none running
+STARTED: list[subprocess.Popen[bytes]] = []
+
+
+def kill_leftover_nodes() -> None:
+    """SIGKILL every node process a test started that is still running."""
+    while STARTED:
+        process = STARTED.pop()
+        if process.poll() is None:
+            process.kill()
+            process.wait(10)
 
 
 def start_nodes(count: int, redis_url: str, start_url: str, workdir: Path,
@@ -158,3 +173,30 @@ def fail_over(old: RedisServer, new: RedisServer, proxy: TcpProxy | None = None)
     if proxy is not None:
         proxy.retarget(LOCALHOST, new.port)
     old_client.client_unpause()
+
+
+def project_with_spiders(workdir: Path, module: str, source: str) -> Path:
+    """A copy of the example project under ``workdir`` with ``source`` (indented Python, as in a
+    triple-quoted string) as ``example/spiders/<module>.py``; its spiders may import ``sleep``
+    and ``mark`` from ``example.spiders.helpers`` (tests/spider_helpers.py)."""
+    root = workdir / "project"
+    (root / "example" / "spiders").mkdir(parents=True, exist_ok=True)
+    for name in ("scrapy.cfg", "example/__init__.py", "example/settings.py",
+                 "example/spiders/__init__.py", "example/spiders/site.py"):
+        (root / name).write_text((EXAMPLE_PROJECT / name).read_text())
+    (root / "example/spiders/helpers.py").write_text(
+        (Path(__file__).parent / "spider_helpers.py").read_text())
+    (root / f"example/spiders/{module}.py").write_text(textwrap.dedent(source))
+    (workdir / "marks").mkdir(exist_ok=True)
+    return root
+
+
+def marks(workdir: Path, name: str) -> list[str]:
+    """The lines the spiders of ``project_with_spiders`` marked in ``name``."""
+    path = workdir / "marks" / name
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def node_env(workdir: Path, **extra: str) -> dict[str, str]:
+    """The environment the spiders of ``project_with_spiders`` need (where marks go)."""
+    return {"MARKS_DIR": str(workdir / "marks"), **extra}

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import textwrap
 from pathlib import Path
 
 from scrapy_clustersync.store import JobStore, make_client
 from scrapy_clustersync.store.job import new_call_id
 
 from conftest import RedisFactory, SiteFactory
-from support import EXAMPLE_PROJECT, missing_pages, start_node, wait_all
+from support import missing_pages, project_with_spiders, start_node, wait_all
 
 
 def test_an_undecodable_queue_entry_is_dead_lettered_and_the_crawl_completes(
@@ -51,12 +50,7 @@ def test_a_request_with_unencodable_meta_gets_a_clear_error_and_the_crawl_goes_o
     redis_server: RedisFactory, site: SiteFactory, tmp_path: Path
 ) -> None:
     # given a spider that yields one request whose meta holds a live object
-    project = tmp_path / "project"
-    (project / "example" / "spiders").mkdir(parents=True)
-    for name in ("scrapy.cfg", "example/__init__.py", "example/settings.py",
-                 "example/spiders/__init__.py", "example/spiders/site.py"):
-        (project / name).write_text((EXAMPLE_PROJECT / name).read_text())
-    (project / "example/spiders/badmeta.py").write_text(textwrap.dedent(BAD_META_SPIDER))
+    project = project_with_spiders(tmp_path, "badmeta", BAD_META_SPIDER)
     web = site(60)
     # when it crawls
     node = start_node("node1", redis_server.url, web.start_url, tmp_path, project_dir=project,

@@ -12,7 +12,6 @@ Each test pins one way the promise used to break:
 from __future__ import annotations
 
 import signal
-import textwrap
 import time
 from pathlib import Path
 
@@ -22,9 +21,11 @@ from scrapy_clustersync.testing.redis_server import free_port
 
 from conftest import RedisFactory, SiteFactory
 from support import (
-    EXAMPLE_PROJECT,
+    marks,
     missing_pages,
+    node_env,
     pages_fetched,
+    project_with_spiders,
     start_node,
     wait_all,
     wait_until,
@@ -34,19 +35,8 @@ SPIDERS = '''
     import os
 
     import scrapy
-    from scrapy.utils.defer import maybe_deferred_to_future
-    from twisted.internet.task import deferLater
 
-
-    async def sleep(seconds):
-        from twisted.internet import reactor  # the one Scrapy installed
-
-        await maybe_deferred_to_future(deferLater(reactor, seconds, lambda: None))
-
-
-    def mark(name, line):
-        with open(os.environ["MARKS_DIR"] + "/" + name, "a") as marks:
-            marks.write(line + "\\n")
+    from example.spiders.helpers import mark, sleep
 
 
     class ListingSpider(scrapy.Spider):
@@ -132,23 +122,7 @@ SPIDERS = '''
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
     """The example project plus the spiders above; marks go to ``tmp_path/marks``."""
-    root = tmp_path / "project"
-    (root / "example" / "spiders").mkdir(parents=True)
-    for name in ("scrapy.cfg", "example/__init__.py", "example/settings.py",
-                 "example/spiders/__init__.py"):
-        (root / name).write_text((EXAMPLE_PROJECT / name).read_text())
-    (root / "example/spiders/guarantees.py").write_text(textwrap.dedent(SPIDERS))
-    (tmp_path / "marks").mkdir()
-    return root
-
-
-def marks(tmp_path: Path, name: str) -> list[str]:
-    path = tmp_path / "marks" / name
-    return path.read_text().splitlines() if path.exists() else []
-
-
-def node_env(tmp_path: Path) -> dict[str, str]:
-    return {"MARKS_DIR": str(tmp_path / "marks")}
+    return project_with_spiders(tmp_path, "guarantees", SPIDERS)
 
 
 @pytest.mark.parametrize("reactor", ["asyncio", "select"])

@@ -7,7 +7,6 @@ FAILS on the code it was written against (branch ``review``). See the docstring 
 from __future__ import annotations
 
 import signal
-import textwrap
 import time
 from pathlib import Path
 
@@ -15,8 +14,10 @@ import pytest
 
 from conftest import RedisFactory, SiteFactory
 from support import (
-    EXAMPLE_PROJECT,
+    marks,
     missing_pages,
+    node_env,
+    project_with_spiders,
     start_node,
     wait_all,
     wait_until,
@@ -27,19 +28,8 @@ SPIDERS = '''
 
     import scrapy
     from scrapy.exceptions import CloseSpider
-    from scrapy.utils.defer import maybe_deferred_to_future
-    from twisted.internet.task import deferLater
 
-
-    async def sleep(seconds):
-        from twisted.internet import reactor  # the one Scrapy installed
-
-        await maybe_deferred_to_future(deferLater(reactor, seconds, lambda: None))
-
-
-    def mark(name, line):
-        with open(os.environ["MARKS_DIR"] + "/" + name, "a") as marks:
-            marks.write(line + "\\n")
+    from example.spiders.helpers import mark, sleep
 
 
     class FollowSpider(scrapy.Spider):
@@ -272,23 +262,7 @@ SPIDERS = '''
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
     """The example project plus the spiders above; marks go to ``tmp_path/marks``."""
-    root = tmp_path / "project"
-    (root / "example" / "spiders").mkdir(parents=True)
-    for name in ("scrapy.cfg", "example/__init__.py", "example/settings.py",
-                 "example/spiders/__init__.py"):
-        (root / name).write_text((EXAMPLE_PROJECT / name).read_text())
-    (root / "example/spiders/review.py").write_text(textwrap.dedent(SPIDERS))
-    (tmp_path / "marks").mkdir()
-    return root
-
-
-def marks(tmp_path: Path, name: str) -> list[str]:
-    path = tmp_path / "marks" / name
-    return path.read_text().splitlines() if path.exists() else []
-
-
-def node_env(tmp_path: Path, **extra: str) -> dict[str, str]:
-    return {"MARKS_DIR": str(tmp_path / "marks"), **extra}
+    return project_with_spiders(tmp_path, "review", SPIDERS)
 
 
 def test_a_start_that_raises_does_not_hang_the_job_for_ever(
