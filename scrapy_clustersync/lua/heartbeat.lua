@@ -37,13 +37,8 @@ local refused = wrong_type({{KEYS[2], 'zset'}, {KEYS[3], 'hash'}, {KEYS[4], 'has
                             {KEYS[8], 'hash'}})
 if refused then return refused end
 local node = ARGV[2]
-local writes = tonumber(redis.call('HGET', KEYS[8], 'writes') or '0')
-if writes < tonumber(ARGV[8]) then
-  return redis.error_reply('CLUSTERSYNC_ROLLED_BACK ' .. writes .. ' ' .. ARGV[8])
-end
-writes = writes + 1
-redis.call('HSET', KEYS[8], 'writes', writes)
-redis.call('PEXPIRE', KEYS[8], 86400000)
+local writes, rolled_back = bump_writes(KEYS[8], ARGV[8])
+if not writes then return rolled_back end
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local leaving = tonumber(ARGV[3]) == 0

@@ -26,13 +26,8 @@ local refused = wrong_type({{KEYS[2], 'zset'}, {KEYS[3], 'hash'}, {KEYS[4], 'zse
                             {KEYS[5], 'hash'}, {KEYS[6], 'hash'}, {KEYS[7], 'hash'}})
 if refused then return refused end
 local node = ARGV[3]
-local writes = tonumber(redis.call('HGET', KEYS[7], 'writes') or '0')
-if writes < tonumber(ARGV[7]) then
-  return redis.error_reply('CLUSTERSYNC_ROLLED_BACK ' .. writes .. ' ' .. ARGV[7])
-end
-writes = writes + 1
-redis.call('HSET', KEYS[7], 'writes', writes)
-redis.call('PEXPIRE', KEYS[7], 86400000)
+local writes, rolled_back = bump_writes(KEYS[7], ARGV[7])
+if not writes then return rolled_back end
 local out = {writes}
 
 local function lease_one(id, score, deadline)

@@ -15,3 +15,16 @@ local function wrong_type(expected)
   return nil
 end
 
+-- bump_writes(key, expected): the node's write counter in ``key`` (its call hash), bumped by
+-- one; or nil and an error reply if it is below ``expected``, what the node last saw: Redis came
+-- back older than that (see flush.lua). -1 = do not check.
+local function bump_writes(key, expected)
+  local writes = tonumber(redis.call('HGET', key, 'writes') or '0')
+  if writes < tonumber(expected) then
+    return nil, redis.error_reply('CLUSTERSYNC_ROLLED_BACK ' .. writes .. ' ' .. expected)
+  end
+  redis.call('HSET', key, 'writes', writes + 1)
+  redis.call('PEXPIRE', key, 86400000)
+  return writes + 1
+end
+
