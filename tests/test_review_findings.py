@@ -1,7 +1,7 @@
-"""Adversarial review: ways to lose a page or an item, or to hang a job, with the code as it is.
+"""Regression tests from an adversarial review: ways a page or an item was lost, or a job hung.
 
 Each test is a minimal reproduction with real `scrapy crawl` nodes and a real redis-server; each
-FAILS on the code it was written against (branch ``review``). See the docstring of each test.
+failed on the code the review read, and its docstring says what went wrong there.
 """
 
 from __future__ import annotations
