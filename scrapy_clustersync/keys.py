@@ -28,7 +28,10 @@ class JobKeys:
     - ``bloom``    hash: Bloom filter state (active layers, entries and layout per layer, and
       ``prepared<layer>``: how many chunks of a layer exist, allocated ahead of need)
     - ``bloom:<layer>:<chunk>`` string: the bits of one chunk of a Bloom layer
-    - ``dead``     list: dead letters (msgpack records with the reason), newest first
+    - ``dead``     list: dead letters, newest first: "<entry id>\t<node>\t<server ms>\t<reason>"
+      then a newline and the entry's encoded request ("-" as the id for a refused write)
+    - ``call:<node>`` hash: the node's write counter (``writes``, see flush.lua) and its last
+      flush and lease call ids with their results (a retried call changes nothing more)
     """
 
     job: str
