@@ -262,8 +262,8 @@ class ClusterScheduler:
         if token in self.inflight and token not in self.scraping:
             # a redirect or retry replaced the leased request in the downloader (a child whose
             # meta was copied from its parent's response comes while the parent is scraped):
-            # the replacement was buffered first, or, if it cannot travel, the original goes
-            # to the dead letters with the reason rather than being acked without a successor
+            # the replacement was buffered first; one that cannot travel is crawled here,
+            # carrying the lease, rather than the original being acked without a successor
             if refusal is None:
                 self.ack(token)
             else:

@@ -24,7 +24,7 @@ import psutil
 
 from .store import StoreError
 from .store.errors import BadBatch, RolledBack
-from .store.job import new_call_id
+from .store.job import dead_letter_for, new_call_id
 
 if TYPE_CHECKING:
     from .store import JobStore
@@ -170,11 +170,11 @@ def _split_or_set_aside(batches: list[list[Any]], reason: str) -> None:
     [op] = ops
     logger.error("clustersync: Redis refused a spooled write (%s); it goes to the dead letters",
                  reason)
-    if op[0] == "X":
+    letter = dead_letter_for(op, reason)
+    if letter is None:
         batches.pop(0)
         return
-    record = op[3] if op[0] == "P" else msgpack.packb(op, use_bin_type=True)
-    batches[0] = [f"{call_id}.x", [["X", f"refused by Redis: {reason}"[:1000], record]]]
+    batches[0] = [f"{call_id}.x", [list(letter)]]
 
 
 def _write(path: Path, data: dict[str, Any]) -> None:

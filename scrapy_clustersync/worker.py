@@ -29,7 +29,7 @@ import msgpack
 from .config import ClusterConfig, redact_url
 from .store import JobStore, Op, StateLost, StoreError, StoreUnavailable
 from .store.errors import BadBatch, RolledBack
-from .store.job import new_call_id
+from .store.job import dead_letter_for, new_call_id
 
 logger = logging.getLogger(__name__)
 
@@ -296,10 +296,9 @@ class SyncWorker:
             "letters (`clustersync dead %s`) and the crawl goes on. Write: %s",
             self.config.job, exc, self.config.job, _describe(op),
         )
-        if op[0] == "X":
-            return  # even the dead letter was refused: the log line above is its record
-        record = op[3] if op[0] == "P" else msgpack.packb(list(op), use_bin_type=True)
-        self.ops.appendleft(("X", f"refused by Redis: {exc}"[:1000], record))
+        letter = dead_letter_for(op, str(exc))
+        if letter is not None:
+            self.ops.appendleft(letter)
 
     def _lease_due(self, now: float) -> bool:
         return now >= self._next_lease and self._lease_wanted()

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
+import msgpack
 import redis
 
 from ..bloom import BloomParams, expected_error, layer
@@ -19,6 +20,17 @@ from .errors import RolledBack, StoreError, translate_errors
 
 #: One buffered write, as the flush script reads it: an opcode and its fields.
 Op = tuple[Any, ...]
+
+
+def dead_letter_for(op: Op | list[Any], reason: str) -> Op | None:
+    """The "X" op that records ``op``, which Redis refused for ``reason``, as a dead letter:
+    a push keeps its encoded request, any other op its own msgpack form. None for an "X" op
+    (even the dead letter was refused: only the log keeps it).
+    """
+    if op[0] == "X":
+        return None
+    record = op[3] if op[0] == "P" else msgpack.packb(list(op), use_bin_type=True)
+    return ("X", f"refused by Redis: {reason}"[:1000], record)
 
 DEAD_LETTERS_KEPT = 10_000
 RECLAIM_PER_LEASE = 200
@@ -283,8 +295,8 @@ class JobStore:
         """Keep the node alive (``ttl_ms=0``: it leaves), renew leases, learn if all is done.
 
         ``busy_since_last``: the node worked since its last heartbeat, so an idle node's idle
-        time starts now. ``take_start``: the node waits for start() and takes the claim over
-        if its holder is gone (``Heartbeat.start == "mine"`` then).
+        time starts now. ``take_start``: the node takes the start() claim over if its holder
+        is gone (``Heartbeat.start == "mine"`` then); every node asks for it.
         """
         k = self.keys
         idle_flag = (2 if busy_since_last else 1) if idle else 0
