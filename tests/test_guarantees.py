@@ -32,24 +32,16 @@ from support import (
 )
 
 SPIDERS = '''
-    import os
-
     import scrapy
 
     from example.spiders.helpers import mark, sleep
+    from example.spiders.site import SiteSpider
 
 
-    class ListingSpider(scrapy.Spider):
+    class ListingSpider(SiteSpider):
         """Each page yields ITEMS items, then its links (a listing page)."""
 
         name = "listing"
-
-        def __init__(self, start_url="", **kw):
-            super().__init__(**kw)
-            self.start_url = start_url
-
-        async def start(self):
-            yield scrapy.Request(self.start_url)
 
         def parse(self, response):
             for index in range(self.settings.getint("ITEMS")):
@@ -77,41 +69,30 @@ SPIDERS = '''
             return item
 
 
-    class ErrbackSpider(scrapy.Spider):
+    class ErrbackSpider(SiteSpider):
         """A slow crawl, and one request that fails and has an errback."""
 
         name = "errback"
 
-        def __init__(self, start_url="", **kw):
-            super().__init__(**kw)
-            self.start_url = start_url
-
         async def start(self):
             yield scrapy.Request(self.start_url)
             yield scrapy.Request(self.settings.get("FAILING_URL"), errback=self.failed)
-
-        def parse(self, response):
-            for href in response.css("a::attr(href)").getall():
-                yield response.follow(href)
 
         def failed(self, failure):
             mark("errbacks", self.settings.get("USER_AGENT"))
             yield {"failed": failure.request.url}
 
 
-    class SlowStartSpider(scrapy.Spider):
+    class SlowStartSpider(SiteSpider):
         """start() yields page 0 .. PAGES-1 slowly; callbacks follow nothing."""
 
         name = "slowstart"
 
-        def __init__(self, start_url="", **kw):
-            super().__init__(**kw)
-            self.base = start_url.rsplit("/", 1)[0]
-
         async def start(self):
+            base = self.start_url.rsplit("/", 1)[0]
             for index in range(self.settings.getint("PAGES")):
                 mark("started", f"{self.settings.get('USER_AGENT')} {index}")
-                yield scrapy.Request(f"{self.base}/{index}.html")
+                yield scrapy.Request(f"{base}/{index}.html")
                 await sleep(0.2)
 
         def parse(self, response):

@@ -30,20 +30,17 @@ SPIDERS = '''
     from scrapy.exceptions import CloseSpider
 
     from example.spiders.helpers import mark, sleep
+    from example.spiders.site import SiteSpider
 
 
-    class FollowSpider(scrapy.Spider):
+    class FollowSpider(SiteSpider):
         """Follows every link; the base of the spiders below."""
 
         name = "follow"
 
-        def __init__(self, start_url="", **kw):
-            super().__init__(**kw)
-            self.start_url = start_url
-            self.base = start_url.rsplit("/", 1)[0]
-
-        async def start(self):
-            yield scrapy.Request(self.start_url)
+        @property
+        def base(self):
+            return self.start_url.rsplit("/", 1)[0]
 
         def parse(self, response):
             mark("parsed", f"{self.settings.get('USER_AGENT')} {response.url}")
