@@ -11,27 +11,36 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
-from .scheduler import scheduler_for
+from .signals import node_opened
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from typing_extensions import Self
+
+    from .scheduler import ClusterScheduler
+    from .startrun import StartRun
 
 #: nearest the engine: below any order a project gives its own spider middlewares
 ORDER = -(10**9)
 
 
 class ClusterSpiderMiddleware:
-    def __init__(self, crawler: Crawler) -> None:
-        self.crawler = crawler
+    """Runs the spider's start() only where the job's ``StartRun`` says (see startrun.py)."""
+
+    def __init__(self) -> None:
+        self.run: StartRun | None = None
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
-        return cls(crawler)
+        middleware = cls()
+        crawler.signals.connect(middleware.node_opened, signal=node_opened)
+        return middleware
+
+    def node_opened(self, scheduler: ClusterScheduler) -> None:
+        self.run = scheduler.start
 
     async def process_start(self, start: AsyncIterator[Any]) -> AsyncIterator[Any]:
-        scheduler = scheduler_for(self.crawler)
-        run = scheduler.start if scheduler is not None else None
+        run = self.run
         if run is None:
             async for item_or_request in start:
                 yield item_or_request

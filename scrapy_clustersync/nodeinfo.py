@@ -5,46 +5,53 @@ from __future__ import annotations
 import os
 import socket
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import psutil
 
 if TYPE_CHECKING:
-    from scrapy.crawler import Crawler
-
-    from .config import ClusterConfig
-    from .scheduler import ClusterScheduler
+    from scrapy.statscollectors import StatsCollector
 
 
 class NodeInfo:
-    def __init__(self, crawler: Crawler, config: ClusterConfig, scheduler: ClusterScheduler):
-        self.crawler = crawler
-        self.config = config
-        self.scheduler = scheduler
+    """The node's own figures: host, process, pages, items, requests in flight, resources.
+
+    It is given what it reports (the crawler's stats, a count of requests in flight), never the
+    scheduler; the Redis thread adds its own figures (prefetched, buffered, state).
+    """
+
+    def __init__(
+        self,
+        stats: StatsCollector | None,
+        spider_name: str | None,
+        runs_start: bool,
+        inflight: Callable[[], int],
+    ) -> None:
+        self.stats = stats
+        self.spider_name = spider_name
+        self.runs_start = runs_start
+        self.inflight = inflight
         self.process = psutil.Process(os.getpid())
         self.process.cpu_percent(None)
         self.started = time.time()
 
     def snapshot(self) -> dict[str, Any]:
         """A JSON-ready record; called from the Redis thread, so it only reads."""
-        stats = self.crawler.stats
-        get = stats.get_value if stats is not None else (lambda *_: 0)
-        worker = self.scheduler.worker
+        stats = self.stats
         with self.process.oneshot():
             rss = self.process.memory_info().rss
             cpu = self.process.cpu_percent(None)
         return {
             "host": socket.gethostname(),
             "pid": os.getpid(),
-            "spider": self.crawler.spider.name if self.crawler.spider else None,
+            "spider": self.spider_name,
             "started": self.started,
             "updated": time.time(),
-            "pages": get("response_received_count", 0),
-            "items": get("item_scraped_count", 0),
-            "inflight": len(self.scheduler.inflight),
-            "prefetched": len(worker.prefetched) if worker else 0,
-            "buffered": worker.backlog if worker else 0,
+            "pages": stats.get_value("response_received_count", 0) if stats else 0,
+            "items": stats.get_value("item_scraped_count", 0) if stats else 0,
+            "inflight": self.inflight(),
             "rss_bytes": rss,
             "cpu_percent": cpu,
-            "runs_start": self.scheduler.runs_start,
+            "runs_start": self.runs_start,
         }

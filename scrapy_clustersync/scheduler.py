@@ -18,18 +18,19 @@ A request replaced in the downloader (redirect, retry) is acked once its replace
 from __future__ import annotations
 
 import logging
-import time
-import weakref
 from collections import Counter, deque
 from typing import TYPE_CHECKING, Any
 
 from scrapy import Request
 from scrapy.exceptions import CloseSpider
+from scrapy.utils.defer import deferred_from_coro
 
 from .codec import LEASE_META_KEY, RequestCodec, UndecodableEntry, UnencodableRequest
 from .config import ClusterConfig, redact_url
 from .dupefilter import ClusterDupeFilter
 from .nodeinfo import NodeInfo
+from .redisthread import RedisThread, RedisThreadFactory
+from .signals import node_opened
 from .spool import Spool
 from .startrun import StartRun
 from .store import JobStore, StoreError, make_client
@@ -44,15 +45,15 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-_schedulers: weakref.WeakKeyDictionary[Crawler, ClusterScheduler] = weakref.WeakKeyDictionary()
-
-
-def scheduler_for(crawler: Crawler) -> ClusterScheduler | None:
-    """The running ClusterScheduler of ``crawler``, for the middlewares and the extension."""
-    return _schedulers.get(crawler)
-
 
 class ClusterScheduler:
+    """Scrapy's scheduler interface over the job's shared queue (see the module doc).
+
+    ``redis_thread`` builds the node's Redis thread once the node has joined (``SyncWorker``
+    by default); the scheduler reaches Redis only through it and through ``store`` (join and
+    spool replay, before the thread runs). A unit test hands it a fake.
+    """
+
     def __init__(
         self,
         crawler: Crawler,
@@ -61,6 +62,7 @@ class ClusterScheduler:
         codec: RequestCodec,
         dupefilter: ClusterDupeFilter,
         spool: Spool,
+        redis_thread: RedisThreadFactory = SyncWorker,
     ) -> None:
         self.crawler = crawler
         self.config = config
@@ -73,7 +75,8 @@ class ClusterScheduler:
         self.counts = dupefilter.counts
         self._published: dict[str, int] = {}
         self.runs_start = False
-        self.worker: SyncWorker | None = None
+        self._make_redis_thread = redis_thread
+        self.io: RedisThread | None = None
         #: leased requests handed to the engine and not acked yet
         self.inflight: set[str] = set()
         #: of those, the ones whose response (or failure) is in Scrapy's scraper right now
@@ -115,7 +118,7 @@ class ClusterScheduler:
         """
         ttl_ms = int(self.config.lease_timeout_s * 1000)
         try:
-            epoch, self.runs_start = self.store.join(ttl_ms)
+            self._epoch, self.runs_start = epoch, _ = self.store.join(ttl_ms)
         except StoreError as exc:
             logger.error(
                 "clustersync: cannot join job %r at %s: %s. Check CLUSTERSYNC_REDIS_URL and "
@@ -129,17 +132,19 @@ class ClusterScheduler:
                 "(%s) are ignored so that every node records fingerprints the same way.",
                 self.config.job, self.store.dedup, self.config.dedup,
             )
-        node_info = NodeInfo(self.crawler, self.config, self)
-        self.worker = SyncWorker(
+        inflight = self.inflight
+        node_info = NodeInfo(self.crawler.stats, spider.name, self.runs_start,
+                             inflight=lambda: len(inflight))
+        self.io = io = self._make_redis_thread(
             self.store, self.config, epoch, node_info.snapshot,
             on_leased=self._wake_engine_threadsafe,
             start_state="mine" if self.runs_start else "other",
         )
-        self.start = StartRun(self.crawler, self.config, self.worker, claimed=self.runs_start)
+        self.start = StartRun(self.crawler, self.config, io, claimed=self.runs_start)
         self._replay_spool(epoch)
         self._watch_scraper()
-        self.worker.start()
-        _schedulers[self.crawler] = self
+        io.start()
+        self.crawler.signals.send_catch_log(node_opened, scheduler=self)
         logger.info(
             "clustersync: node %s joined job %r at %s%s", self.config.node_id, self.config.job,
             redact_url(self.config.redis_url),
@@ -152,13 +157,12 @@ class ClusterScheduler:
 
         Shared state is never deleted here: the job lives on for the other nodes.
         """
-        _schedulers.pop(self.crawler, None)
-        if self.worker is None:
+        if self.io is None:
             return
-        undelivered = self.worker.close(unacked=sorted(self.inflight))
+        undelivered = self.io.close(unacked=sorted(self.inflight))
         self.publish_counts()
         if undelivered:
-            path = self.spool.save(self.config.node_id, self.worker.epoch, undelivered,
+            path = self.spool.save(self.config.node_id, self._epoch, undelivered,
                                    self.config.batch_size)
             logger.error(
                 "clustersync: Redis was unreachable at close; %d writes are kept in %s and are "
@@ -244,10 +248,10 @@ class ClusterScheduler:
         return result
 
     def has_pending_requests(self) -> bool:
-        return bool(self.local or (self.worker and self.worker.prefetched))
+        return len(self) > 0
 
     def __len__(self) -> int:
-        return len(self.local) + (len(self.worker.prefetched) if self.worker else 0)
+        return len(self.local) + (self.io.waiting if self.io else 0)
 
     def enqueue_request(self, request: Request) -> bool:
         """Buffer ``request`` for the shared queue.
@@ -282,10 +286,10 @@ class ClusterScheduler:
 
     def _buffer(self, request: Request) -> tuple[bool, str | None]:
         """Buffer ``request``; returns (buffered, why it cannot be encoded, if so)."""
-        assert self.worker is not None
-        if self.worker.rollbacks != self._rollbacks_seen:
+        io = self._io()
+        if io.rollbacks != self._rollbacks_seen:
             # Redis came back older: fingerprints this node sent may be gone with it
-            self._rollbacks_seen = self.worker.rollbacks
+            self._rollbacks_seen = io.rollbacks
             self.dupefilter.forget_sent()
         fingerprint = b"" if request.dont_filter else self.dupefilter.fingerprint(request)
         if fingerprint and self.dupefilter.seen_here(fingerprint, request):
@@ -299,26 +303,30 @@ class ClusterScheduler:
         if fingerprint:
             self.dupefilter.sent(fingerprint)
         # int(): Scrapy accepts any int-like priority (True, numpy ints); Redis takes numbers
-        self.worker.add(("P", fingerprint, int(request.priority), blob, int(request.dont_filter)))
-        self._busy()
+        io.submit(("P", fingerprint, int(request.priority), blob, int(request.dont_filter)))
+        io.mark_busy()
         self.counts["clustersync/enqueued"] += 1
         return True, None
 
     def next_request(self) -> Request | None:
-        worker = self.worker
-        if worker is not None:
-            worker.reactor_tick = time.monotonic()
-        if worker is None or worker.finished or worker.state_lost:
+        """The next request for the engine: one kept on this node, else the next leased one.
+
+        None while the node is closing, while its writes wait for Redis (back-pressure) or
+        when nothing is leased yet (the engine asks again; new leases wake it).
+        """
+        io = self.io
+        if io is None:
+            return None
+        io.reactor_alive()
+        if io.outcome is not None:
             return None
         if self.local:
-            self._busy()
+            io.mark_busy()
             return self.local.popleft()
-        if worker.backlog > self.config.buffer_limit:
-            return None  # back-pressure while writes cannot reach Redis
-        while worker.prefetched:
-            entry_id, blob = worker.prefetched.popleft()
-            if len(worker.prefetched) == self.config.prefetch // 2:
-                worker.wake()  # lease more before the buffer runs dry
+        if not io.accepting_work:
+            return None
+        while (entry := io.take()) is not None:
+            entry_id, blob = entry
             try:
                 request = self.codec.decode(blob)
             except UndecodableEntry as exc:
@@ -326,26 +334,26 @@ class ClusterScheduler:
                 continue
             request.meta[LEASE_META_KEY] = entry_id
             self.inflight.add(entry_id)
-            self._busy()
+            io.mark_busy()
             self.counts["clustersync/leased"] += 1
             return request
         return None
 
-    # ---- completion, used by the middleware and the extension --------------------------------
+    # ---- completion and the node's life, used by the extension -------------------------------
     def ack(self, token: str | None) -> None:
         """The leased request ``token`` is done; what it produced was buffered before this."""
-        if token not in self.inflight or self.worker is None:
+        if token not in self.inflight or self.io is None:
             return
         self.inflight.discard(token)
-        self.worker.add(("A", token))
+        self.io.submit(("A", token))
         self.counts["clustersync/acked"] += 1
 
     def release(self, token: str) -> None:
         """Hand the leased request ``token`` back to the queue, for any node to crawl again."""
-        if token not in self.inflight or self.worker is None:
+        if token not in self.inflight or self.io is None:
             return
         self.inflight.discard(token)
-        self.worker.add(("N", token))
+        self.io.submit(("N", token))
         self.counts["clustersync/handed_back"] += 1
 
     def engine_idle(self) -> None:
@@ -358,24 +366,47 @@ class ClusterScheduler:
         for token in sorted(self.inflight - self.scraping):
             self.counts["clustersync/acked_on_idle"] += 1
             self.ack(token)
-        if self.worker is not None:
-            self.worker.node_idle = True
-            self.worker.wake()
+        if self.io is not None:
+            self.io.mark_idle()
 
-    def _busy(self) -> None:
-        assert self.worker is not None
-        self.worker.node_idle = False
-        self.worker.activity += 1
+    @property
+    def outcome(self) -> str | None:
+        """None while the node runs on; else the reason it must close with (``finished``, or
+        ``clustersync_state_lost`` when the job is gone from Redis)."""
+        return self.io.outcome if self.io is not None else None
+
+    def check(self) -> str | None:
+        """Called every few tenths of a second by the lifecycle extension; returns ``outcome``.
+
+        Publishes the stats, tells the Redis thread the reactor runs, runs start() if this node
+        must (a claim taken over, an end Redis lost) and wakes the engine when work waits.
+        """
+        io = self.io
+        if io is None:
+            return None
+        self.publish_counts()
+        io.reactor_alive()
+        if io.outcome is not None:
+            return io.outcome
+        if self.start is not None and self.start.needs_run():
+            deferred_from_coro(self.start.run())
+        elif io.waiting:
+            self.wake_engine()
+        return None
 
     # ---- internals ---------------------------------------------------------------------------
+    def _io(self) -> RedisThread:
+        if self.io is None:
+            raise RuntimeError("ClusterScheduler.open() has not run")
+        return self.io
+
     def _dead_letter(self, entry_id: str, reason: str) -> None:
-        assert self.worker is not None
         logger.error(
             "clustersync: queue entry %s of job %r %s; it is moved to the job's dead letters "
             "(`clustersync dead %s`) and the crawl goes on.",
             entry_id, self.config.job, reason, self.config.job,
         )
-        self.worker.add(("D", entry_id, reason))
+        self._io().submit(("D", entry_id, reason))
         self.counts["clustersync/dead_letters"] += 1
 
     def _wake_engine_threadsafe(self) -> None:  # called from the Redis thread
@@ -393,10 +424,10 @@ class ClusterScheduler:
 
     def publish_counts(self) -> None:
         """Add the counts gathered since the last call to the crawler's stats."""
-        if self.worker is not None:
-            delta = {name: total - self._published.get(name, 0)
-                     for name, total in self.worker.totals.items()}
-            self._published.update(self.worker.totals)
+        if self.io is not None:
+            totals = self.io.totals()
+            delta = {name: total - self._published.get(name, 0) for name, total in totals.items()}
+            self._published.update(totals)
             self.counts["clustersync/pushed"] += delta["pushed"]
             self.counts["clustersync/released"] += delta["released"]
             self.dupefilter.filtered_in_redis(delta["filtered"])

@@ -27,8 +27,8 @@ from .store.errors import BadBatch, RolledBack
 from .store.job import dead_letter_for, new_call_id
 
 if TYPE_CHECKING:
+    from .redisthread import Undelivered
     from .store import JobStore
-    from .worker import Undelivered
 
 logger = logging.getLogger(__name__)
 

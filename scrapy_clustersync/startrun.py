@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
 
     from .config import ClusterConfig
-    from .worker import SyncWorker
+    from .redisthread import RedisThread
 
 logger = logging.getLogger(__name__)
 
@@ -32,17 +32,17 @@ START_WAIT_POLL_S = 0.25
 
 
 class StartRun:
-    def __init__(self, crawler: Crawler, config: ClusterConfig, worker: SyncWorker,
+    def __init__(self, crawler: Crawler, config: ClusterConfig, io: RedisThread,
                  claimed: bool) -> None:
         self.crawler = crawler
         self.config = config
-        self.worker = worker
+        self.io = io
         self.claimed = claimed  # this node claimed start() when it joined
         #: "pending" (the engine has not asked for start() yet), "waiting" (another node runs
         #: it), "running" (this node runs it, or waits for its items), "idle"
         self.phase = "pending"
         self.ran = False  # this node exhausted start() at least once
-        self._began_at = 0  # worker.rollbacks when this node's latest run began
+        self._began_at = 0  # io.rollbacks when this node's latest run began
         self._iterated = False
         self._items = 0  # items start() yielded that are not through the pipelines yet
         self._rerun = False  # the next process_start() call is a run again
@@ -84,7 +84,7 @@ class StartRun:
         """This node must run start() (again): a claim taken over, or an end Redis lost."""
         if self.phase != "idle":
             return False
-        state, seen_at = self.worker.start_state, self.worker.start_state_rollbacks
+        state, seen_at = self.io.start_state.state, self.io.start_state.rollbacks
         if self._must_rerun:
             return True
         if state == "mine":
@@ -114,18 +114,16 @@ class StartRun:
     # ---- internals -----------------------------------------------------------------------
     def _running(self) -> None:
         self.phase = "running"
-        self._began_at = self.worker.rollbacks
+        self._began_at = self.io.rollbacks
         self._iterated = False
 
     async def _wait_for_claim(self) -> bool:
-        worker = self.worker
-        while worker.start_state == "other" and not self._stopping():
+        while self.io.start_state.state == "other" and not self._stopping():
             await sleep(START_WAIT_POLL_S)
-        return worker.start_state == "mine" and not self._stopping()
+        return self.io.start_state.state == "mine" and not self._stopping()
 
     def _stopping(self) -> bool:
-        worker = self.worker
-        return worker.finished or bool(worker.state_lost) or self.crawler.crawling is False
+        return self.io.outcome is not None or self.crawler.crawling is False
 
     def _item_done(self, item: Any, response: Any = None, **kwargs: Any) -> None:
         if response is None and self._items > 0:  # an item start() yielded (Scrapy passes None)
@@ -136,12 +134,11 @@ class StartRun:
         if self.phase != "running" or not self._iterated or self._items:
             return
         self.phase = "idle"
-        if self.worker.rollbacks != self._began_at:
+        if self.io.rollbacks != self._began_at:
             self._must_rerun = True  # Redis came back older while it ran: some of it is gone
             return
         self.ran = True
-        self.worker.add(("S",))
-        self.worker.start_state = "done"
+        self.io.start_done()
 
 
 async def sleep(seconds: float) -> None:

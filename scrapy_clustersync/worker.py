@@ -1,8 +1,9 @@
 """SyncWorker: the one thread that talks to Redis for a node, so the reactor never waits on it.
 
-The reactor thread only appends to ``ops`` (pushes, acks, dead letters, releases) and pops from
-``prefetched``. The worker flushes ``ops`` in order, in batches (one script call each), leases
-new work into ``prefetched`` and sends the heartbeat. When Redis is away it keeps every op,
+The reactor side (the scheduler) reaches it only through ``RedisThread``: it submits ops
+(pushes, acks, dead letters, releases) and takes leased entries. The thread flushes the ops in
+order, in batches (one script call each), leases new work ahead of need and sends the
+heartbeat. When Redis is away it keeps every op,
 stops leasing, retries the same call (same call id, so nothing is applied twice) with backoff,
 and logs the outage and the recovery once each.
 
@@ -21,12 +22,12 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import msgpack
 
 from .config import ClusterConfig, redact_url
+from .redisthread import FINISHED, STATE_LOST, StartState, Undelivered
 from .store import JobStore, Op, StateLost, StoreError, StoreUnavailable
 from .store.errors import BadBatch, RolledBack
 from .store.job import dead_letter_for, new_call_id
@@ -42,23 +43,13 @@ ERROR_BACKOFF_S = 1.0
 CLOSE_TIMEOUT_S = 15.0
 
 
-@dataclass
-class Undelivered:
-    """What a closing node could not send: the batch in doubt (with its call id) and the rest."""
-
-    pending: tuple[str, list[Op]] | None = None
-    ops: list[Op] = field(default_factory=list)
-    #: the node's write counter as Redis last confirmed it (checked again on replay)
-    writes_seen: int = 0
-
-    def __bool__(self) -> bool:
-        return bool(self.pending or self.ops)
-
-    def __len__(self) -> int:
-        return len(self.ops) + (len(self.pending[1]) if self.pending else 0)
-
-
 class SyncWorker:
+    """The node's Redis thread (see the module doc); its reactor side is ``RedisThread``.
+
+    State shared with the reactor thread is private and crosses threads only in ways that are
+    atomic in CPython: deque append/popleft, the assignment of a whole value.
+    """
+
     def __init__(
         self,
         store: JobStore,
@@ -73,29 +64,25 @@ class SyncWorker:
         self.epoch = epoch
         self._node_info = node_info
         self._on_leased = on_leased
-        #: what Redis did with this node's writes; only the thread that flushes adds to it
-        self.totals = {"pushed": 0, "filtered": 0, "released": 0, "set_aside": 0}
-        self.ops: deque[Op] = deque()
-        self.prefetched: deque[tuple[str, bytes]] = deque()
-        self.held: set[str] = set()  # lease ids of this node, owned by the worker thread
-        self.node_idle = False  # set by the reactor thread
+        #: what Redis did with this node's writes; only the Redis thread adds to it
+        self._totals = {"pushed": 0, "filtered": 0, "released": 0, "set_aside": 0}
+        self._ops: deque[Op] = deque()  # reactor appends, Redis thread pops
+        self._prefetched: deque[tuple[str, bytes]] = deque()  # Redis thread appends, reactor pops
+        self._held: set[str] = set()  # lease ids of this node, owned by the Redis thread
+        self._node_idle = False  # set by the reactor thread
         #: bumped by the reactor thread whenever the node does something; a node that worked
         #: since its last heartbeat starts its idle time again
-        self.activity = 0
+        self._activity = 0
         self._activity_at_beat = 0
-        #: the job's start(): "done", "mine", "other" or "none" (see heartbeat.lua), and the
-        #: value of ``rollbacks`` when a heartbeat last said so
-        self.start_state = start_state
-        self.start_state_rollbacks = 0
+        self._start_state = StartState(start_state)
         #: set by the reactor thread every few tenths of a second: a reactor stuck (a callback
         #: that blocks) for half a lease stops the heartbeat, so that the node's leases run out
         #: and other nodes crawl them, as if the node were dead
-        self.reactor_tick = time.monotonic()
-        #: how many times Redis was found older than this node saw it
-        self.rollbacks = 0
-        self.finished = False
-        self.state_lost: str | None = None
-        self.away_since: float | None = None
+        self._reactor_tick = time.monotonic()
+        self._rollbacks = 0
+        self._finished = False
+        self._state_lost: str | None = None
+        self._away_since: float | None = None
         self._void: set[str] = set()  # leases whose acks must become releases (rollback)
         self._batch_limit = config.batch_size  # smaller while a refused op is looked for
         self._pending_flush: tuple[str, list[Op]] | None = None
@@ -110,58 +97,112 @@ class SyncWorker:
         self._errors_logged: set[str] = set()
         self._thread = threading.Thread(target=self._run, name="clustersync-io", daemon=True)
 
-    # ---- reactor-thread side -------------------------------------------------------------
+    # ---- reactor-thread side (RedisThread) -----------------------------------------------
     def start(self) -> None:
         self._thread.start()
 
-    def add(self, op: Op) -> None:
-        self.ops.append(op)
+    def submit(self, op: Op) -> None:
+        self._ops.append(op)
         if self._oldest_op_at is None:
             self._oldest_op_at = time.monotonic()
-            self._wake.set()  # the worker sleeps until something is due; a batch's linger starts
-        elif len(self.ops) >= self.config.batch_size:
+            self._wake.set()  # the thread sleeps until something is due; a batch's linger starts
+        elif len(self._ops) >= self.config.batch_size:
             self._wake.set()
 
-    def wake(self) -> None:
+    def take(self) -> tuple[str, bytes] | None:
+        if not self._prefetched:
+            return None
+        entry = self._prefetched.popleft()
+        if len(self._prefetched) == self._low_water:
+            self._wake.set()  # lease more before the buffer runs dry
+        return entry
+
+    @property
+    def waiting(self) -> int:
+        return len(self._prefetched)
+
+    @property
+    def accepting_work(self) -> bool:
+        return self._backlog <= self.config.buffer_limit
+
+    def mark_busy(self) -> None:
+        self._node_idle = False
+        self._activity += 1
+
+    def mark_idle(self) -> None:
+        self._node_idle = True
         self._wake.set()
 
-    @property
-    def backlog(self) -> int:
-        """Ops not yet in Redis, including a batch whose call is under way or being retried."""
-        pending = self._pending_flush
-        return len(self.ops) + (len(pending[1]) if pending else 0)
+    def reactor_alive(self) -> None:
+        self._reactor_tick = time.monotonic()
 
     @property
-    def quiet(self) -> bool:
-        """Nothing buffered, prefetched or held: the node owes Redis nothing."""
-        return not (self.backlog or self.prefetched or self.held)
+    def outcome(self) -> str | None:
+        if self._state_lost is not None:
+            return STATE_LOST
+        return FINISHED if self._finished else None
+
+    @property
+    def rollbacks(self) -> int:
+        return self._rollbacks
+
+    @property
+    def start_state(self) -> StartState:
+        return self._start_state
+
+    def start_done(self) -> None:
+        self.submit(("S",))
+        self._start_state = StartState("done", self._rollbacks)
+
+    def totals(self) -> dict[str, int]:
+        return dict(self._totals)
+
+    def figures(self) -> dict[str, Any]:
+        """What the node record shows of this thread (see nodeinfo.py)."""
+        return {"prefetched": len(self._prefetched), "buffered": self._backlog}
 
     def close(self, unacked: list[str]) -> Undelivered:
-        """Release ``unacked`` leases, flush everything, leave the job; return what is left."""
         self._stop.set()
         self._wake.set()
-        # the thread first: a lease call under way would add to ``prefetched`` after a release
+        # the thread first: a lease call under way would add to ``_prefetched`` after a release
         self._thread.join(CLOSE_TIMEOUT_S)
-        reachable = not (self._thread.is_alive() or self.state_lost or self.away_since)
+        reachable = not (self._thread.is_alive() or self._state_lost or self._away_since)
         if reachable and self._pending_lease is not None:
             self._guard(self._lease)  # learn what a call whose answer was lost leased
-        for entry_id, _ in list(self.prefetched):
-            self.ops.append(("N", entry_id))
-        self.prefetched.clear()
+        for entry_id, _ in list(self._prefetched):
+            self._ops.append(("N", entry_id))
+        self._prefetched.clear()
         for entry_id in unacked:
-            self.ops.append(("N", entry_id))
+            self._ops.append(("N", entry_id))
         if not reachable:
             return self._undelivered()
         deadline = time.monotonic() + CLOSE_TIMEOUT_S
-        while self.backlog and time.monotonic() < deadline and not self.state_lost:
+        while self._backlog and time.monotonic() < deadline and not self._state_lost:
             if not self._step_safely(closing=True):
                 time.sleep(0.2)
-        if not self.backlog and not self.state_lost:
+        if not self._backlog and not self._state_lost:
             self._guard(lambda: self._send_heartbeat(leaving=True))
         return self._undelivered()
 
+    # ---- shared helpers ------------------------------------------------------------------
+    @property
+    def _low_water(self) -> int:
+        """Lease more once this few entries wait (both sides use it: one policy)."""
+        return self.config.prefetch // 2
+
+    @property
+    def _backlog(self) -> int:
+        """Ops not yet in Redis, including a batch whose call is under way or being retried."""
+        pending = self._pending_flush
+        return len(self._ops) + (len(pending[1]) if pending else 0)
+
+    @property
+    def _quiet(self) -> bool:
+        """Nothing buffered, prefetched or held: the node owes Redis nothing."""
+        return not (self._backlog or self._prefetched or self._held)
+
     def _undelivered(self) -> Undelivered:
-        ops = [self._voided(op) for op in self.ops]
+        ops = [self._voided(op) for op in self._ops]
         return Undelivered(self._pending_flush, ops, self.store.writes_seen or 0)
 
     def _voided(self, op: Op) -> Op:
@@ -175,9 +216,9 @@ class SyncWorker:
         while not self._stop.is_set():
             self._wake.clear()  # before the step, so a wake-up during it is not lost
             busy = self._step_safely(closing=False)
-            if self.state_lost:
+            if self._state_lost:
                 return
-            if self.away_since is not None:
+            if self._away_since is not None:
                 # backoff that new ops do not cut short
                 self._stop.wait(min(OUTAGE_BACKOFF_MAX_S, 0.25 * 2 ** min(5, self._outage_tries)))
             elif not busy:
@@ -187,7 +228,7 @@ class SyncWorker:
         """Until the next thing due: a heartbeat, a lingering batch, a lease retry."""
         now = time.monotonic()
         due = [self._next_heartbeat]
-        if self.ops:
+        if self._ops:
             due.append((self._oldest_op_at or now) + FLUSH_LINGER_S)
         if self._lease_wanted():
             due.append(self._next_lease)
@@ -244,9 +285,9 @@ class SyncWorker:
     def _flush_due(self, now: float, closing: bool) -> bool:
         if self._pending_flush is not None:
             return True
-        if not self.ops:
+        if not self._ops:
             return False
-        if closing or len(self.ops) >= self.config.batch_size or not self.prefetched:
+        if closing or len(self._ops) >= self.config.batch_size or not self._prefetched:
             return True  # full batch, closing, or the node starves: its new work must go out now
         if self._oldest_op_at is None:
             self._oldest_op_at = now  # an op raced in while the last batch was being taken
@@ -254,9 +295,9 @@ class SyncWorker:
 
     def _take_batch(self) -> list[Op]:
         batch: list[Op] = []
-        while self.ops and len(batch) < self._batch_limit:
-            batch.append(self._voided(self.ops.popleft()))
-        self._oldest_op_at = time.monotonic() if self.ops else None
+        while self._ops and len(batch) < self._batch_limit:
+            batch.append(self._voided(self._ops.popleft()))
+        self._oldest_op_at = time.monotonic() if self._ops else None
         return batch
 
     def _flush(self) -> None:
@@ -274,23 +315,23 @@ class SyncWorker:
         self._batch_limit = min(self.config.batch_size, self._batch_limit * 2)
         for op in batch:
             if op[0] in ("A", "N", "D"):
-                self.held.discard(op[1])
+                self._held.discard(op[1])
                 self._void.discard(op[1])
         if result.pushed:
             self._next_lease = 0.0
             self._empty_backoff_s = 0.0
-        self.totals["pushed"] += result.pushed
-        self.totals["filtered"] += result.filtered
-        self.totals["released"] += result.released
+        self._totals["pushed"] += result.pushed
+        self._totals["filtered"] += result.filtered
+        self._totals["released"] += result.released
 
     def _set_aside(self, batch: list[Op], exc: BadBatch) -> None:
         """Find the op Redis refused by halving the batch; dead-letter it, keep the order."""
         if len(batch) > 1:
-            self.ops.extendleft(reversed(batch))  # back in front, in order
+            self._ops.extendleft(reversed(batch))  # back in front, in order
             self._batch_limit = max(1, len(batch) // 2)
             return
         [op] = batch
-        self.totals["set_aside"] += 1
+        self._totals["set_aside"] += 1
         logger.error(
             "clustersync: Redis refused a write of job %r (%s); it is moved to the job's dead "
             "letters (`clustersync dead %s`) and the crawl goes on. Write: %s",
@@ -298,19 +339,19 @@ class SyncWorker:
         )
         letter = dead_letter_for(op, str(exc))
         if letter is not None:
-            self.ops.appendleft(letter)
+            self._ops.appendleft(letter)
 
     def _lease_due(self, now: float) -> bool:
         return now >= self._next_lease and self._lease_wanted()
 
     def _lease_wanted(self) -> bool:
-        if self.state_lost or self.backlog > self.config.buffer_limit:
+        if self._state_lost or not self.accepting_work:
             return False  # back-pressure: stop taking work while writes pile up
-        return len(self.prefetched) <= self.config.prefetch // 2
+        return len(self._prefetched) <= self._low_water
 
     def _lease(self) -> bool:
         if self._pending_lease is None:
-            self._pending_lease = (new_call_id(), self.config.prefetch - len(self.prefetched))
+            self._pending_lease = (new_call_id(), self.config.prefetch - len(self._prefetched))
         call_id, count = self._pending_lease
         lease_ms = int(self.config.lease_timeout_s * 1000)
         entries = self.store.lease(self.epoch, count, lease_ms, call_id)
@@ -321,9 +362,9 @@ class SyncWorker:
             self._next_lease = time.monotonic() + self._empty_backoff_s
             return False
         self._empty_backoff_s = 0.0
-        was_empty = not self.prefetched
-        self.held.update(entry_id for entry_id, _ in entries)
-        self.prefetched.extend(entries)
+        was_empty = not self._prefetched
+        self._held.update(entry_id for entry_id, _ in entries)
+        self._prefetched.extend(entries)
         if was_empty:
             self._on_leased()
         return True
@@ -331,27 +372,27 @@ class SyncWorker:
     def _send_heartbeat(self, leaving: bool) -> None:
         if not leaving and self._reactor_stuck():
             return
-        idle = self.node_idle and self.quiet
-        activity = self.activity
+        idle = self._node_idle and self._quiet
+        activity = self._activity
         beat = self.store.heartbeat(
             self.epoch,
             ttl_ms=0 if leaving else int(self.config.lease_timeout_s * 1000),
             lease_ms=int(self.config.lease_timeout_s * 1000),
-            info=self._node_info() | {"state": "closed" if leaving else self._state(idle)},
+            info=self._node_info() | self.figures()
+            | {"state": "closed" if leaving else self._state(idle)},
             idle=idle,
             idle_after_ms=int(self.config.idle_close_after_s * 1000),
-            lease_ids=sorted(self.held),
+            lease_ids=sorted(self._held),
             busy_since_last=activity != self._activity_at_beat,
             take_start=True,  # any live node takes start() over from a node that is gone
         )
         self._activity_at_beat = activity
-        self.start_state = beat.start
-        self.start_state_rollbacks = self.rollbacks
+        self._start_state = StartState(beat.start, self._rollbacks)
         if beat.finished and not leaving:
-            self.finished = True
+            self._finished = True
 
     def _reactor_stuck(self) -> bool:
-        stuck_s = time.monotonic() - self.reactor_tick
+        stuck_s = time.monotonic() - self._reactor_tick
         if stuck_s < self.config.lease_timeout_s / 2:
             return False
         self._log_once(logging.WARNING, "clustersync: this node's reactor has not run for half "
@@ -360,14 +401,14 @@ class SyncWorker:
         return True
 
     def _state(self, idle: bool) -> str:
-        if self.away_since is not None:
+        if self._away_since is not None:
             return "redis away"
         return "idle" if idle else "running"
 
     def _went_away(self, exc: Exception) -> None:
         self._outage_tries += 1
-        if self.away_since is None:
-            self.away_since = time.monotonic()
+        if self._away_since is None:
+            self._away_since = time.monotonic()
             logger.warning(
                 "clustersync: Redis at %s is unreachable (%s). This node keeps running, leases "
                 "no new work and buffers its writes until Redis is back.",
@@ -375,13 +416,13 @@ class SyncWorker:
             )
 
     def _came_back(self) -> None:
-        if self.away_since is None:
+        if self._away_since is None:
             return
         logger.warning(
             "clustersync: Redis is reachable again after %.1fs; %d buffered writes are being sent.",
-            time.monotonic() - self.away_since, self.backlog,
+            time.monotonic() - self._away_since, self._backlog,
         )
-        self.away_since = None
+        self._away_since = None
         self._outage_tries = 0
         self._next_heartbeat = 0.0
 
@@ -393,11 +434,11 @@ class SyncWorker:
         fingerprints it sent (they may be gone), so redelivered parents queue their children
         anew. Entry ids never repeat (see flush.lua), so no late op touches another request.
         """
-        self.rollbacks += 1
-        not_started = {entry_id for entry_id, _ in self.prefetched}
-        self._void |= self.held - not_started
+        self._rollbacks += 1
+        not_started = {entry_id for entry_id, _ in self._prefetched}
+        self._void |= self._held - not_started
         if self._pending_flush is not None:  # refused before any change: send it anew
-            self.ops.extendleft(reversed(self._pending_flush[1]))
+            self._ops.extendleft(reversed(self._pending_flush[1]))
             self._pending_flush = None
         self._next_heartbeat = 0.0
         logger.critical(
@@ -410,8 +451,8 @@ class SyncWorker:
         )
 
     def _lost(self, exc: Exception) -> None:
-        if self.state_lost is None:
-            self.state_lost = str(exc)
+        if self._state_lost is None:
+            self._state_lost = str(exc)
             logger.critical(
                 "clustersync: job %r is gone from Redis at %s (%s). Redis restarted without "
                 "persistence, or the job was purged. This node stops instead of re-crawling "

@@ -29,12 +29,13 @@ from scrapy_clustersync import worker as worker_module
 from scrapy_clustersync.codec import RequestCodec
 from scrapy_clustersync.config import ClusterConfig, DedupSettings
 from scrapy_clustersync.dupefilter import ClusterDupeFilter, cluster_fingerprint
+from scrapy_clustersync.redisthread import Undelivered
 from scrapy_clustersync.spool import Spool
 from scrapy_clustersync.store import FlushResult, JobStore, Op, StoreUnavailable, make_client
 from scrapy_clustersync.store.errors import BadBatch
 from scrapy_clustersync.store.job import new_call_id
 from scrapy_clustersync.testing.redis_server import RedisServer
-from scrapy_clustersync.worker import SyncWorker, Undelivered
+from scrapy_clustersync.worker import SyncWorker
 
 from support import wait_until
 
@@ -115,7 +116,7 @@ def started_worker(store: JobStore, config: ClusterConfig, epoch: str, ops: Sequ
     worker = SyncWorker(store, config, epoch, node_info=dict, on_leased=lambda: None)
     worker._next_lease = float("inf")  # until its first push
     for op in ops:
-        worker.add(op)
+        worker.submit(op)
     worker.start()
     return worker
 

@@ -48,8 +48,8 @@ def test_a_node_whose_batch_redis_refuses_for_a_wrong_type_keeps_it_and_sends_it
     client.set("clustersync:{job}:stats", "a foreign string")
     worker = SyncWorker(store, config, epoch, node_info=dict, on_leased=lambda: None)
     worker.start()
-    worker.add(push_op("http://a/1"))
-    worker.add(push_op("http://a/2"))
+    worker.submit(push_op("http://a/1"))
+    worker.submit(push_op("http://a/2"))
     wait_until(lambda: "holds a string, not a hash" in caplog.text, 10, "the error")
     assert client.hlen("clustersync:{job}:entries") == 0
     assert "delete or rename that key" in caplog.text

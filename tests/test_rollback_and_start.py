@@ -13,7 +13,6 @@ from test_store import joined, push_op
 
 from scrapy_clustersync.config import ClusterConfig
 from scrapy_clustersync.extensions.lifecycle import NodeLifecycle
-from scrapy_clustersync.scheduler import _schedulers
 from scrapy_clustersync.store import JobStore, make_client
 from scrapy_clustersync.store.errors import RolledBack
 from scrapy_clustersync.store.job import new_call_id
@@ -86,15 +85,15 @@ def test_after_a_rollback_the_acks_of_requests_under_way_become_releases(
     store.flush(epoch, [push_op("http://a/parent")], new_call_id())
     redis.client().save()
     [(parent, _)] = store.lease(epoch, 1, 60_000, new_call_id())
-    worker.held.add(parent)
+    worker._held.add(parent)
     store.flush(epoch, [push_op("http://a/child")], new_call_id())
     # when Redis comes back from the snapshot (the lease and the child are gone) ...
     redis.restart(crash=True)
     worker.start()
-    worker.add(("P", b"x" * 20, 0, b"", 1))  # any write: it finds the rollback
+    worker.submit(("P", b"x" * 20, 0, b"", 1))  # any write: it finds the rollback
     time.sleep(1.0)
     # ... and the node acks the parent afterwards
-    worker.add(("A", parent))
+    worker.submit(("A", parent))
     assert not worker.close(unacked=[])
     # then the parent is queued again (to be crawled again, children and all), not deleted
     assert worker.rollbacks == 1
@@ -147,18 +146,19 @@ def test_a_node_busy_since_its_last_heartbeat_starts_its_idle_time_again(
     assert beat(node, epoch, idle=True).finished is True
 
 
-class _Crawler:
-    engine = None
+class _GoneNode:
+    """A node whose Redis thread found the job gone from Redis."""
+
+    outcome = "clustersync_state_lost"
+
+    def engine_idle(self) -> None:
+        pass
 
 
 def test_a_node_whose_job_is_gone_closes_as_such_even_when_idle_first() -> None:
     # given a node whose Redis thread found the job gone
-    crawler = _Crawler()
-    scheduler: Any = type("S", (), {})()
-    scheduler.worker = type("W", (), {"state_lost": "epoch missing", "finished": False})()
-    scheduler.engine_idle = lambda: None
-    _schedulers[crawler] = scheduler  # type: ignore[index]
-    lifecycle = NodeLifecycle(crawler)  # type: ignore[arg-type]
+    lifecycle = NodeLifecycle(crawler=None)  # type: ignore[arg-type]
+    lifecycle.node_opened(_GoneNode())  # type: ignore[arg-type]
     # when the engine goes idle before the extension's loop closes it
     # then it closes with the reason that says so, never "finished"
     with pytest.raises(CloseSpider) as closing:

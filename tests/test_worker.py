@@ -53,7 +53,7 @@ def test_the_worker_allocates_the_next_bloom_layer_before_a_batch_needs_it(
     store.client.hset(JobKeys("job").bloom, "count0", 9_500)
     worker = SyncWorker(store, config, epoch, node_info=dict, on_leased=lambda: None)
     # when its Redis thread flushes one more push (and so learns how full the layer is)
-    worker.add(("P", bytes([2]) * 20, 0, b"entry", 0))
+    worker.submit(("P", bytes([2]) * 20, 0, b"entry", 0))
     worker.start()
     # then it allocates the second layer on its own, though no batch needs it yet
     second = layer(BloomParams(10_000, 0.001), 1)

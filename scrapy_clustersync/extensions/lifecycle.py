@@ -9,7 +9,6 @@ reason ``finished``. A node whose job vanished from Redis closes with
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING
 
 from scrapy import signals
@@ -17,29 +16,38 @@ from scrapy.exceptions import CloseSpider, DontCloseSpider
 from scrapy.utils.defer import deferred_from_coro
 from twisted.internet.task import LoopingCall
 
-from ..scheduler import scheduler_for
+from ..signals import node_opened
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from typing_extensions import Self
 
+    from ..scheduler import ClusterScheduler
+
 CHECK_INTERVAL_S = 0.25
-STATE_LOST = "clustersync_state_lost"
 
 
 class NodeLifecycle:
+    """Asks the node (``ClusterScheduler.check``) every ``CHECK_INTERVAL_S`` whether it must
+    close, and answers Scrapy's ``spider_idle`` for it."""
+
     def __init__(self, crawler: Crawler) -> None:
         self.crawler = crawler
+        self.node: ClusterScheduler | None = None
         self._loop = LoopingCall(self._check)
         self._closing = False
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
         ext = cls(crawler)
+        crawler.signals.connect(ext.node_opened, signal=node_opened)
         crawler.signals.connect(ext.spider_opened, signal=signals.spider_opened)
         crawler.signals.connect(ext.spider_idle, signal=signals.spider_idle)
         crawler.signals.connect(ext.spider_closed, signal=signals.spider_closed)
         return ext
+
+    def node_opened(self, scheduler: ClusterScheduler) -> None:
+        self.node = scheduler
 
     def spider_opened(self) -> None:
         self._loop.start(CHECK_INTERVAL_S, now=False)
@@ -49,30 +57,22 @@ class NodeLifecycle:
             self._loop.stop()
 
     def spider_idle(self) -> None:
-        scheduler = scheduler_for(self.crawler)
-        if scheduler is None or scheduler.worker is None:
+        """Keep an idle node open until the job is finished (or gone from Redis)."""
+        if self.node is None:
             return
-        scheduler.engine_idle()
-        if scheduler.worker.state_lost:
-            raise CloseSpider(STATE_LOST)  # not "finished": the job is gone, not done
-        if not scheduler.worker.finished:
+        self.node.engine_idle()
+        outcome = self.node.outcome
+        if outcome is None:
             raise DontCloseSpider
+        if outcome != "finished":
+            raise CloseSpider(outcome)  # not "finished": the job is gone, not done
 
     def _check(self) -> None:
-        scheduler = scheduler_for(self.crawler)
-        if scheduler is None or scheduler.worker is None or self._closing:
+        if self.node is None or self._closing:
             return
-        scheduler.publish_counts()
-        worker = scheduler.worker
-        worker.reactor_tick = time.monotonic()  # the reactor is not stuck (see SyncWorker)
-        if worker.state_lost:
-            self._close(STATE_LOST)
-        elif worker.finished:
-            self._close("finished")
-        elif scheduler.start is not None and scheduler.start.needs_run():
-            deferred_from_coro(scheduler.start.run())
-        elif worker.prefetched:
-            scheduler.wake_engine()
+        outcome = self.node.check()
+        if outcome is not None:
+            self._close(outcome)
 
     def _close(self, reason: str) -> None:
         self._closing = True

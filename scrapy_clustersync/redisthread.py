@@ -1,0 +1,120 @@
+"""What the reactor side of a node may ask of the node's Redis thread (``worker.SyncWorker``).
+
+The scheduler is given a ``RedisThread`` (or a factory of one) and never sees more of it, so
+a unit test can hand it a fake; nothing on the reactor side reads the thread's state directly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from .store import Op
+
+if TYPE_CHECKING:
+    from .config import ClusterConfig
+    from .store import JobStore
+
+#: the reasons a node closes with when its Redis thread says so (see ``RedisThread.outcome``)
+FINISHED = "finished"
+STATE_LOST = "clustersync_state_lost"
+
+
+@dataclass
+class Undelivered:
+    """What a closing node could not send: the batch in doubt (with its call id) and the rest."""
+
+    pending: tuple[str, list[Op]] | None = None
+    ops: list[Op] = field(default_factory=list)
+    #: the node's write counter as Redis last confirmed it (checked again on replay)
+    writes_seen: int = 0
+
+    def __bool__(self) -> bool:
+        return bool(self.pending or self.ops)
+
+    def __len__(self) -> int:
+        return len(self.ops) + (len(self.pending[1]) if self.pending else 0)
+
+
+class RedisThread(Protocol):
+    """What the reactor side of a node (the scheduler) may ask of the node's Redis thread.
+
+    Every method is called from the reactor thread and returns at once: none waits on Redis.
+    ``SyncWorker`` is the real one; unit tests hand the scheduler a fake.
+    """
+
+    def start(self) -> None:
+        """Start the thread."""
+
+    def submit(self, op: Op) -> None:
+        """Buffer ``op``; ops reach Redis in the order they were submitted."""
+
+    def take(self) -> tuple[str, bytes] | None:
+        """The next leased entry (entry id, encoded request), or None if none is waiting."""
+
+    @property
+    def waiting(self) -> int:
+        """How many leased entries wait to be taken."""
+
+    @property
+    def accepting_work(self) -> bool:
+        """False while too many writes wait for Redis: the node takes no new work then."""
+
+    def mark_busy(self) -> None:
+        """The node did something: it is not idle, and its idle time starts again."""
+
+    def mark_idle(self) -> None:
+        """The engine has nothing in progress."""
+
+    def reactor_alive(self) -> None:
+        """The reactor ran just now (a reactor stuck for half a lease stops the heartbeat)."""
+
+    @property
+    def outcome(self) -> str | None:
+        """None while the node should run on; else the reason it must close with."""
+
+    @property
+    def rollbacks(self) -> int:
+        """How many times Redis was found older than this node saw it."""
+
+    @property
+    def start_state(self) -> StartState:
+        """The job's start() as the last heartbeat found it."""
+
+    def start_done(self) -> None:
+        """start() is exhausted on this node: record it in Redis."""
+
+    def totals(self) -> dict[str, int]:
+        """What Redis did with this node's writes so far (pushed, filtered, released, ...)."""
+
+    def close(self, unacked: list[str]) -> Undelivered:
+        """Release ``unacked`` leases, flush everything, leave the job; return what is left."""
+
+
+@dataclass(frozen=True)
+class StartState:
+    """The job's start(), as a heartbeat found it.
+
+    ``state``: "done", "mine" (this node holds the claim), "other" or "none" (see
+    heartbeat.lua); ``rollbacks``: the Redis thread's rollback count when it was found.
+    """
+
+    state: str
+    rollbacks: int = 0
+
+
+
+
+class RedisThreadFactory(Protocol):
+    """Builds a node's Redis thread once the node has joined its job (``SyncWorker`` is one)."""
+
+    def __call__(
+        self,
+        store: JobStore,
+        config: ClusterConfig,
+        epoch: str,
+        node_info: Callable[[], dict[str, Any]],
+        on_leased: Callable[[], None],
+        start_state: str,
+    ) -> RedisThread: ...
