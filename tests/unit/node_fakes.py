@@ -1,0 +1,162 @@
+"""A node's parts without Redis threads or subprocesses: a fake Redis thread, a fake engine,
+and a ClusterScheduler built on them, for the unit tier."""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import fakeredis
+from scrapy import Request, Spider
+from scrapy.crawler import Crawler
+from scrapy.utils.test import get_crawler
+from twisted.internet.defer import Deferred
+
+from scrapy_clustersync.codec import RequestCodec
+from scrapy_clustersync.config import ClusterConfig
+from scrapy_clustersync.dupefilter import ClusterDupeFilter
+from scrapy_clustersync.redisthread import RedisThread, StartState, Undelivered
+from scrapy_clustersync.scheduler import ClusterScheduler
+from scrapy_clustersync.spool import Spool
+from scrapy_clustersync.store import JobStore, Op
+
+
+class FakeRedisThread:
+    """Records what the scheduler submits; hands out the entries a test ``lease``s to it."""
+
+    def __init__(self, start_state: str = "none") -> None:
+        self.submitted: list[Op] = []
+        self.leased: deque[tuple[str, bytes]] = deque()
+        self.accepting = True
+        self.finished_with: str | None = None
+        self.rollback_count = 0
+        self.state = StartState(start_state)
+        self.idle = False
+        self.started = False
+        self.closed_with: list[str] | None = None
+        self.undeliverable: list[Op] = []  # what close() reports as not sent
+        self.pushed_total = 0
+
+    # ---- RedisThread ---------------------------------------------------------------------
+    def start(self) -> None:
+        self.started = True
+
+    def submit(self, op: Op) -> None:
+        self.submitted.append(op)
+
+    def take(self) -> tuple[str, bytes] | None:
+        return self.leased.popleft() if self.leased else None
+
+    @property
+    def waiting(self) -> int:
+        return len(self.leased)
+
+    @property
+    def accepting_work(self) -> bool:
+        return self.accepting
+
+    def mark_busy(self) -> None:
+        self.idle = False
+
+    def mark_idle(self) -> None:
+        self.idle = True
+
+    def reactor_alive(self) -> None:
+        pass
+
+    @property
+    def outcome(self) -> str | None:
+        return self.finished_with
+
+    @property
+    def rollbacks(self) -> int:
+        return self.rollback_count
+
+    @property
+    def start_state(self) -> StartState:
+        return self.state
+
+    def start_done(self) -> None:
+        self.submit(("S",))
+        self.state = StartState("done", self.rollback_count)
+
+    def totals(self) -> dict[str, int]:
+        return {"pushed": self.pushed_total, "filtered": 0, "released": 0, "set_aside": 0}
+
+    def close(self, unacked: list[str]) -> Undelivered:
+        self.closed_with = unacked
+        return Undelivered(None, list(self.undeliverable), 0)
+
+    # ---- for the tests -------------------------------------------------------------------
+    def ops(self, opcode: str) -> list[Op]:
+        return [op for op in self.submitted if op[0] == opcode]
+
+
+class FakeScraper:
+    """Scrapy's scraper as the scheduler sees it: ``enqueue_scrape`` gives a Deferred that the
+    test fires when "the callback and everything it yielded" are done."""
+
+    def __init__(self) -> None:
+        self.scraping: dict[str, Deferred[None]] = {}
+
+    def enqueue_scrape(self, result: Any, request: Request, *args: Any) -> Deferred[None]:
+        done: Deferred[None] = Deferred()
+        self.scraping[request.url] = done
+        return done
+
+    def handle_spider_error(self, failure: Any, request: Request, *args: Any) -> None:
+        pass
+
+
+class FakeEngine:
+    def __init__(self) -> None:
+        self.scraper = FakeScraper()
+        self.spider: Spider | None = None
+        self.closed_with: str | None = None
+
+    async def close_spider_async(self, reason: str) -> None:
+        self.closed_with = reason
+
+
+class ListingSpider(Spider):
+    name = "listing"
+
+    def parse(self, response: Any) -> None:
+        pass
+
+
+def make_crawler(**settings: Any) -> Crawler:
+    crawler = get_crawler(ListingSpider, {"CLUSTERSYNC_REDIS_URL": "redis://127.0.0.1:1/0",
+                                          **settings})
+    crawler.spider = crawler._create_spider()
+    crawler.engine = FakeEngine()  # type: ignore[assignment]
+    return crawler
+
+
+def make_scheduler(
+    tmp_path: Path, thread: FakeRedisThread | None = None, **settings: Any
+) -> tuple[ClusterScheduler, FakeRedisThread]:
+    """A ClusterScheduler of a fresh job in an in-memory Redis, opened on ``thread``."""
+    crawler = make_crawler(**settings)
+    assert crawler.spider is not None and crawler.request_fingerprinter is not None
+    config = ClusterConfig.from_settings(crawler.settings, crawler.spider.name)
+    store = JobStore(fakeredis.FakeRedis(), config.job, config.node_id)
+    fake = thread or FakeRedisThread()
+    built: Callable[..., RedisThread] = lambda *args, **kwargs: fake  # noqa: E731
+    scheduler = ClusterScheduler(
+        crawler, config, store,
+        RequestCodec(crawler.spider, config.max_request_bytes),
+        ClusterDupeFilter(crawler.request_fingerprinter, Counter(), config.local_seen_cache),
+        Spool(tmp_path / "spool", config.job),
+        redis_thread=built,
+    )
+    scheduler.open(crawler.spider)
+    return scheduler, fake
+
+
+def fake_engine(scheduler: ClusterScheduler) -> FakeEngine:
+    engine = scheduler.crawler.engine
+    assert isinstance(engine, FakeEngine)
+    return engine

@@ -1,0 +1,129 @@
+"""The lifecycle extension and the spider middleware, on a scheduler with a fake Redis thread."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from scrapy import Request
+from scrapy.exceptions import CloseSpider, DontCloseSpider
+
+from scrapy_clustersync.extensions.lifecycle import NodeLifecycle
+from scrapy_clustersync.middlewares import ClusterSpiderMiddleware
+from scrapy_clustersync.signals import node_opened
+
+from node_fakes import fake_engine, make_crawler, make_scheduler
+
+
+def opened_lifecycle(tmp_path: Path) -> tuple[NodeLifecycle, Any, Any]:
+    """A lifecycle extension that learned its node from the node_opened signal."""
+    scheduler, thread = make_scheduler(tmp_path)
+    lifecycle = NodeLifecycle(scheduler.crawler)
+    scheduler.crawler.signals.connect(lifecycle.node_opened, signal=node_opened)
+    scheduler.crawler.signals.send_catch_log(node_opened, scheduler=scheduler)
+    return lifecycle, scheduler, thread
+
+
+def test_an_idle_node_stays_open_while_the_job_runs(tmp_path: Path) -> None:
+    lifecycle, _, thread = opened_lifecycle(tmp_path)
+    with pytest.raises(DontCloseSpider):
+        lifecycle.spider_idle()
+    assert thread.idle is True
+
+
+def test_an_idle_node_closes_once_the_job_is_finished(tmp_path: Path) -> None:
+    lifecycle, _, thread = opened_lifecycle(tmp_path)
+    thread.finished_with = "finished"
+    lifecycle.spider_idle()  # no exception: Scrapy closes the spider with "finished"
+
+
+def test_a_node_whose_job_is_gone_closes_with_the_reason_that_says_so(tmp_path: Path) -> None:
+    lifecycle, _, thread = opened_lifecycle(tmp_path)
+    thread.finished_with = "clustersync_state_lost"
+    with pytest.raises(CloseSpider) as closing:
+        lifecycle.spider_idle()
+    assert closing.value.reason == "clustersync_state_lost"
+
+
+def test_a_busy_node_is_closed_by_the_extension_when_the_job_is_finished(tmp_path: Path) -> None:
+    # given a node whose engine is busy, and a job the cluster finished
+    lifecycle, scheduler, thread = opened_lifecycle(tmp_path)
+    engine = fake_engine(scheduler)
+    engine.spider = scheduler.crawler.spider
+    thread.finished_with = "finished"
+    # when the extension's loop checks the node
+    lifecycle._check()
+    # then it asks the engine to close the spider with reason finished
+    assert engine.closed_with == "finished"
+
+
+def test_an_extension_without_a_node_leaves_scrapy_alone(tmp_path: Path) -> None:
+    lifecycle = NodeLifecycle(make_crawler())
+    lifecycle.spider_idle()
+    lifecycle._check()
+
+
+async def _start(*outputs: Any, error: Exception | None = None) -> AsyncIterator[Any]:
+    for output in outputs:
+        yield output
+    if error is not None:
+        raise error
+
+
+class FakeStartRun:
+    """StartRun as the middleware sees it: may start() run here, and what went through."""
+
+    def __init__(self, runs_here: bool) -> None:
+        self.runs_here = runs_here
+        self.outputs: list[Any] = []
+        self.ends = 0
+
+    async def begin(self) -> bool:
+        return self.runs_here
+
+    def yielded(self, output: Any) -> None:
+        self.outputs.append(output)
+
+    def ended(self) -> None:
+        self.ends += 1
+
+
+def _collect(middleware: ClusterSpiderMiddleware, start: AsyncIterator[Any]) -> list[Any]:
+    async def collect() -> list[Any]:
+        return [output async for output in middleware.process_start(start)]
+
+    return asyncio.run(collect())
+
+
+def _middleware_with(run: FakeStartRun) -> ClusterSpiderMiddleware:
+    middleware = ClusterSpiderMiddleware()
+    middleware.run = run  # type: ignore[assignment]
+    return middleware
+
+
+def test_start_runs_through_the_middleware_on_the_node_that_claimed_it() -> None:
+    run = FakeStartRun(runs_here=True)
+    outputs = [Request("http://a/1"), {"item": 1}]
+    assert _collect(_middleware_with(run), _start(*outputs)) == outputs
+    assert run.outputs == outputs and run.ends == 1
+
+
+def test_start_yields_nothing_on_a_node_where_another_node_ran_it() -> None:
+    run = FakeStartRun(runs_here=False)
+    assert _collect(_middleware_with(run), _start(Request("http://a/1"))) == []
+    assert run.ends == 0
+
+
+def test_a_start_that_raises_is_over_and_the_error_reaches_scrapy() -> None:
+    run = FakeStartRun(runs_here=True)
+    with pytest.raises(ValueError):
+        _collect(_middleware_with(run), _start(Request("http://a/1"), error=ValueError("x")))
+    assert run.ends == 1
+
+
+def test_without_a_node_start_passes_through_untouched() -> None:
+    outputs = [Request("http://a/1")]
+    assert _collect(ClusterSpiderMiddleware(), _start(*outputs)) == outputs
