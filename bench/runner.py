@@ -18,8 +18,8 @@ from typing import Any
 from redis_commands import CommandCounter, commandstats, commandstats_delta, slowest_call
 from site_process import SiteProcess
 
-from scrapy_clustersync.testing.proxy import TcpProxy
-from scrapy_clustersync.testing.redis_server import RedisServer
+from testkit.proxy import TcpProxy
+from testkit.redis_server import RedisServer
 
 EXAMPLE_PROJECT = Path(__file__).resolve().parents[1] / "example_project"
 BENCH_DIR = Path(__file__).resolve().parent

@@ -21,10 +21,14 @@ import signal
 import sys
 import threading
 import time
+from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from scrapy_clustersync.testing.site import TestSite
+# testkit, the dev and test kit, is not installed: it is imported from the repository root
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from testkit.site import TestSite
 
 
 class TimedSite(TestSite):

@@ -17,12 +17,15 @@ import tempfile
 import time
 from pathlib import Path
 
+# testkit, the dev and test kit, is not installed: it is imported from the repository root
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 from rich.console import Console
 from rich.table import Table
 
 from scrapy_clustersync.store import JobStore, make_client
-from scrapy_clustersync.testing.redis_server import EmbeddedRedis, RedisServer, start_any_redis
-from scrapy_clustersync.testing.site import TestSite
+from testkit.redis_server import EmbeddedRedis, RedisServer, start_any_redis
+from testkit.site import TestSite
 
 PROJECT = Path(__file__).resolve().parent
 NODES = ("node-1", "node-2", "node-3")

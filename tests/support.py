@@ -15,9 +15,9 @@ from pathlib import Path
 
 import redis
 
-from scrapy_clustersync.testing.proxy import TcpProxy
-from scrapy_clustersync.testing.redis_server import LOCALHOST, RedisServer
-from scrapy_clustersync.testing.site import TestSite
+from testkit.proxy import TcpProxy
+from testkit.redis_server import LOCALHOST, RedisServer
+from testkit.site import TestSite
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE_PROJECT = ROOT / "example_project"

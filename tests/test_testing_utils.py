@@ -25,9 +25,9 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from scrapy_clustersync.testing.proxy import TcpProxy
-from scrapy_clustersync.testing.redis_server import EmbeddedRedis, RedisServer
-from scrapy_clustersync.testing.site import TestSite
+from testkit.proxy import TcpProxy
+from testkit.redis_server import EmbeddedRedis, RedisServer
+from testkit.site import TestSite
 
 HREF_RE = re.compile(r'href="([^"]+)"')
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -188,7 +188,7 @@ def test_cli_prints_ready_serves_pages_and_exits_on_sigterm() -> None:
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]),
     }
-    command = [sys.executable, "-m", "scrapy_clustersync.testing.site", "--pages", "5"]
+    command = [sys.executable, "-m", "testkit.site", "--pages", "5"]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env)
     try:
         assert process.stdout is not None

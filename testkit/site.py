@@ -8,7 +8,7 @@ was fetched exactly once across a whole cluster of crawler processes.
 
 Run it in its own process with::
 
-    python -m scrapy_clustersync.testing.site --pages 3000 [--port P] [--links L] [--delay S]
+    python -m testkit.site --pages 3000 [--port P] [--links L] [--delay S]
 
 which prints ``READY http://127.0.0.1:PORT`` once listening and serves until SIGTERM/SIGINT.
 From another process, ``GET /__hits`` returns the per-User-Agent counters as JSON.
