@@ -30,10 +30,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from report import Ratio, Summary, headline_ratios, markdown_snippet, summarize, write_json
 from runner import RunResult, Variant, run_variant
-from site_process import SiteProcess
 
 import scrapy_clustersync
 from testkit.redis_server import redis_server_binary
+from testkit.site_process import SiteProcess
 
 RESULTS_PATH = Path(__file__).resolve().parent / "results" / "latest.json"
 DELAY_S = 0.0025

@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from redis_commands import CommandCounter, commandstats, commandstats_delta, slowest_call
-from site_process import SiteProcess
 
 from testkit.proxy import TcpProxy
 from testkit.redis_server import RedisServer
+from testkit.site_process import SiteProcess
 
 EXAMPLE_PROJECT = Path(__file__).resolve().parents[1] / "example_project"
 BENCH_DIR = Path(__file__).resolve().parent
@@ -166,7 +166,7 @@ def run_variant(
             redis.finish()
     # redis-server is a child of this process too, reaped when the block above stopped it
     redis_cpu_s = _children_cpu_s() - cpu_before - crawl.node_cpu_s
-    hits = site.hits_of(agent)
+    hits = site.agent_hits(agent)
     result = RunResult(
         variant=variant.key, repeat=repeat, pages=site.pages, fetched=len(hits.hits),
         fetches=sum(hits.hits.values()),
