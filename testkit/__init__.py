@@ -9,4 +9,5 @@ from a checkout, with the repository root on ``sys.path``.
 - `testkit.redis_server`: `RedisServer` (a throw-away ``redis-server`` child process),
   `EmbeddedRedis` (fakeredis over TCP) and `start_any_redis`.
 - `testkit.proxy`: `TcpProxy`, a TCP proxy that adds latency and cuts the network.
+- `testkit.nodes`: `start_node`, one ``scrapy crawl`` node as a child process.
 """
