@@ -16,7 +16,7 @@ demo: $(BIN)/.installed
 	$(BIN)/python example_project/demo.py
 
 lint: $(BIN)/.installed
-	$(BIN)/ruff check scrapy_clustersync tests example_project bench
+	$(BIN)/ruff check scrapy_clustersync testkit tests example_project bench
 	$(BIN)/mypy
 
 test: $(BIN)/.installed lint

@@ -21,6 +21,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+# testkit, the dev and test kit, is not installed: it is imported from the repository root
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 import redis
 from scrapy import Request
 from scrapy.utils.request import RequestFingerprinter
@@ -28,7 +31,7 @@ from scrapy.utils.request import RequestFingerprinter
 from scrapy_clustersync.config import DedupSettings
 from scrapy_clustersync.store import JobStore, make_client
 from scrapy_clustersync.store.job import new_call_id
-from scrapy_clustersync.testing.redis_server import RedisServer
+from testkit.redis_server import RedisServer
 
 ERROR_RATE = 0.001
 THEORY_BITS = -math.log(ERROR_RATE) / math.log(2) ** 2

@@ -25,12 +25,15 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
+# testkit, the dev and test kit, is not installed: it is imported from the repository root
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 from report import Ratio, Summary, headline_ratios, markdown_snippet, summarize, write_json
 from runner import RunResult, Variant, run_variant
-from site_process import SiteProcess
 
 import scrapy_clustersync
-from scrapy_clustersync.testing.redis_server import redis_server_binary
+from testkit.redis_server import redis_server_binary
+from testkit.site_process import SiteProcess
 
 RESULTS_PATH = Path(__file__).resolve().parent / "results" / "latest.json"
 DELAY_S = 0.0025
@@ -119,7 +122,7 @@ def plugin_source_digest() -> str:
     package = Path(scrapy_clustersync.__file__).parent
     digest = hashlib.sha256()
     for path in sorted(package.rglob("*")):
-        if path.suffix in (".py", ".lua") and "testing" not in path.parts:
+        if path.suffix in (".py", ".lua"):
             digest.update(path.relative_to(package).as_posix().encode() + path.read_bytes())
     return digest.hexdigest()[:12]
 

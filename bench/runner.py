@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import json
-import os
 import resource
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -16,10 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from redis_commands import CommandCounter, commandstats, commandstats_delta, slowest_call
-from site_process import SiteProcess
 
-from scrapy_clustersync.testing.proxy import TcpProxy
-from scrapy_clustersync.testing.redis_server import RedisServer
+from testkit.nodes import start_node
+from testkit.proxy import TcpProxy
+from testkit.redis_server import RedisServer
+from testkit.site_process import SiteProcess
 
 EXAMPLE_PROJECT = Path(__file__).resolve().parents[1] / "example_project"
 BENCH_DIR = Path(__file__).resolve().parent
@@ -166,7 +165,7 @@ def run_variant(
             redis.finish()
     # redis-server is a child of this process too, reaped when the block above stopped it
     redis_cpu_s = _children_cpu_s() - cpu_before - crawl.node_cpu_s
-    hits = site.hits_of(agent)
+    hits = site.agent_hits(agent)
     result = RunResult(
         variant=variant.key, repeat=repeat, pages=site.pages, fetched=len(hits.hits),
         fetches=sum(hits.hits.values()),
@@ -235,23 +234,18 @@ def _redis_for(variant: Variant, run_dir: Path, count_commands: bool) -> Iterato
 def _spawn_node(
     variant: Variant, start_url: str, agent: str, node_dir: Path, redis: _Redis | None
 ) -> subprocess.Popen[bytes]:
+    """One node of ``variant`` in ``node_dir``: the example project's spider, the variant's
+    settings module (from the bench's project), its own relative paths."""
     settings_module, url_setting = ENGINES[variant.engine]
     node_dir.mkdir(parents=True)
-    args = [
-        sys.executable, "-m", "scrapy", "crawl", "site", "-a", f"start_url={start_url}",
-        "-s", f"USER_AGENT={agent}", "-s", f"BENCH_STATS_PATH={node_dir / 'stats.json'}",
-    ]
+    settings = {"USER_AGENT": agent, "BENCH_STATS_PATH": str(node_dir / "stats.json")}
     if redis is not None:
-        args += ["-s", f"{url_setting}={redis.url}"]
-    env = os.environ | {
-        "SCRAPY_SETTINGS_MODULE": settings_module,
-        "PYTHONPATH": os.pathsep.join(filter(None, [
-            str(BENCH_DIR), str(EXAMPLE_PROJECT), os.environ.get("PYTHONPATH")])),
-    }
-    with open(node_dir / "scrapy.log", "wb") as log:
-        return subprocess.Popen(
-            args, cwd=node_dir, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log
-        )
+        settings[url_setting] = redis.url
+    return start_node(
+        "site", cwd=node_dir, log_path=node_dir / "scrapy.log",
+        spider_args={"start_url": start_url}, settings=settings,
+        env={"SCRAPY_SETTINGS_MODULE": settings_module}, pythonpath=[BENCH_DIR, EXAMPLE_PROJECT],
+    )
 
 
 def _wait_all(processes: list[subprocess.Popen[bytes]], deadline: float) -> bool:

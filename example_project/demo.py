@@ -9,7 +9,6 @@ twice and what was lost. Nothing touches a Redis this script did not start.
 from __future__ import annotations
 
 import argparse
-import os
 import signal
 import subprocess
 import sys
@@ -17,12 +16,16 @@ import tempfile
 import time
 from pathlib import Path
 
+# testkit, the dev and test kit, is not installed: it is imported from the repository root
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 from rich.console import Console
 from rich.table import Table
 
 from scrapy_clustersync.store import JobStore, make_client
-from scrapy_clustersync.testing.redis_server import EmbeddedRedis, RedisServer, start_any_redis
-from scrapy_clustersync.testing.site import TestSite
+from testkit.nodes import start_node
+from testkit.redis_server import EmbeddedRedis, RedisServer, start_any_redis
+from testkit.site import TestSite
 
 PROJECT = Path(__file__).resolve().parent
 NODES = ("node-1", "node-2", "node-3")
@@ -30,22 +33,24 @@ VICTIM = "node-2"
 console = Console(soft_wrap=True)
 
 
-def start_node(name: str, redis_url: str, start_url: str, workdir: Path) -> subprocess.Popen:
+def start_demo_node(
+    name: str, redis_url: str, start_url: str, workdir: Path
+) -> subprocess.Popen[bytes]:
+    """One node of the demo's cluster; its User-Agent is ``name``, so the site counts it apart."""
     settings = {
         "USER_AGENT": name, "CLUSTERSYNC_IDLE_CLOSE_AFTER": "2",
         "CLUSTERSYNC_LEASE_TIMEOUT": "6", "CLUSTERSYNC_HEARTBEAT_INTERVAL": "1",
         "CLUSTERSYNC_SPOOL_DIR": str(workdir / "spool"), "LOG_LEVEL": "INFO",
     }
-    command = [sys.executable, "-m", "scrapy", "crawl", "site", "-a", f"start_url={start_url}"]
-    for key, value in settings.items():
-        command += ["-s", f"{key}={value}"]
-    log = (workdir / f"{name}.log").open("wb")
-    env = {**os.environ, "CLUSTERSYNC_REDIS_URL": redis_url}
-    return subprocess.Popen(command, cwd=PROJECT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    return start_node(
+        "site", cwd=PROJECT, log_path=workdir / f"{name}.log",
+        spider_args={"start_url": start_url}, settings=settings,
+        env={"CLUSTERSYNC_REDIS_URL": redis_url},
+    )
 
 
 def crawl(site: TestSite, redis_url: str, workdir: Path) -> None:
-    processes = {name: start_node(name, redis_url, site.start_url, workdir) for name in NODES}
+    processes = {name: start_demo_node(name, redis_url, site.start_url, workdir) for name in NODES}
     console.print(f"started {len(NODES)} nodes: {', '.join(NODES)} (logs in {workdir})")
     half = len(site.page_paths()) // 2
     while sum(site.hits().values()) < half:

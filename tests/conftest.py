@@ -15,9 +15,9 @@ from typing import Any, TypeVar
 
 import pytest
 
-from scrapy_clustersync.testing.proxy import TcpProxy
-from scrapy_clustersync.testing.redis_server import RedisServer, redis_server_binary
-from scrapy_clustersync.testing.site import TestSite
+from testkit.proxy import TcpProxy
+from testkit.redis_server import RedisServer, redis_server_binary
+from testkit.site import TestSite
 
 from support import kill_leftover_nodes
 

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
-import sys
 import textwrap
 import time
 from collections.abc import Callable, Mapping
@@ -15,9 +13,10 @@ from pathlib import Path
 
 import redis
 
-from scrapy_clustersync.testing.proxy import TcpProxy
-from scrapy_clustersync.testing.redis_server import LOCALHOST, RedisServer
-from scrapy_clustersync.testing.site import TestSite
+from testkit import nodes
+from testkit.proxy import TcpProxy
+from testkit.redis_server import LOCALHOST, RedisServer
+from testkit.site import TestSite
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE_PROJECT = ROOT / "example_project"
@@ -75,15 +74,11 @@ def start_node(
     """Start ``scrapy crawl`` as a cluster node; its User-Agent is ``name`` (the site counts it)."""
     merged = {**FAST_SETTINGS, "USER_AGENT": name,
               "CLUSTERSYNC_SPOOL_DIR": str(workdir / "spool"), **(settings or {})}
-    command = [sys.executable, "-m", "scrapy", "crawl", spider, "-a", f"start_url={start_url}"]
-    for key, value in merged.items():
-        command += ["-s", f"{key}={value}"]
-    env = {**os.environ, "CLUSTERSYNC_REDIS_URL": redis_url, **(env or {})}
-    workdir.mkdir(parents=True, exist_ok=True)
     log_path = workdir / f"{name}.log"
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(command, cwd=project_dir, env=env, stdout=log,
-                                   stderr=subprocess.STDOUT)
+    process = nodes.start_node(
+        spider, cwd=project_dir, log_path=log_path, spider_args={"start_url": start_url},
+        settings=merged, env={"CLUSTERSYNC_REDIS_URL": redis_url, **(env or {})},
+    )
     STARTED.append(process)
     return Node(name, process, log_path)
 

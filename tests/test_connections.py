@@ -10,7 +10,7 @@ import pytest
 
 from scrapy_clustersync.config import TlsOptions
 from scrapy_clustersync.store import JobStore, StoreUnavailable, make_client
-from scrapy_clustersync.testing.redis_server import free_port
+from testkit.redis_server import free_port
 
 from conftest import RedisFactory, SiteFactory
 from support import missing_pages, start_node, wait_all

@@ -20,8 +20,8 @@ from scrapy_clustersync.codec import RequestCodec
 from scrapy_clustersync.store import JobStore, StateLost, StoreError, StoreUnavailable, make_client
 from scrapy_clustersync.store.errors import translate_errors
 from scrapy_clustersync.store.job import new_call_id
-from scrapy_clustersync.testing.redis_server import RedisServer
-from scrapy_clustersync.testing.site import TestSite
+from testkit.redis_server import RedisServer
+from testkit.site import TestSite
 
 from conftest import ProxyFactory, RedisFactory, SiteFactory
 from support import (

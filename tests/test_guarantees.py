@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from scrapy_clustersync.testing.redis_server import free_port
+from testkit.redis_server import free_port
 
 from conftest import RedisFactory, SiteFactory
 from support import (

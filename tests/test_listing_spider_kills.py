@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from scrapy_clustersync.testing.redis_server import RedisServer
-from scrapy_clustersync.testing.site import TestSite
+from testkit.redis_server import RedisServer
+from testkit.site import TestSite
 
 from conftest import SiteFactory
 from support import (

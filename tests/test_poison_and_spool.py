@@ -34,8 +34,8 @@ from scrapy_clustersync.spool import Spool
 from scrapy_clustersync.store import FlushResult, JobStore, Op, StoreUnavailable, make_client
 from scrapy_clustersync.store.errors import BadBatch
 from scrapy_clustersync.store.job import new_call_id
-from scrapy_clustersync.testing.redis_server import RedisServer
 from scrapy_clustersync.worker import SyncWorker
+from testkit.redis_server import RedisServer
 
 from support import wait_until
 

@@ -25,9 +25,10 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from scrapy_clustersync.testing.proxy import TcpProxy
-from scrapy_clustersync.testing.redis_server import EmbeddedRedis, RedisServer
-from scrapy_clustersync.testing.site import TestSite
+from testkit.proxy import TcpProxy
+from testkit.redis_server import EmbeddedRedis, RedisServer
+from testkit.site import TestSite
+from testkit.site_process import SiteProcess
 
 HREF_RE = re.compile(r'href="([^"]+)"')
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -129,6 +130,26 @@ def test_hits_are_counted_per_page_and_per_user_agent(make_site: SiteFactory) ->
     assert site.hits_by_agent() == expected  # reading /__hits is not a hit
 
 
+def test_agent_hits_are_one_agents_fetches_with_the_time_of_each(make_site: SiteFactory) -> None:
+    # Given a site fetched by two User-Agents
+    site = make_site(10)
+    before = time.monotonic()
+    fetch(site.page_url(1), agent="node-a")
+    fetch(site.page_url(2), agent="node-b")
+    fetch(site.page_url(1), agent="node-a")
+    after = time.monotonic()
+
+    # When asking what one of them fetched
+    seen = site.agent_hits("node-a")
+
+    # Then it is that agent's fetches only, each timed, in order, by the site's clock
+    assert seen.hits == {"/page/1.html": 2}
+    assert len(seen.times) == 2
+    assert before <= seen.times[0] <= seen.times[1] <= after
+    assert seen.span_s == seen.longest_pause_s == seen.times[1] - seen.times[0]
+    assert site.agent_hits("nobody").times == []
+
+
 def test_unknown_paths_are_404_and_counted_apart_from_page_hits(make_site: SiteFactory) -> None:
     # Given a site of 10 pages
     site = make_site(10)
@@ -188,7 +209,7 @@ def test_cli_prints_ready_serves_pages_and_exits_on_sigterm() -> None:
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]),
     }
-    command = [sys.executable, "-m", "scrapy_clustersync.testing.site", "--pages", "5"]
+    command = [sys.executable, "-m", "testkit.site", "--pages", "5"]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env)
     try:
         assert process.stdout is not None
@@ -205,6 +226,29 @@ def test_cli_prints_ready_serves_pages_and_exits_on_sigterm() -> None:
     finally:
         process.kill()
         process.wait()
+
+
+def test_site_process_serves_the_same_site_from_a_child_and_ends_when_stopped() -> None:
+    # Given the site of 20 pages with seed 3, served from a child process
+    with SiteProcess(20, seed=3) as site:
+        # When an agent fetches two pages
+        status, body = fetch(site.page_url(5), agent="bench/run")
+        fetch(site.start_url, agent="bench/run")
+
+        # Then the pages are those a TestSite of the same arguments renders
+        assert status == 200
+        assert body == TestSite(20, seed=3).page_body(5)
+        # And the child reports the hits, that agent's with their times
+        assert site.hits() == {"/page/5.html": 1, "/page/0.html": 1}
+        seen = site.agent_hits("bench/run")
+        assert seen.hits == {"/page/5.html": 1, "/page/0.html": 1}
+        assert len(seen.times) == 2
+        stopping = time.monotonic()
+
+    # And stopping it closes its stdin, which ends it at once (not the SIGKILL after 10 s)
+    assert time.monotonic() - stopping < 5
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", site.port), timeout=1).close()
 
 
 # -- RedisServer / EmbeddedRedis --------------------------------------------------------------

@@ -23,6 +23,7 @@ from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 from ._service import Service
+from .redis_server import redis_url
 
 __all__ = ["TcpProxy"]
 
@@ -60,8 +61,6 @@ class TcpProxy(Service):
 
     def url(self, db: int = 0, password: str | None = None) -> str:
         """``redis://[:password@]127.0.0.1:PORT/db`` pointing at the proxy."""
-        from scrapy_clustersync.testing.redis_server import redis_url
-
         return redis_url(self.port, db=db, password=password)
 
     @property

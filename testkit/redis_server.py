@@ -18,13 +18,10 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import Any, BinaryIO
 from urllib.parse import quote
 
 from ._service import RedisClients, Service, serve_in_thread
-
-if TYPE_CHECKING:
-    pass
 
 __all__ = [
     "EmbeddedRedis",

@@ -3,15 +3,21 @@
 `TestSite(pages=N)` serves `/page/0.html` .. `/page/N-1.html` on 127.0.0.1. Page ``i`` links to
 page ``i+1`` (so every page is reachable from page 0) plus pseudo-random other pages chosen by
 `random.Random` seeded from ``seed`` and ``i``, so the same arguments always give the same site.
-Every GET of a page is counted, per path and per User-Agent, so a test can assert that each page
-was fetched exactly once across a whole cluster of crawler processes.
+Every GET of a page is counted, per path and per User-Agent, and timed, so a test can assert
+that each page was fetched exactly once across a whole cluster of crawler processes, and the
+bench can time a crawl by the site's clock.
 
-Run it in its own process with::
+`TestSite.start()` serves from a thread of the calling process.
+`testkit.site_process.SiteProcess` serves the same site from a child process, so that serving
+pages never competes with the caller's threads for a GIL; it runs::
 
-    python -m scrapy_clustersync.testing.site --pages 3000 [--port P] [--links L] [--delay S]
+    python -m testkit.site --pages 3000 [--port P] [--links L] [--seed S] [--delay S]
+                           [--until-stdin-closes]
 
-which prints ``READY http://127.0.0.1:PORT`` once listening and serves until SIGTERM/SIGINT.
-From another process, ``GET /__hits`` returns the per-User-Agent counters as JSON.
+which renders every page, prints ``READY http://127.0.0.1:PORT`` once listening and serves until
+SIGTERM/SIGINT (or, with ``--until-stdin-closes``, until its stdin closes too). From another
+process, ``GET /__hits`` returns the per-User-Agent counters as JSON and
+``GET /__agent_hits?agent=UA`` what `TestSite.agent_hits` returns for one User-Agent.
 """
 
 from __future__ import annotations
@@ -28,18 +34,48 @@ import sys
 import threading
 import time
 from collections import Counter, defaultdict
+from dataclasses import asdict, dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from itertools import pairwise
 from types import FrameType
-from typing import Any
+from typing import IO, Any
+from urllib.parse import parse_qs, urlsplit
 
 from ._service import Service, serve_in_thread
 
-__all__ = ["TestSite", "main"]
+__all__ = ["AgentHits", "TestSite", "main"]
 
 HITS_PATH = "/__hits"
+AGENT_HITS_PATH = "/__agent_hits"
 NOT_FOUND_PATH = "/__not_found"
 _PAGE_PATH_RE = re.compile(r"^/page/(0|[1-9][0-9]*)\.html$")
 _PAGE_CACHE_SIZE = 65536
+
+
+@dataclass(frozen=True)
+class AgentHits:
+    """What the site saw of one User-Agent: fetches per path, and the time of every page hit."""
+
+    hits: dict[str, int]
+    times: list[float]  # time.monotonic() of each page hit, sorted (system-wide on Linux)
+
+    @property
+    def first(self) -> float | None:
+        return self.times[0] if self.times else None
+
+    @property
+    def last(self) -> float | None:
+        return self.times[-1] if self.times else None
+
+    @property
+    def span_s(self) -> float:
+        """Seconds from the first page fetched to the last (0 with fewer than two fetches)."""
+        return self.times[-1] - self.times[0] if self.times else 0.0
+
+    @property
+    def longest_pause_s(self) -> float:
+        """The longest time between two consecutive page hits: a stall, if there was one."""
+        return max((b - a for a, b in pairwise(self.times)), default=0.0)
 
 
 class TestSite(Service):
@@ -74,6 +110,7 @@ class TestSite(Service):
         self.port = port
         self._lock = threading.Lock()
         self._hits: defaultdict[str, Counter[str]] = defaultdict(Counter)  # agent -> path -> n
+        self._hit_times: defaultdict[str, list[float]] = defaultdict(list)  # agent -> times
         self._not_found: Counter[str] = Counter()
         self._server: _SiteHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -123,6 +160,11 @@ class TestSite(Service):
             f"<body><h1>Page {i}</h1><ul>{links}</ul></body></html>"
         ).encode()
 
+    def render_pages(self) -> None:
+        """Render every page now (as many as the page cache holds), not while being crawled."""
+        for i in range(min(self.pages, _PAGE_CACHE_SIZE)):
+            self.page_body(i)
+
     def page_number(self, path: str) -> int | None:
         """The page number a request path names, or None if it is not a page of this site."""
         match = _PAGE_PATH_RE.match(path)
@@ -134,9 +176,11 @@ class TestSite(Service):
     # -- counters ---------------------------------------------------------------------------
 
     def record_hit(self, path: str, agent: str) -> None:
-        """Count one served GET of page ``path`` by User-Agent ``agent``."""
+        """Count one served GET of page ``path`` by User-Agent ``agent``, timed now."""
+        now = time.monotonic()
         with self._lock:
             self._hits[agent][path] += 1
+            self._hit_times[agent].append(now)
 
     def record_not_found(self, path: str) -> None:
         """Count one request for a path that is not a page."""
@@ -146,9 +190,8 @@ class TestSite(Service):
     def hits(self) -> dict[str, int]:
         """Path -> number of GETs served for that page, summed over all User-Agents."""
         total: Counter[str] = Counter()
-        with self._lock:
-            for per_path in self._hits.values():
-                total.update(per_path)
+        for per_path in self.hits_by_agent().values():
+            total.update(per_path)
         return dict(total)
 
     def hits_by_agent(self) -> dict[str, dict[str, int]]:
@@ -156,15 +199,23 @@ class TestSite(Service):
         with self._lock:
             return {agent: dict(per_path) for agent, per_path in self._hits.items()}
 
+    def agent_hits(self, agent: str) -> AgentHits:
+        """The page GETs of User-Agent ``agent`` so far, per path, and the time of each."""
+        with self._lock:
+            hits = dict(self._hits.get(agent, {}))
+            times = sorted(self._hit_times.get(agent, []))
+        return AgentHits(hits, times)
+
     def not_found(self) -> dict[str, int]:
         """Path -> number of requests answered 404 (these are not page hits)."""
         with self._lock:
             return dict(self._not_found)
 
     def reset_hits(self) -> None:
-        """Forget all page hits and 404 counts."""
+        """Forget all page hits, their times and 404 counts."""
         with self._lock:
             self._hits.clear()
+            self._hit_times.clear()
             self._not_found.clear()
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -261,7 +312,8 @@ class _PageHandler(BaseHTTPRequestHandler):
 
     def _answer(self, send_body: bool) -> None:
         site = self.server.site
-        path = self.path.split("?", 1)[0].split("#", 1)[0]
+        target = urlsplit(self.path)
+        path, query = target.path, target.query
         page = site.page_number(path)
         if page is not None:
             if site.delay_s > 0:
@@ -271,6 +323,10 @@ class _PageHandler(BaseHTTPRequestHandler):
             self._send(200, "text/html; charset=utf-8", site.page_body(page), send_body)
         elif path == HITS_PATH:
             self._send(200, "application/json", _json(site.hits_by_agent()), send_body)
+        elif path == AGENT_HITS_PATH:
+            agent = parse_qs(query, keep_blank_values=True).get("agent", [""])[0]
+            body = _json(asdict(site.agent_hits(agent)))
+            self._send(200, "application/json", body, send_body)
         elif path == NOT_FOUND_PATH:
             self._send(200, "application/json", _json(site.not_found()), send_body)
         else:
@@ -299,6 +355,8 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--links", type=int, default=8, help="links per page")
     parser.add_argument("--seed", type=int, default=0, help="seed of the link layout")
     parser.add_argument("--delay", type=float, default=0.0, help="seconds slept per page")
+    parser.add_argument("--until-stdin-closes", action="store_true",
+                        help="also stop when stdin closes (the parent stopped or died)")
     return parser.parse_args(argv)
 
 
@@ -312,6 +370,8 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGINT, _on_signal)
+    if args.until_stdin_closes:
+        threading.Thread(target=_set_at_eof, args=(sys.stdin, stop), daemon=True).start()
     site = TestSite(
         args.pages,
         links_per_page=args.links,
@@ -320,11 +380,18 @@ def main(argv: list[str] | None = None) -> int:
         port=args.port,
         delay_s=args.delay,
     )
+    site.render_pages()
     with site:
         print(f"READY {site.url}", flush=True)
         while not stop.wait(0.5):
             pass
     return 0
+
+
+def _set_at_eof(stream: IO[str], event: threading.Event) -> None:
+    for _ in stream:
+        pass
+    event.set()
 
 
 if __name__ == "__main__":

@@ -1,0 +1,52 @@
+"""Real ``scrapy crawl`` nodes as child processes, started alike by the tests, demo and bench."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+__all__ = ["start_node"]
+
+
+def start_node(
+    spider: str,
+    *,
+    cwd: Path,
+    log_path: Path,
+    spider_args: Mapping[str, str] | None = None,
+    settings: Mapping[str, str] | None = None,
+    env: Mapping[str, str] | None = None,
+    pythonpath: Sequence[Path] = (),
+) -> subprocess.Popen[bytes]:
+    """Start ``python -m scrapy crawl SPIDER`` in ``cwd`` and return the running process.
+
+    ``cwd`` is a Scrapy project directory (its ``scrapy.cfg`` names the settings), or any
+    directory when ``env`` names the settings with ``SCRAPY_SETTINGS_MODULE``; the node's
+    relative paths, such as its default spool, are under it. ``spider_args`` are passed with
+    ``-a`` and ``settings`` with ``-s`` (so they win over the project's). The node gets this
+    process's environment updated with ``env``, and ``pythonpath`` ahead of any ``PYTHONPATH``
+    it would inherit. Its stdout and stderr go to ``log_path`` (its directory is created); it
+    reads no stdin. Waiting for it, or killing it, is the caller's job.
+    """
+    command = [sys.executable, "-m", "scrapy", "crawl", spider]
+    for key, value in (spider_args or {}).items():
+        command += ["-a", f"{key}={value}"]
+    for key, value in (settings or {}).items():
+        command += ["-s", f"{key}={value}"]
+    node_env = {**os.environ, **(env or {})}
+    if pythonpath:
+        inherited = [node_env["PYTHONPATH"]] if node_env.get("PYTHONPATH") else []
+        node_env["PYTHONPATH"] = os.pathsep.join([*map(str, pythonpath), *inherited])
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("wb") as log:
+        return subprocess.Popen(
+            command,
+            cwd=cwd,
+            env=node_env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
