@@ -1,10 +1,11 @@
-# Quick start: `make demo` runs a real cluster crawl, `make test` runs the tests.
+# Quick start: `make demo` runs a real cluster crawl, `make test` runs the tests
+# (`make unit`: only the unit tier, in seconds, without Redis).
 # Both set up everything they need in .venv on a fresh machine.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test unit lint bench clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,6 +23,9 @@ lint: $(BIN)/.installed
 test: $(BIN)/.installed lint
 	./scripts/ensure-redis-server.sh
 	$(BIN)/pytest -q
+
+unit: $(BIN)/.installed
+	$(BIN)/pytest -q tests/unit
 
 bench: $(BIN)/.installed
 	$(BIN)/python bench/run.py

@@ -37,6 +37,8 @@ PREPARE_AT_FILL = 0.9
 
 @dataclass(frozen=True)
 class BloomParams:
+    """What the job's filter is planned for: its first layer's capacity and the summed error."""
+
     capacity: int
     error_rate: float
 
@@ -49,6 +51,8 @@ class BloomParams:
 
 @dataclass(frozen=True)
 class Layer:
+    """The shape of one layer: its capacity, error rate, hash count and how it is cut."""
+
     index: int
     capacity: int
     error_rate: float
@@ -116,7 +120,7 @@ def _chunk_bytes(layer_bytes: int) -> int:
     target = max(MIN_CHUNK_BYTES, layer_bytes // CHUNKS_PER_LAYER)
     if target < 4096:
         return max(MIN_CHUNK_BYTES, (target // 64) * 64)
-    power = 2 ** (target.bit_length() - 1)
+    power = 1 << (target.bit_length() - 1)  # the largest power of two <= target
     classes = [power * step // 4 for step in (4, 5, 6, 7)]
     size = max(c for c in classes if c <= target)
     return min(size, MAX_CHUNK_BYTES) - STRING_HEADER_BYTES

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from typing import Any
+from typing import NoReturn
 
 import click
 from rich.console import Console
@@ -16,7 +16,7 @@ from scrapy.utils.request import RequestFingerprinter
 from .codec import RequestCodec, UnencodableRequest
 from .config import ConfigError, redact_url, validate_job_name, validate_redis_url
 from .dupefilter import cluster_fingerprint
-from .store import JobStatus, JobStore, StoreError, make_client
+from .store import JobStatus, JobStore, Op, StoreError, make_client
 from .store.job import new_call_id
 
 SEED_BATCH = 500
@@ -24,16 +24,22 @@ console = Console(soft_wrap=True)
 
 
 def _store(ctx: click.Context, job: str) -> JobStore:
-    url = ctx.obj["redis_url"]
+    """The store of ``job`` at the Redis of ``--redis-url``; a usage error if either is bad."""
+    url: str | None = ctx.obj["redis_url"]
+    if not url:
+        raise click.UsageError(
+            "no Redis given: pass --redis-url URL or set CLUSTERSYNC_REDIS_URL, "
+            "e.g. redis://:password@10.0.0.5:6379/0"
+        )
     try:
-        validate_redis_url(url or "")
-        validate_job_name(job)
+        validate_redis_url(url, given_as="--redis-url")
+        validate_job_name(job, given_as="JOB")
     except ConfigError as exc:
-        raise click.UsageError(str(exc).replace("CLUSTERSYNC_REDIS_URL", "--redis-url")) from None
+        raise click.UsageError(str(exc)) from None
     return JobStore(make_client(url), job, node_id="cli", writes_seen=None)
 
 
-def _fail(exc: Exception, ctx: click.Context) -> None:
+def _fail(exc: StoreError, ctx: click.Context) -> NoReturn:
     raise click.ClickException(
         f"Redis at {redact_url(ctx.obj['redis_url'])} answered with an error or could not be "
         f"reached: {exc}"
@@ -62,7 +68,6 @@ def status(ctx: click.Context, job: str, as_json: bool) -> None:
         report = store.status()
     except StoreError as exc:
         _fail(exc, ctx)
-        return
     if as_json:
         click.echo(json.dumps(report.to_dict(), indent=2, sort_keys=True))
         return
@@ -112,13 +117,7 @@ def seed(ctx: click.Context, job: str, urls: tuple[str, ...], priority: int,
          callback: str | None) -> None:
     """Add URLS to JOB's queue (already-seen URLs are skipped)."""
     store = _store(ctx, job)
-    requests: list[Request] = []
-    for url in urls:
-        try:
-            requests.append(Request(url, priority=priority, meta={}))
-        except ValueError as exc:
-            raise click.BadParameter(f"{url!r}: {exc}", param_hint="URLS") from None
-    ops = _seed_ops(requests, callback)
+    ops = _seed_ops(_seed_requests(urls, priority), callback)
     pushed = filtered = 0
     try:
         epoch = store.ensure_job()
@@ -130,10 +129,22 @@ def seed(ctx: click.Context, job: str, urls: tuple[str, ...], priority: int,
     click.echo(f"seeded {pushed} request(s) into job {job!r}; {filtered} already seen")
 
 
-def _seed_ops(requests: list[Request], callback: str | None) -> list[tuple[Any, ...]]:
+def _seed_requests(urls: tuple[str, ...], priority: int) -> list[Request]:
+    """A request per URL; a usage error naming the first that is not a URL."""
+    requests: list[Request] = []
+    for url in urls:
+        try:
+            requests.append(Request(url, priority=priority, meta={}))
+        except ValueError as exc:
+            raise click.BadParameter(f"{url!r}: {exc}", param_hint="URLS") from None
+    return requests
+
+
+def _seed_ops(requests: list[Request], callback: str | None) -> list[Op]:
+    """The push op of each request, as a node would write it."""
     codec = RequestCodec(None, max_bytes=10 * 2**20)
     fingerprinter = RequestFingerprinter()
-    ops = []
+    ops: list[Op] = []
     for request in requests:
         try:
             blob = codec.encode(request)
@@ -156,7 +167,6 @@ def dead(ctx: click.Context, job: str, limit: int) -> None:
         letters = _store(ctx, job).dead_letters(limit)
     except StoreError as exc:
         _fail(exc, ctx)
-        return
     for letter in letters:
         click.echo(f"{letter.entry_id}  node={letter.node}  reason={letter.reason}  "
                    f"entry={letter.entry[:80]!r}")

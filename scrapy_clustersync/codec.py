@@ -34,6 +34,12 @@ class UndecodableEntry(ValueError):
 
 
 class RequestCodec:
+    """Requests to envelopes and back, for one spider (None: callbacks stay names, the CLI).
+
+    ``max_bytes`` caps an envelope; ``extra_request_classes`` are the Request subclasses from
+    outside Scrapy that may travel (``CLUSTERSYNC_REQUEST_CLASSES``).
+    """
+
     def __init__(
         self,
         spider: Spider | None,
@@ -62,7 +68,7 @@ class RequestCodec:
         if any(key in data["meta"] for key in LOCAL_META_KEYS):
             data["meta"] = {k: v for k, v in data["meta"].items() if k not in LOCAL_META_KEYS}
         try:
-            blob: bytes = msgpack.packb([ENVELOPE_VERSION, data], use_bin_type=True)
+            blob = _pack([ENVELOPE_VERSION, data])
         except (TypeError, ValueError, OverflowError):
             raise UnencodableRequest(self._describe_bad_field(request, data)) from None
         if len(blob) > self.max_bytes:
@@ -98,19 +104,7 @@ class RequestCodec:
 
     def decode(self, blob: bytes) -> Request:
         """Return the request in ``blob`` or raise :class:`UndecodableEntry` with the reason."""
-        try:
-            envelope = msgpack.unpackb(blob, raw=False, strict_map_key=False)
-        except Exception as exc:
-            raise UndecodableEntry(f"not a msgpack envelope: {exc}") from None
-        if not (isinstance(envelope, list) and len(envelope) == 2):
-            raise UndecodableEntry("not a [version, request] envelope")
-        version, data = envelope
-        if version != ENVELOPE_VERSION:
-            raise UndecodableEntry(
-                f"envelope version {version!r}; this node reads version {ENVELOPE_VERSION}"
-            )
-        if not isinstance(data, dict) or not isinstance(data.get("url"), str):
-            raise UndecodableEntry("request data without a url")
+        data = _request_data(blob)
         class_path = data.get("_class")
         if class_path is not None and not self._class_allowed(str(class_path)):
             raise UndecodableEntry(f"request class {class_path!r} is not allowed")
@@ -125,9 +119,9 @@ class RequestCodec:
     @staticmethod
     def with_callback(blob: bytes, callback: str) -> bytes:
         """``blob`` with its callback set to the spider method named ``callback``."""
-        version, data = msgpack.unpackb(blob, raw=False, strict_map_key=False)
+        data = _request_data(blob)
         data["callback"] = callback
-        return msgpack.packb([version, data], use_bin_type=True)
+        return _pack([ENVELOPE_VERSION, data])
 
     def _class_allowed(self, class_path: str) -> bool:
         if class_path in self.allowed_classes:
@@ -156,9 +150,34 @@ class RequestCodec:
         return f"{request!r} cannot be queued: it cannot be encoded."
 
 
-def _packable(value: Any) -> bool:
+def _request_data(blob: bytes) -> dict[str, Any]:
+    """The request fields in the envelope ``blob``, or :class:`UndecodableEntry` saying why not."""
     try:
-        msgpack.packb(value, use_bin_type=True)
+        envelope = msgpack.unpackb(blob, raw=False, strict_map_key=False)
+    except Exception as exc:
+        raise UndecodableEntry(f"not a msgpack envelope: {exc}") from None
+    if not (isinstance(envelope, list) and len(envelope) == 2):
+        raise UndecodableEntry("not a [version, request] envelope")
+    version, data = envelope
+    if version != ENVELOPE_VERSION:
+        raise UndecodableEntry(
+            f"envelope version {version!r}; this node reads version {ENVELOPE_VERSION}"
+        )
+    if not isinstance(data, dict) or not isinstance(data.get("url"), str):
+        raise UndecodableEntry("request data without a url")
+    return data
+
+
+def _pack(value: object) -> bytes:
+    """``value`` in msgpack, str as str and bytes as bin; TypeError, ValueError or
+    OverflowError for a value msgpack cannot hold."""
+    packed: bytes = msgpack.packb(value, use_bin_type=True)
+    return packed
+
+
+def _packable(value: object) -> bool:
+    try:
+        _pack(value)
     except (TypeError, ValueError, OverflowError):
         return False
     return True

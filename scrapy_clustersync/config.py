@@ -11,14 +11,14 @@ import re
 import socket
 import uuid
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypeVar
 from urllib.parse import urlsplit
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
 
 #: Defaults, with the unit in the name. They need no tuning for a cluster of a few nodes.
-DEFAULTS: dict[str, Any] = {
+DEFAULTS: dict[str, str | int | float | bool] = {
     "CLUSTERSYNC_REDIS_URL": "",
     "CLUSTERSYNC_JOB": "",
     "CLUSTERSYNC_IDLE_CLOSE_AFTER": 10.0,
@@ -43,6 +43,8 @@ DEDUP_MODES = ("bloom", "exact")
 URL_SCHEMES = ("redis", "rediss", "unix")
 JOB_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,199}$")
 
+_Number = TypeVar("_Number", int, float)
+
 
 class ConfigError(ValueError):
     """A ``CLUSTERSYNC_*`` setting has a value that cannot work; the message says how to fix it."""
@@ -50,6 +52,8 @@ class ConfigError(ValueError):
 
 @dataclass(frozen=True)
 class TlsOptions:
+    """The ``CLUSTERSYNC_TLS_*`` settings: used for a ``rediss://`` URL only."""
+
     ca_certs: str = ""
     certfile: str = ""
     keyfile: str = ""
@@ -143,26 +147,30 @@ class ClusterConfig:
         )
 
 
-def validate_redis_url(url: str) -> str:
-    """Return ``url`` if it is a Redis URL this package can use, else raise ConfigError."""
+def validate_redis_url(url: str, given_as: str = "CLUSTERSYNC_REDIS_URL") -> str:
+    """Return ``url`` if it is a Redis URL this package can use, else raise ConfigError.
+
+    ``given_as`` is what the error calls the value: the setting, or the CLI's option.
+    """
     if not url:
         raise ConfigError(
-            "CLUSTERSYNC_REDIS_URL is not set. Point every node at the same Redis, e.g. "
+            f"{given_as} is not set. Point every node at the same Redis, e.g. "
             'CLUSTERSYNC_REDIS_URL = "redis://:password@10.0.0.5:6379/0".'
         )
     scheme = urlsplit(url).scheme
     if scheme not in URL_SCHEMES:
         raise ConfigError(
-            f"CLUSTERSYNC_REDIS_URL {redact_url(url)!r} has scheme {scheme!r}; accepted: "
+            f"{given_as} {redact_url(url)!r} has scheme {scheme!r}; accepted: "
             "redis://host:port/db, rediss://host:port/db (TLS) or unix:///path/to/redis.sock."
         )
     return url
 
 
-def validate_job_name(job: str) -> str:
+def validate_job_name(job: str, given_as: str = "CLUSTERSYNC_JOB") -> str:
+    """Return ``job`` if it can name a job (and its keys' hash tag), else raise ConfigError."""
     if not JOB_NAME_RE.match(job or ""):
         raise ConfigError(
-            f"CLUSTERSYNC_JOB {job!r} is not a valid job name: use 1-200 characters of "
+            f"{given_as} {job!r} is not a valid job name: use 1-200 characters of "
             "letters, digits, '_', '.', ':' or '-', starting with a letter or digit."
         )
     return job
@@ -185,10 +193,10 @@ def make_node_id() -> str:
 def _number(
     settings: BaseSettings,
     name: str,
-    kind: type[int] | type[float],
+    kind: type[_Number],
     minimum: float | None = None,
     maximum: float | None = None,
-) -> Any:
+) -> _Number:
     raw = settings.get(name, DEFAULTS[name])
     try:
         value = kind(raw)

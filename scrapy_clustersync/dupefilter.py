@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from collections import Counter
@@ -24,7 +24,7 @@ logger = logging.getLogger(__name__)
 FINGERPRINT_BYTES = 20
 
 
-def cluster_fingerprint(fingerprint: Any) -> bytes:
+def cluster_fingerprint(fingerprint: object) -> bytes:
     """``fingerprint`` as the 20 bytes the job's dedup record holds.
 
     Scrapy's fingerprinter gives 20 bytes (SHA-1). A custom one may give other lengths or a

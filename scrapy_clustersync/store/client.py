@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ssl
-from typing import Any
 
 import redis
 from redis.backoff import NoBackoff
@@ -21,7 +20,7 @@ def make_client(
     safe to run twice, so a retry never doubles a change.
     """
     validate_redis_url(url)
-    options: dict[str, Any] = {
+    options: dict[str, object] = {
         "socket_timeout": socket_timeout_s,
         "socket_connect_timeout": min(socket_timeout_s, 5.0),
         "retry": Retry(NoBackoff(), 0),

@@ -1,0 +1,1 @@
+"""The unit tier: seconds, no subprocess, no redis-server (`make unit`)."""

@@ -1,0 +1,38 @@
+"""What keeps the unit tier fast: no test here starts a process or opens a network connection.
+
+A test that needs either belongs in tests/, next to the redis-server fixtures. fakeredis works
+here: it talks to no socket.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+from pathlib import Path
+from typing import NoReturn
+
+import pytest
+
+UNIT_TESTS = Path(__file__).parent
+#: a unit test that takes longer than this is stuck, or is not a unit test
+UNIT_TIMEOUT_S = 10
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Give every unit test the short timeout (the hook sees the items of both tiers)."""
+    for item in items:
+        if item.path.is_relative_to(UNIT_TESTS) and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(UNIT_TIMEOUT_S))
+
+
+@pytest.fixture(autouse=True)
+def no_process_and_no_network(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Starting a process or connecting a socket fails the test, saying where it belongs."""
+
+    def refuse(*args: object, **kwargs: object) -> NoReturn:
+        raise AssertionError("a unit test starts no process and opens no connection: "
+                             "move it to tests/")
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", refuse)
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket.socket, "connect_ex", refuse)
