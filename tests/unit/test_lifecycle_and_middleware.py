@@ -15,7 +15,7 @@ from scrapy_clustersync.extensions.lifecycle import NodeLifecycle
 from scrapy_clustersync.middlewares import ClusterSpiderMiddleware
 from scrapy_clustersync.signals import node_opened
 
-from node_fakes import fake_engine, make_crawler, make_scheduler
+from .node_fakes import fake_engine, make_crawler, make_scheduler
 
 
 def opened_lifecycle(tmp_path: Path) -> tuple[NodeLifecycle, Any, Any]:

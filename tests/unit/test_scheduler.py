@@ -12,7 +12,7 @@ from twisted.python.failure import Failure
 from scrapy_clustersync.codec import LEASE_META_KEY
 from scrapy_clustersync.scheduler import ClusterScheduler
 
-from node_fakes import FakeRedisThread, fake_engine, make_scheduler
+from .node_fakes import FakeRedisThread, fake_engine, make_scheduler
 
 
 def not_a_spider_method(response: object) -> None:
