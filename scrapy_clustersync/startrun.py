@@ -32,6 +32,8 @@ START_WAIT_POLL_S = 0.25
 
 
 class StartRun:
+    """The job's start() on this node: whether it runs here and when it is done."""
+
     def __init__(self, crawler: Crawler, config: ClusterConfig, io: RedisThread,
                  claimed: bool) -> None:
         self.crawler = crawler

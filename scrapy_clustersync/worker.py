@@ -169,20 +169,27 @@ class SyncWorker:
         reachable = not (self._thread.is_alive() or self._state_lost or self._away_since)
         if reachable and self._pending_lease is not None:
             self._guard(self._lease)  # learn what a call whose answer was lost leased
+        self._release_all(unacked)
+        if reachable:
+            self._flush_and_leave()
+        return self._undelivered()
+
+    def _release_all(self, unacked: list[str]) -> None:
+        """Release what was prefetched and not started, and ``unacked``."""
         for entry_id, _ in list(self._prefetched):
             self._ops.append(("N", entry_id))
         self._prefetched.clear()
         for entry_id in unacked:
             self._ops.append(("N", entry_id))
-        if not reachable:
-            return self._undelivered()
+
+    def _flush_and_leave(self) -> None:
+        """Send every buffered write (for CLOSE_TIMEOUT_S at most), then leave the job."""
         deadline = time.monotonic() + CLOSE_TIMEOUT_S
         while self._backlog and time.monotonic() < deadline and not self._state_lost:
             if not self._step_safely(closing=True):
                 time.sleep(0.2)
         if not self._backlog and not self._state_lost:
             self._guard(lambda: self._send_heartbeat(leaving=True))
-        return self._undelivered()
 
     # ---- shared helpers ------------------------------------------------------------------
     @property
