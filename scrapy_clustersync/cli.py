@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import sys
 import time
-from typing import Any
 
 import click
 from rich.console import Console
@@ -16,7 +15,7 @@ from scrapy.utils.request import RequestFingerprinter
 from .codec import RequestCodec, UnencodableRequest
 from .config import ConfigError, redact_url, validate_job_name, validate_redis_url
 from .dupefilter import cluster_fingerprint
-from .store import JobStatus, JobStore, StoreError, make_client
+from .store import JobStatus, JobStore, Op, Push, StoreError, make_client
 from .store.job import new_call_id
 
 SEED_BATCH = 500
@@ -130,10 +129,10 @@ def seed(ctx: click.Context, job: str, urls: tuple[str, ...], priority: int,
     click.echo(f"seeded {pushed} request(s) into job {job!r}; {filtered} already seen")
 
 
-def _seed_ops(requests: list[Request], callback: str | None) -> list[tuple[Any, ...]]:
+def _seed_ops(requests: list[Request], callback: str | None) -> list[Op]:
     codec = RequestCodec(None, max_bytes=10 * 2**20)
     fingerprinter = RequestFingerprinter()
-    ops = []
+    ops: list[Op] = []
     for request in requests:
         try:
             blob = codec.encode(request)
@@ -141,8 +140,8 @@ def _seed_ops(requests: list[Request], callback: str | None) -> list[tuple[Any, 
             raise click.ClickException(str(exc)) from None
         if callback:
             blob = codec.with_callback(blob, callback)
-        ops.append(("P", cluster_fingerprint(fingerprinter.fingerprint(request)),
-                    request.priority, blob, 0))
+        ops.append(Push(cluster_fingerprint(fingerprinter.fingerprint(request)),
+                        request.priority, blob))
     return ops
 
 

@@ -33,6 +33,7 @@ from .nodeinfo import NodeInfo
 from .spool import Spool
 from .startrun import StartRun
 from .store import JobStore, StoreError, make_client
+from .store.ops import Ack, DeadLetterEntry, Push, Release
 from .worker import SyncWorker
 
 MIN_REDIS_VERSION = (7, 0)
@@ -299,7 +300,7 @@ class ClusterScheduler:
         if fingerprint:
             self.dupefilter.sent(fingerprint)
         # int(): Scrapy accepts any int-like priority (True, numpy ints); Redis takes numbers
-        self.worker.add(("P", fingerprint, int(request.priority), blob, int(request.dont_filter)))
+        self.worker.add(Push(fingerprint, int(request.priority), blob, request.dont_filter))
         self._busy()
         self.counts["clustersync/enqueued"] += 1
         return True, None
@@ -337,7 +338,7 @@ class ClusterScheduler:
         if token not in self.inflight or self.worker is None:
             return
         self.inflight.discard(token)
-        self.worker.add(("A", token))
+        self.worker.add(Ack(token))
         self.counts["clustersync/acked"] += 1
 
     def release(self, token: str) -> None:
@@ -345,7 +346,7 @@ class ClusterScheduler:
         if token not in self.inflight or self.worker is None:
             return
         self.inflight.discard(token)
-        self.worker.add(("N", token))
+        self.worker.add(Release(token))
         self.counts["clustersync/handed_back"] += 1
 
     def engine_idle(self) -> None:
@@ -375,7 +376,7 @@ class ClusterScheduler:
             "(`clustersync dead %s`) and the crawl goes on.",
             entry_id, self.config.job, reason, self.config.job,
         )
-        self.worker.add(("D", entry_id, reason))
+        self.worker.add(DeadLetterEntry(entry_id, reason))
         self.counts["clustersync/dead_letters"] += 1
 
     def _wake_engine_threadsafe(self) -> None:  # called from the Redis thread

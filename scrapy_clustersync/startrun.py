@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy import Request, signals
 
+from .store.ops import StartDone
+
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
 
@@ -140,7 +142,7 @@ class StartRun:
             self._must_rerun = True  # Redis came back older while it ran: some of it is gone
             return
         self.ran = True
-        self.worker.add(("S",))
+        self.worker.add(StartDone())
         self.worker.start_state = "done"
 
 

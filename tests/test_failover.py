@@ -17,7 +17,14 @@ from scrapy import Request
 from scrapy.utils.request import RequestFingerprinter
 
 from scrapy_clustersync.codec import RequestCodec
-from scrapy_clustersync.store import JobStore, StateLost, StoreError, StoreUnavailable, make_client
+from scrapy_clustersync.store import (
+    JobStore,
+    Push,
+    StateLost,
+    StoreError,
+    StoreUnavailable,
+    make_client,
+)
 from scrapy_clustersync.store.errors import translate_errors
 from scrapy_clustersync.store.job import new_call_id
 from scrapy_clustersync.testing.redis_server import RedisServer
@@ -70,9 +77,9 @@ REPLIES = [
 ]
 
 
-def push_op(url: str) -> tuple:
+def push_op(url: str) -> Push:
     request = Request(url)
-    return ("P", FINGERPRINTER.fingerprint(request), 0, CODEC.encode(request), 0)
+    return Push(FINGERPRINTER.fingerprint(request), 0, CODEC.encode(request))
 
 
 def joined(url: str) -> tuple[JobStore, str]:
