@@ -29,7 +29,7 @@ from scrapy import Request
 from scrapy.utils.request import RequestFingerprinter
 
 from scrapy_clustersync.config import DedupSettings
-from scrapy_clustersync.store import JobStore, make_client
+from scrapy_clustersync.store import JobStore, Push, make_client
 from scrapy_clustersync.store.job import new_call_id
 from testkit.redis_server import RedisServer
 
@@ -55,14 +55,14 @@ def ours(url: str, inserts: list[bytes], fresh: list[bytes]) -> dict[str, Any]:
     epoch = store.join(ttl_ms=600_000)[0]
     started = time.perf_counter()
     for start in range(0, len(inserts), BATCH):
-        store.flush(epoch, [("P", fp, 0, b"", 0) for fp in inserts[start:start + BATCH]],
+        store.flush(epoch, [Push(fp, 0, b"") for fp in inserts[start:start + BATCH]],
                     new_call_id())
     seconds = time.perf_counter() - started
     memory = memory_of(client, "clustersync:{bench}:bloom*")
     wrong = 0
     for start in range(0, len(fresh), BATCH):
         # a fresh fingerprint reported as seen is filtered: that is a false positive
-        result = store.flush(epoch, [("P", fp, 0, b"", 0) for fp in fresh[start:start + BATCH]],
+        result = store.flush(epoch, [Push(fp, 0, b"") for fp in fresh[start:start + BATCH]],
                              new_call_id())
         wrong += result.filtered
     return {"name": "scrapy-clustersync bloom", "bytes": memory, "false_positives": wrong,
@@ -74,7 +74,7 @@ def ours_exact(url: str, inserts: list[bytes], fresh: list[bytes]) -> dict[str, 
     store = JobStore(client, "bench", "bench", DedupSettings("exact"))
     epoch = store.join(ttl_ms=600_000)[0]
     for start in range(0, len(inserts), BATCH):
-        store.flush(epoch, [("P", fp, 0, b"", 0) for fp in inserts[start:start + BATCH]],
+        store.flush(epoch, [Push(fp, 0, b"") for fp in inserts[start:start + BATCH]],
                     new_call_id())
     memory = memory_of(client, "clustersync:{bench}:seen")
     return {"name": "scrapy-clustersync exact", "bytes": memory, "false_positives": 0,

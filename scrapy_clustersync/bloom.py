@@ -76,10 +76,6 @@ class Layer:
         """Chance that a fresh fingerprint looks present after ``entries`` inserts."""
         return (1 - math.exp(-self.hashes * entries / self.bits)) ** self.hashes
 
-    def describe(self) -> list[int]:
-        """What the flush script needs: bits, hashes, bits per chunk, chunks, capacity."""
-        return [self.bits, self.hashes, self.chunk_bits, self.chunks, self.capacity]
-
 
 @functools.lru_cache(maxsize=256)
 def layer(params: BloomParams, index: int) -> Layer:

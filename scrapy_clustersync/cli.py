@@ -16,7 +16,7 @@ from scrapy.utils.request import RequestFingerprinter
 from .codec import RequestCodec, UnencodableRequest
 from .config import ConfigError, redact_url, validate_job_name, validate_redis_url
 from .dupefilter import cluster_fingerprint
-from .store import JobStatus, JobStore, Op, StoreError, make_client
+from .store import JobStatus, JobStore, Op, Push, StoreError, make_client
 from .store.job import new_call_id
 
 SEED_BATCH = 500
@@ -152,8 +152,8 @@ def _seed_ops(requests: list[Request], callback: str | None) -> list[Op]:
             raise click.ClickException(str(exc)) from None
         if callback:
             blob = codec.with_callback(blob, callback)
-        ops.append(("P", cluster_fingerprint(fingerprinter.fingerprint(request)),
-                    request.priority, blob, 0))
+        ops.append(Push(cluster_fingerprint(fingerprinter.fingerprint(request)),
+                        request.priority, blob))
     return ops
 
 

@@ -19,17 +19,20 @@ class JobKeys:
     - ``queue``    sorted set: entry id, score = -priority; equal scores sort by id, i.e. FIFO
     - ``entries``  hash: entry id -> encoded request
     - ``deadlines`` sorted set: leased entry id -> lease deadline (Redis server time, ms)
-    - ``leased``   hash: leased entry id -> "<queue score>|<node id>"
+    - ``leased``   hash: leased entry id -> "<queue score>|<node id>" (formats.LeaseValue)
     - ``seen``     set: raw 20-byte request fingerprints
     - ``stats``    hash: job counters (pushed, filtered, leased, acked, reclaimed, dead)
     - ``nodes``    sorted set: node id -> liveness deadline (server time, ms)
-    - ``node_info`` hash: node id -> JSON record (host, pid, state, figures)
+    - ``node_info`` hash: node id -> JSON record (host, pid, state, figures; see
+      formats.format_node_record)
     - ``idle``     hash: node id -> server ms since which the node is idle
-    - ``bloom``    hash: Bloom filter state (active layers, entries and layout per layer, and
-      ``prepared<layer>``: how many chunks of a layer exist, allocated ahead of need)
+    - ``bloom``    hash: Bloom filter state (active layers, entries and layout per layer, the
+      layout as formats.BloomLayout writes it, and ``prepared<layer>``: how many chunks of a
+      layer exist, allocated ahead of need)
     - ``bloom:<layer>:<chunk>`` string: the bits of one chunk of a Bloom layer
-    - ``dead``     list: dead letters, newest first: "<entry id>\t<node>\t<server ms>\t<reason>"
-      then a newline and the entry's encoded request ("-" as the id for a refused write)
+    - ``dead``     list: dead letters, newest first (formats.DeadLetter): plain text, not
+      msgpack: "<entry id>\t<node>\t<server ms>\t<reason>", a newline, then the entry's encoded
+      request; for a refused write "-" as the id, then what was refused (ops.dead_letter_for)
     - ``call:<node>`` hash: the node's write counter (``writes``, see flush.lua) and its last
       flush and lease call ids with their results (a retried call changes nothing more)
     """

@@ -34,6 +34,7 @@ from .signals import node_opened
 from .spool import Spool
 from .startrun import StartRun
 from .store import JobStore, StoreError, make_client
+from .store.ops import Ack, DeadLetterEntry, Push, Release
 from .worker import SyncWorker
 
 MIN_REDIS_VERSION = (7, 0)
@@ -303,7 +304,7 @@ class ClusterScheduler:
         if fingerprint:
             self.dupefilter.sent(fingerprint)
         # int(): Scrapy accepts any int-like priority (True, numpy ints); Redis takes numbers
-        io.submit(("P", fingerprint, int(request.priority), blob, int(request.dont_filter)))
+        io.submit(Push(fingerprint, int(request.priority), blob, request.dont_filter))
         io.mark_busy()
         self.counts["clustersync/enqueued"] += 1
         return True, None
@@ -345,7 +346,7 @@ class ClusterScheduler:
         if token not in self.inflight or self.io is None:
             return
         self.inflight.discard(token)
-        self.io.submit(("A", token))
+        self.io.submit(Ack(token))
         self.counts["clustersync/acked"] += 1
 
     def release(self, token: str) -> None:
@@ -353,7 +354,7 @@ class ClusterScheduler:
         if token not in self.inflight or self.io is None:
             return
         self.inflight.discard(token)
-        self.io.submit(("N", token))
+        self.io.submit(Release(token))
         self.counts["clustersync/handed_back"] += 1
 
     def engine_idle(self) -> None:
@@ -406,7 +407,7 @@ class ClusterScheduler:
             "(`clustersync dead %s`) and the crawl goes on.",
             entry_id, self.config.job, reason, self.config.job,
         )
-        self._io().submit(("D", entry_id, reason))
+        self._io().submit(DeadLetterEntry(entry_id, reason))
         self.counts["clustersync/dead_letters"] += 1
 
     def _wake_engine_threadsafe(self) -> None:  # called from the Redis thread

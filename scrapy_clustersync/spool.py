@@ -7,8 +7,9 @@ The next node of the same job started in the same directory replays them, exactl
 - The file is rewritten after every batch Redis confirmed, and removed only when all are in.
 - A node claims a file by renaming it (atomic), so two nodes started together in one directory
   never both replay it; a claim whose process is gone is taken over.
-- A file of another format, or written for an earlier incarnation of the job (Redis lost the
-  job since), is refused with a clear message and kept aside, never replayed wrongly.
+- A file of another format, one holding a write this version cannot read back (store/ops.py
+  ``decode_op``), or one written for an earlier incarnation of the job (Redis lost the job
+  since) is refused with a clear message and kept aside, never replayed wrongly.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,7 +26,8 @@ import psutil
 
 from .store import StoreError
 from .store.errors import BadBatch, RolledBack
-from .store.job import dead_letter_for, new_call_id
+from .store.job import new_call_id
+from .store.ops import Ack, Op, OpDecodeError, dead_letter_for, decode_op
 
 if TYPE_CHECKING:
     from .redisthread import Undelivered
@@ -32,12 +35,49 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+#: the on-disk form: a msgpack map of SPOOL_FIELDS; "batches" is a list of [call id, ops], each
+#: op as its flush-script arguments (store/ops.py ``args()``, read back by ``decode_op``)
 SPOOL_FORMAT = 2
 SPOOL_FIELDS = frozenset({"format", "job", "node", "epoch", "writes_seen", "batches"})
 SUFFIX = ".spool"
 #: how the previous version (format 1, a list of ops) named its files, in this same directory
 FORMAT_1_SUFFIX = ".msgpack"
 CLAIM_MARK = ".replaying-"
+
+#: batches of ops, each with the call id it is (or will be) sent under
+Batches = list[tuple[str, list[Op]]]
+
+
+@dataclass
+class SpoolFile:
+    """What one spool file holds: the writes of node ``node`` for incarnation ``epoch``."""
+
+    job: str
+    node: str
+    epoch: str
+    #: the node's write counter as Redis last confirmed it (checked again on replay)
+    writes_seen: int
+    batches: Batches
+
+    def to_bytes(self) -> bytes:
+        return msgpack.packb({
+            "format": SPOOL_FORMAT, "job": self.job, "node": self.node, "epoch": self.epoch,
+            "writes_seen": self.writes_seen,
+            "batches": [[call_id, [op.args() for op in ops]] for call_id, ops in self.batches],
+        }, use_bin_type=True)
+
+    @classmethod
+    def from_data(cls, data: dict[str, Any]) -> SpoolFile:
+        """The file of ``data`` (a format-2 map with every field); OpDecodeError if an op
+        is none of this version, ValueError or TypeError if the batches are malformed."""
+        batches: Batches = []
+        for number, (call_id, ops) in enumerate(data["batches"], 1):
+            try:
+                batches.append((str(call_id), [decode_op(op) for op in ops]))
+            except OpDecodeError as exc:
+                raise OpDecodeError(f"batch {number}: {exc}") from None
+        return cls(str(data["job"]), str(data["node"]), str(data["epoch"]),
+                   int(data["writes_seen"]), batches)
 
 
 class Spool:
@@ -47,17 +87,15 @@ class Spool:
 
     def save(self, node_id: str, epoch: str, undelivered: Undelivered, batch_size: int) -> Path:
         """Keep ``undelivered`` on disk, cut into batches that each have their call id now."""
-        batches: list[list[Any]] = []
+        batches: Batches = []
         if undelivered.pending is not None:
-            call_id, ops = undelivered.pending
-            batches.append([call_id, [list(op) for op in ops]])
+            batches.append(undelivered.pending)
         rest = undelivered.ops
         for start in range(0, len(rest), batch_size):
-            batches.append([new_call_id(), [list(op) for op in rest[start:start + batch_size]]])
+            batches.append((new_call_id(), rest[start:start + batch_size]))
         self.directory.mkdir(parents=True, exist_ok=True)
         path = self.directory / f"{node_id.replace(':', '_')}{SUFFIX}"
-        _write(path, {"format": SPOOL_FORMAT, "job": self.job, "node": node_id, "epoch": epoch,
-                      "writes_seen": undelivered.writes_seen, "batches": batches})
+        _write(path, SpoolFile(self.job, node_id, epoch, undelivered.writes_seen, batches))
         return path
 
     def replay(self, epoch: str, store_for: Callable[[str, int], JobStore]) -> int:
@@ -92,18 +130,18 @@ class Spool:
     def _replay_file(
         self, path: Path, epoch: str, store_for: Callable[[str, int], JobStore]
     ) -> int:
-        data = self._readable(path, epoch)
-        if data is None:
+        spooled = self._readable(path, epoch)
+        if spooled is None:
             return 0
-        store = store_for(data["node"], int(data["writes_seen"]))
-        batches: list[list[Any]] = data["batches"]
+        store = store_for(spooled.node, spooled.writes_seen)
+        batches = spooled.batches
         sent = 0
         logger.warning("clustersync: sending %d writes spooled in %s",
                        sum(len(ops) for _, ops in batches), path)
         while batches:
             call_id, ops = batches[0]
             try:
-                store.flush(epoch, [tuple(op) for op in ops], call_id)
+                store.flush(epoch, ops, call_id)
             except RolledBack:
                 _acks_to_releases(batches)  # see SyncWorker._rolled_back
                 continue
@@ -116,13 +154,13 @@ class Spool:
                              "started here sends them", path, exc)
                 return sent
             sent += len(batches.pop(0)[1])
-            data["writes_seen"] = store.writes_seen
+            spooled.writes_seen = store.writes_seen or 0
             if batches:
-                _write(path, data)  # progress first: a crash now replays no batch twice
+                _write(path, spooled)  # progress first: a crash now replays no batch twice
         path.unlink()
         return sent
 
-    def _readable(self, path: Path, epoch: str) -> dict[str, Any] | None:
+    def _readable(self, path: Path, epoch: str) -> SpoolFile | None:
         """The file's content if this node may replay it; else set it aside and say why."""
         try:
             data = msgpack.unpackb(path.read_bytes(), raw=False)
@@ -144,7 +182,12 @@ class Spool:
                 path, "stale", "it was written for an earlier incarnation of the job (Redis "
                 "lost the job since), so its acks and releases would touch other requests")
             return None
-        return dict(data)
+        try:
+            return SpoolFile.from_data(data)
+        except (ValueError, TypeError) as exc:  # OpDecodeError is a ValueError
+            self._set_aside(path, "unreadable", f"its writes cannot be read back ({exc}); "
+                            "none of them is sent")
+            return None
 
     def _set_aside(self, path: Path, why: str, reason: str) -> None:
         target = path.with_name(f"{path.name.split(CLAIM_MARK)[0]}.{why}")
@@ -153,19 +196,19 @@ class Spool:
                      path, self.job, reason, target)
 
 
-def _acks_to_releases(batches: list[list[Any]]) -> None:
-    for batch in batches:
-        batch[1] = [["N", op[1]] if op[0] == "A" else op for op in batch[1]]
+def _acks_to_releases(batches: Batches) -> None:
+    for index, (call_id, ops) in enumerate(batches):
+        batches[index] = (call_id, [op.as_release() if isinstance(op, Ack) else op for op in ops])
 
 
-def _split_or_set_aside(batches: list[list[Any]], reason: str) -> None:
+def _split_or_set_aside(batches: Batches, reason: str) -> None:
     """Replace the refused first batch by one batch per op; a refused single op is dead-lettered.
 
     Derived call ids are deterministic, so a crash mid-way replays nothing twice.
     """
     call_id, ops = batches[0]
     if len(ops) > 1:
-        batches[0:1] = [[f"{call_id}.{i}", [op]] for i, op in enumerate(ops)]
+        batches[0:1] = [(f"{call_id}.{i}", [op]) for i, op in enumerate(ops)]
         return
     [op] = ops
     logger.error("clustersync: Redis refused a spooled write (%s); it goes to the dead letters",
@@ -174,12 +217,12 @@ def _split_or_set_aside(batches: list[list[Any]], reason: str) -> None:
     if letter is None:
         batches.pop(0)
         return
-    batches[0] = [f"{call_id}.x", [list(letter)]]
+    batches[0] = (f"{call_id}.x", [letter])
 
 
-def _write(path: Path, data: dict[str, Any]) -> None:
+def _write(path: Path, spooled: SpoolFile) -> None:
     temporary = path.with_name(path.name + ".tmp")
-    temporary.write_bytes(msgpack.packb(data, use_bin_type=True))
+    temporary.write_bytes(spooled.to_bytes())
     os.replace(temporary, path)
 
 

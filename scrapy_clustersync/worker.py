@@ -24,13 +24,12 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-import msgpack
-
 from .config import ClusterConfig, redact_url
 from .redisthread import FINISHED, STATE_LOST, StartState, Undelivered
 from .store import JobStore, Op, StateLost, StoreError, StoreUnavailable
 from .store.errors import BadBatch, RolledBack
-from .store.job import dead_letter_for, new_call_id
+from .store.job import new_call_id
+from .store.ops import Ack, Release, StartDone, dead_letter_for
 
 logger = logging.getLogger(__name__)
 
@@ -151,7 +150,7 @@ class SyncWorker:
         return self._start_state
 
     def start_done(self) -> None:
-        self.submit(("S",))
+        self.submit(StartDone())
         self._start_state = StartState("done", self._rollbacks)
 
     def totals(self) -> dict[str, int]:
@@ -177,10 +176,10 @@ class SyncWorker:
     def _release_all(self, unacked: list[str]) -> None:
         """Release what was prefetched and not started, and ``unacked``."""
         for entry_id, _ in list(self._prefetched):
-            self._ops.append(("N", entry_id))
+            self._ops.append(Release(entry_id))
         self._prefetched.clear()
         for entry_id in unacked:
-            self._ops.append(("N", entry_id))
+            self._ops.append(Release(entry_id))
 
     def _flush_and_leave(self) -> None:
         """Send every buffered write (for CLOSE_TIMEOUT_S at most), then leave the job."""
@@ -214,8 +213,8 @@ class SyncWorker:
 
     def _voided(self, op: Op) -> Op:
         """``op``, with an ack of a request voided by a rollback turned into a release."""
-        if op[0] == "A" and op[1] in self._void:
-            return ("N", op[1])  # see _rolled_back
+        if isinstance(op, Ack) and op.entry_id in self._void:
+            return op.as_release()  # see _rolled_back
         return op
 
     # ---- worker thread -------------------------------------------------------------------
@@ -321,9 +320,9 @@ class SyncWorker:
         # past the refused op (if any): back to full batches, doubling
         self._batch_limit = min(self.config.batch_size, self._batch_limit * 2)
         for op in batch:
-            if op[0] in ("A", "N", "D"):
-                self._held.discard(op[1])
-                self._void.discard(op[1])
+            if op.settles is not None:
+                self._held.discard(op.settles)
+                self._void.discard(op.settles)
         if result.pushed:
             self._next_lease = 0.0
             self._empty_backoff_s = 0.0
@@ -342,7 +341,7 @@ class SyncWorker:
         logger.error(
             "clustersync: Redis refused a write of job %r (%s); it is moved to the job's dead "
             "letters (`clustersync dead %s`) and the crawl goes on. Write: %s",
-            self.config.job, exc, self.config.job, _describe(op),
+            self.config.job, exc, self.config.job, op.describe(),
         )
         letter = dead_letter_for(op, str(exc))
         if letter is not None:
@@ -466,14 +465,3 @@ class SyncWorker:
                 "everything; enable Redis persistence (appendonly yes) and re-seed the job.",
                 self.config.job, redact_url(self.config.redis_url), exc,
             )
-
-
-def _describe(op: Op) -> str:
-    """A short, readable form of ``op`` for the log (the request's URL for a push)."""
-    if op[0] == "P":
-        try:
-            url = msgpack.unpackb(op[3], raw=False)[1]["url"]
-        except Exception:
-            url = "?"
-        return f"push of {url} (fingerprint {op[1]!r:.60}, priority {op[2]!r})"
-    return repr(op)[:200]

@@ -19,7 +19,7 @@ from scrapy_clustersync.bloom import BloomParams, layer
 from scrapy_clustersync.codec import RequestCodec
 from scrapy_clustersync.config import DedupSettings
 from scrapy_clustersync.keys import JobKeys
-from scrapy_clustersync.store import JobStore, StoreError, make_client
+from scrapy_clustersync.store import JobStore, Op, Push, StoreError, make_client
 from scrapy_clustersync.store.job import new_call_id
 
 from conftest import RedisFactory, SiteFactory
@@ -31,8 +31,8 @@ def bloom_store(url: str, capacity: int, error: float, node: str = "n1") -> tupl
     return store, store.join(ttl_ms=60_000)[0]
 
 
-def push_ops(fingerprints: list[bytes]) -> list[tuple]:
-    return [("P", fp, 0, b"", 0) for fp in fingerprints]
+def push_ops(fingerprints: list[bytes]) -> list[Op]:
+    return [Push(fp, 0, b"") for fp in fingerprints]
 
 
 def insert(store: JobStore, epoch: str, fingerprints: list[bytes]) -> tuple[int, int]:
@@ -76,7 +76,7 @@ def push_same_urls(url: str, seed: int) -> None:
     random.Random(seed).shuffle(urls)
     for start in range(0, len(urls), 200):
         requests = [Request(u) for u in urls[start:start + 200]]
-        ops = [("P", fingerprinter.fingerprint(r), 0, codec.encode(r), 0) for r in requests]
+        ops: list[Op] = [Push(fingerprinter.fingerprint(r), 0, codec.encode(r)) for r in requests]
         store.flush(epoch, ops, new_call_id())
 
 

@@ -31,11 +31,23 @@ from scrapy_clustersync.config import ClusterConfig, DedupSettings
 from scrapy_clustersync.dupefilter import ClusterDupeFilter, cluster_fingerprint
 from scrapy_clustersync.redisthread import Undelivered
 from scrapy_clustersync.spool import Spool
-from scrapy_clustersync.store import FlushResult, JobStore, Op, StoreUnavailable, make_client
+from scrapy_clustersync.store import (
+    Ack,
+    DeadLetterEntry,
+    DeadLetterWrite,
+    FlushResult,
+    JobStore,
+    Op,
+    Push,
+    Release,
+    StoreUnavailable,
+    make_client,
+)
 from scrapy_clustersync.store.errors import BadBatch
 from scrapy_clustersync.store.job import new_call_id
-from scrapy_clustersync.worker import SyncWorker
+from scrapy_clustersync.store.ops import decode_op
 from testkit.redis_server import RedisServer
+from scrapy_clustersync.worker import SyncWorker
 
 from support import wait_until
 
@@ -51,12 +63,12 @@ RACES, RACING_NODES = 5, 40
 
 
 # ---- helpers -------------------------------------------------------------------------------
-def push(url: str, dont_filter: bool = False, fingerprint: bytes | None = None) -> Op:
+def push(url: str, dont_filter: bool = False, fingerprint: bytes | None = None) -> Push:
     """A push op as the scheduler builds it; ``fingerprint`` overrides Scrapy's (malformed)."""
     request = Request(url, dont_filter=dont_filter)
     if fingerprint is None:
         fingerprint = b"" if dont_filter else FINGERPRINTER.fingerprint(request)
-    return ("P", fingerprint, 0, CODEC.encode(request), int(dont_filter))
+    return Push(fingerprint, 0, CODEC.encode(request), dont_filter)
 
 
 def joined(server: RedisServer, node: str = "n1", dedup: DedupSettings = BLOOM
@@ -214,7 +226,7 @@ def test_a_malformed_push_goes_to_the_dead_letters_and_the_rest_is_applied_once(
     [(done_id, _)] = store.lease(epoch, 1, 60_000, new_call_id())
     bad = push("http://a/c", fingerprint=b"\x07" * 8)
     stream = [push("http://a/a", dont_filter=True), push("http://a/b"), bad, push("http://a/d"),
-              ("A", done_id)]
+              Ack(done_id)]
     later = [push(f"http://a/later{i}") for i in range(2 * batch_size)]
     # when its Redis thread sends them
     worker = started_worker(store, config, epoch, stream + later)
@@ -229,13 +241,14 @@ def test_a_malformed_push_goes_to_the_dead_letters_and_the_rest_is_applied_once(
     assert store.status().counters["acked"] == 1
     [letter] = store.dead_letters()
     assert "fingerprint of 8 bytes, not 20" in letter.reason
-    assert letter.entry == bad[3]
+    assert letter.entry == bad.request
     assert "moved to the job's dead letters" in caplog.text
     # ... found by halving in a few refused calls, not retried for ever ...
     refused = [ops for ops, was_refused in store.calls if was_refused]
     assert 1 <= len(refused) <= 2 * batch_size.bit_length()
     # ... and the node is back to full batches after it
-    dead_letter_call = next(i for i, (ops, _) in enumerate(store.calls) if ops[0][0] == "X")
+    dead_letter_call = next(i for i, (ops, _) in enumerate(store.calls)
+                            if isinstance(ops[0], DeadLetterWrite))
     assert batch_size in [len(ops) for ops, _ in store.calls[dead_letter_call:]]
     assert worker._batch_limit == batch_size
 
@@ -250,8 +263,8 @@ def test_a_push_redis_py_cannot_send_is_dead_lettered_instead_of_retried_for_eve
     store = JobStore(make_client(redis_server.url), JOB, config.node_id, config.dedup)
     epoch = store.join(ttl_ms=60_000)[0]
     request = Request("http://a/bool", priority=True)
-    unsendable = ("P", FINGERPRINTER.fingerprint(request), request.priority,
-                  CODEC.encode(request), 0)
+    unsendable = Push(FINGERPRINTER.fingerprint(request), request.priority,
+                      CODEC.encode(request))
     # when its Redis thread sends them
     worker = started_worker(store, config, epoch,
                             [push("http://a/1"), unsendable, push("http://a/2")])
@@ -261,7 +274,7 @@ def test_a_push_redis_py_cannot_send_is_dead_lettered_instead_of_retried_for_eve
     assert not worker.close(unacked=[])
     assert queued_urls(store) == Counter(["http://a/1", "http://a/2"])
     [letter] = store.dead_letters()
-    assert letter.entry == unsendable[3]
+    assert letter.entry == unsendable.request
 
 
 class ShortDigestFingerprinter:
@@ -295,7 +308,7 @@ def test_a_custom_fingerprinter_of_any_length_dedups_in_redis(
     assert len(set(fingerprints)) == 3
     # and when they are flushed, Redis takes them and filters the duplicates
     store, epoch = joined(redis_server, dedup=dedup)
-    ops = [("P", fp, 0, CODEC.encode(Request(url)), 0)
+    ops = [Push(fp, 0, CODEC.encode(Request(url)))
            for url, fp in zip(urls, fingerprints, strict=True)]
     result = store.flush(epoch, ops, new_call_id())
     assert (result.pushed, result.filtered) == (3, 2)
@@ -313,12 +326,12 @@ def test_a_spooled_batch_that_redis_applied_before_its_answer_was_lost_is_not_ap
     confirmed_writes = store.writes_seen or 0
     in_doubt = [push("http://a/again1", dont_filter=True),
                 push("http://a/again2", dont_filter=True), push("http://a/new"),
-                ("D", broken_id, "undecodable")]
+                DeadLetterEntry(broken_id, "undecodable")]
     call_id = new_call_id()
     store.flush(epoch, in_doubt, call_id)
     # ... and which closed with it in doubt and more writes, spooled to disk
     rest = [push("http://a/later", dont_filter=True), push("http://a/other"),
-            ("X", "refused by Redis: test", b"record")]
+            DeadLetterWrite("refused by Redis: test", b"record")]
     undelivered = Undelivered(pending=(call_id, in_doubt), ops=rest,
                               writes_seen=confirmed_writes)
     Spool(tmp_path, JOB).save("n1", epoch, undelivered, batch_size=2)
@@ -341,7 +354,7 @@ def test_spooled_releases_put_the_leases_back_in_the_queue_at_once(
     store, epoch = joined(redis_server, "n1")
     store.flush(epoch, [push(f"http://a/{i}") for i in range(3)], new_call_id())
     leases = store.lease(epoch, 3, 60_000, new_call_id())
-    undelivered = Undelivered(ops=[("N", entry_id) for entry_id, _ in leases],
+    undelivered = Undelivered(ops=[Release(entry_id) for entry_id, _ in leases],
                               writes_seen=store.writes_seen or 0)
     Spool(tmp_path, JOB).save("n1", epoch, undelivered, batch_size=100)
     # when the next node replays the spool
@@ -443,8 +456,8 @@ def test_a_replay_cut_short_by_an_outage_keeps_only_the_batches_not_yet_sent(
     assert queued_urls(store) == Counter(["http://a/0", "http://a/1"])
     assert [p.name for p in (tmp_path / JOB).iterdir()] == [path.name]
     left = msgpack.unpackb(path.read_bytes(), raw=False)["batches"]
-    assert [[op[3] for op in batch_ops] for _, batch_ops in left] == [
-        [ops[2][3], ops[3][3]], [ops[4][3], ops[5][3]]]
+    assert [[decode_op(op).request for op in batch_ops] for _, batch_ops in left] == [
+        [ops[2].request, ops[3].request], [ops[4].request, ops[5].request]]
     # and when the next node replays it, the rest arrives and nothing twice
     assert Spool(tmp_path, JOB).replay(epoch, store_factory(redis_server)) == 4
     assert queued_urls(store) == Counter(f"http://a/{i}" for i in range(6))
@@ -487,7 +500,7 @@ def test_a_spool_file_of_the_old_format_is_kept_aside_with_a_clear_error(
     store, epoch = joined(redis_server, "n1")
     (tmp_path / JOB).mkdir()
     old_file = tmp_path / JOB / name
-    old_file.write_bytes(msgpack.packb([list(push("http://a/1", dont_filter=True))],
+    old_file.write_bytes(msgpack.packb([push("http://a/1", dont_filter=True).args()],
                                        use_bin_type=True))
     # when a node replays the directory
     with caplog.at_level(logging.ERROR, logger="scrapy_clustersync.spool"):
@@ -552,7 +565,7 @@ def test_purge_unlinks_every_key_of_the_job_bloom_chunks_included(
     store, epoch = joined(redis_server, dedup=DedupSettings("bloom", 20, 0.01))
     store.flush(epoch, [push(f"http://a/{i}") for i in range(30)], new_call_id())
     [(entry_id, _)] = store.lease(epoch, 1, 60_000, new_call_id())
-    store.flush(epoch, [("D", entry_id, "undecodable")], new_call_id())
+    store.flush(epoch, [DeadLetterEntry(entry_id, "undecodable")], new_call_id())
     store.lease(epoch, 5, 60_000, new_call_id())
     keys = job_keys(store)
     assert any(b":bloom:1:" in name for name in keys)  # the second layer's chunks

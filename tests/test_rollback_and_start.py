@@ -13,7 +13,7 @@ from test_store import joined, push_op
 
 from scrapy_clustersync.config import ClusterConfig
 from scrapy_clustersync.extensions.lifecycle import NodeLifecycle
-from scrapy_clustersync.store import JobStore, make_client
+from scrapy_clustersync.store import Ack, JobStore, Push, StartDone, make_client
 from scrapy_clustersync.store.errors import RolledBack
 from scrapy_clustersync.store.job import new_call_id
 from scrapy_clustersync.worker import SyncWorker
@@ -63,7 +63,7 @@ def test_entry_ids_are_never_reused_after_redis_came_back_older(
     [(new_id, _)] = other.lease(epoch, 1, 10_000, new_call_id())
     # then it has another id, so a late ack of the lost entry cannot delete it
     assert new_id != lost_id
-    other.flush(epoch, [("A", lost_id)], new_call_id())
+    other.flush(epoch, [Ack(lost_id)], new_call_id())
     assert redis.client().hexists("clustersync:{job}:entries", new_id)
 
 
@@ -90,10 +90,10 @@ def test_after_a_rollback_the_acks_of_requests_under_way_become_releases(
     # when Redis comes back from the snapshot (the lease and the child are gone) ...
     redis.restart(crash=True)
     worker.start()
-    worker.submit(("P", b"x" * 20, 0, b"", 1))  # any write: it finds the rollback
+    worker.submit(Push(b"x" * 20, 0, b"", dont_filter=True))  # any write: it finds the rollback
     time.sleep(1.0)
     # ... and the node acks the parent afterwards
-    worker.submit(("A", parent))
+    worker.submit(Ack(parent))
     assert not worker.close(unacked=[])
     # then the parent is queued again (to be crawled again, children and all), not deleted
     assert worker.rollbacks == 1
@@ -110,7 +110,7 @@ def test_the_job_does_not_finish_while_start_is_claimed_and_not_exhausted(
     # then it is not finished
     assert beat(runner, epoch, idle=True).finished is False
     # until start() is exhausted
-    runner.flush(epoch, [("S",)], new_call_id())
+    runner.flush(epoch, [StartDone()], new_call_id())
     time.sleep(0.3)
     assert beat(runner, epoch, idle=True).finished is True
 
@@ -136,7 +136,7 @@ def test_a_node_busy_since_its_last_heartbeat_starts_its_idle_time_again(
 ) -> None:
     # given a job with start() done and one node idle long enough to finish it ...
     node, epoch = joined(redis_server)
-    node.flush(epoch, [("S",)], new_call_id())
+    node.flush(epoch, [StartDone()], new_call_id())
     beat(node, epoch, idle=True)
     time.sleep(0.3)
     # when its next heartbeat says it worked in between (but is idle again)

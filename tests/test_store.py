@@ -9,7 +9,15 @@ from scrapy import Request
 from scrapy.utils.request import RequestFingerprinter
 
 from scrapy_clustersync.codec import RequestCodec
-from scrapy_clustersync.store import JobStore, StateLost, make_client
+from scrapy_clustersync.store import (
+    Ack,
+    DeadLetterEntry,
+    JobStore,
+    Push,
+    StartDone,
+    StateLost,
+    make_client,
+)
 from scrapy_clustersync.store.job import new_call_id
 
 from conftest import RedisFactory
@@ -18,10 +26,10 @@ CODEC = RequestCodec(None, max_bytes=1 << 20)
 FINGERPRINTER = RequestFingerprinter()
 
 
-def push_op(url: str, priority: int = 0, dont_filter: bool = False) -> tuple:
+def push_op(url: str, priority: int = 0, dont_filter: bool = False) -> Push:
     request = Request(url, priority=priority, dont_filter=dont_filter)
     fingerprint = b"" if dont_filter else FINGERPRINTER.fingerprint(request)
-    return ("P", fingerprint, priority, CODEC.encode(request), int(dont_filter))
+    return Push(fingerprint, priority, CODEC.encode(request), dont_filter)
 
 
 def joined(redis_server: RedisFactory, node: str = "n1", job: str = "job") -> tuple[JobStore, str]:
@@ -100,7 +108,7 @@ def test_a_late_ack_of_a_reclaimed_request_removes_it_from_the_queue(
     time.sleep(0.2)
     store.lease(epoch, 0, 100, new_call_id())  # reclaims the expired lease into the queue
     assert store.status().queued == 1
-    store.flush(epoch, [("A", entry_id)], new_call_id())
+    store.flush(epoch, [Ack(entry_id)], new_call_id())
     status = store.status()
     assert (status.queued, status.leased, status.counters["acked"]) == (0, 0, 1)
 
@@ -121,7 +129,7 @@ def test_undecodable_entry_goes_to_dead_letters_with_its_reason(redis_server: Re
     store, epoch = joined(redis_server)
     store.flush(epoch, [push_op("http://a/1")], new_call_id())
     [(entry_id, blob)] = store.lease(epoch, 1, 10_000, new_call_id())
-    store.flush(epoch, [("D", entry_id, "not a msgpack envelope")], new_call_id())
+    store.flush(epoch, [DeadLetterEntry(entry_id, "not a msgpack envelope")], new_call_id())
     [letter] = store.dead_letters()
     assert (letter.entry_id, letter.reason, letter.entry) == (entry_id, "not a msgpack envelope",
                                                              blob)
@@ -138,7 +146,7 @@ def test_exactly_one_node_claims_start_and_a_dead_claimer_is_taken_over(
     time.sleep(0.3)  # n1 stops heart-beating: its start() may be unfinished
     assert second.join(ttl_ms=10_000)[1] is True
     epoch = second.ensure_job()
-    second.flush(epoch, [("S",)], new_call_id())
+    second.flush(epoch, [StartDone()], new_call_id())
     assert JobStore(client, "job", "n3").join(ttl_ms=10_000)[1] is False
 
 
@@ -147,7 +155,7 @@ def test_the_job_finishes_only_when_every_live_node_was_idle_long_enough(
 ) -> None:
     a, epoch = joined(redis_server, "a")  # a runs start() ...
     b, _ = joined(redis_server, "b")
-    a.flush(epoch, [("S",)], new_call_id())  # ... and has exhausted it
+    a.flush(epoch, [StartDone()], new_call_id())  # ... and has exhausted it
 
     def beat(store: JobStore, idle: bool) -> bool:
         return store.heartbeat(epoch, ttl_ms=10_000, lease_ms=1000, info={}, idle=idle,

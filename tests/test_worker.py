@@ -9,7 +9,7 @@ from scrapy.settings import Settings
 from scrapy_clustersync.bloom import BloomParams, layer
 from scrapy_clustersync.config import ClusterConfig, DedupSettings
 from scrapy_clustersync.keys import JobKeys
-from scrapy_clustersync.store import JobStore, make_client
+from scrapy_clustersync.store import JobStore, Push, make_client
 from scrapy_clustersync.store.job import new_call_id
 from scrapy_clustersync.worker import SyncWorker
 
@@ -24,7 +24,7 @@ def test_close_hands_back_what_a_lease_call_with_a_lost_answer_took(
         Settings({"CLUSTERSYNC_REDIS_URL": redis_server.url}), "job")
     store = JobStore(make_client(redis_server.url), "job", config.node_id)
     epoch = store.join(ttl_ms=60_000)[0]
-    ops = [("P", bytes([i]) * 20, 0, b"entry", 0) for i in range(5)]
+    ops = [Push(bytes([i]) * 20, 0, b"entry") for i in range(5)]
     store.flush(epoch, ops, new_call_id())
     worker = SyncWorker(store, config, epoch, node_info=dict, on_leased=lambda: None)
     lost_call = new_call_id()
@@ -49,11 +49,11 @@ def test_the_worker_allocates_the_next_bloom_layer_before_a_batch_needs_it(
     dedup = DedupSettings("bloom", 10_000, 0.001)
     store = JobStore(make_client(redis_server.url), "job", config.node_id, dedup)
     epoch = store.join(ttl_ms=60_000)[0]
-    store.flush(epoch, [("P", bytes([1]) * 20, 0, b"entry", 0)], new_call_id())
+    store.flush(epoch, [Push(bytes([1]) * 20, 0, b"entry")], new_call_id())
     store.client.hset(JobKeys("job").bloom, "count0", 9_500)
     worker = SyncWorker(store, config, epoch, node_info=dict, on_leased=lambda: None)
     # when its Redis thread flushes one more push (and so learns how full the layer is)
-    worker.submit(("P", bytes([2]) * 20, 0, b"entry", 0))
+    worker.submit(Push(bytes([2]) * 20, 0, b"entry"))
     worker.start()
     # then it allocates the second layer on its own, though no batch needs it yet
     second = layer(BloomParams(10_000, 0.001), 1)

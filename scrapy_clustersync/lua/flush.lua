@@ -21,8 +21,9 @@
 -- ARGV[5]  dedup      string "exact" (set of fingerprints) or "bloom"
 -- ARGV[6]  writes     int    the node's write counter as it last saw it; -1 = do not check
 -- ARGV[7]  described  int    how many Bloom layers are described next (0 for exact)
--- ARGV[8..] per described layer: bits, hashes, bits per chunk, chunks, capacity
--- ARGV[8 + 5*described ..] ops, each an opcode followed by its fields:
+-- ARGV[8..] per described layer: bits, hashes, bits per chunk, chunks, capacity (LAYOUT below)
+-- ARGV[8 + 5*described ..] ops, each an opcode followed by its fields (OP_FIELDS below counts
+--                         them; store/ops.py has a record for each opcode):
 --   P fingerprint priority blob dont_filter(0|1)   push unless the fingerprint was seen
 --   A id                                           ack: the request is done
 --   N id                                           release this node's lease back to the queue
@@ -64,9 +65,52 @@ end
 local pushed, filtered, acked, released, dead = 0, 0, 0, 0, 0
 local bloom = ARGV[5] == 'bloom'
 local described = tonumber(ARGV[7])
-local first_op = 8 + 5 * described
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+
+-- ---- stored formats: the one place each is written ---------------------------------------------
+-- A Bloom layer's layout, in the field order of store/formats.py BloomLayout: as ARGV describes
+-- each layer, and as bloom field layout<i> stores it (the numbers, space-separated).
+local LAYOUT = {'bits', 'hashes', 'chunk_bits', 'chunks', 'capacity'}
+local function layout_from_argv(base)
+  local layer = {}
+  for j, name in ipairs(LAYOUT) do layer[name] = tonumber(ARGV[base + j - 1]) end
+  return layer
+end
+local function layout_text(layer)
+  local values = {}
+  for j, name in ipairs(LAYOUT) do values[j] = layer[name] end
+  return table.concat(values, ' ')
+end
+
+-- A dead letter, newest first, ARGV[4] of them kept (store/formats.py DeadLetter parses it):
+-- "<entry id>\t<node>\t<server ms>\t<reason>\n<blob>"; the id is "-" for a refused write, and a
+-- newline in the reason is stored as a space, so the head stays one line.
+local function dead_letter(id, reason, blob)
+  local head = table.concat({id, ARGV[3], tostring(now_ms), (string.gsub(reason, '\n', ' '))},
+                            '\t')
+  redis.call('LPUSH', KEYS[8], head .. '\n' .. blob)
+  redis.call('LTRIM', KEYS[8], 0, tonumber(ARGV[4]) - 1)
+  dead = dead + 1
+end
+
+-- ---- the op table: opcode -> how many fields follow it (store/ops.py: the same counts) --------
+local OP_FIELDS = {P = 4, A = 1, N = 1, D = 2, X = 2, S = 0}
+local first_op = 8 + #LAYOUT * described
+
+-- Calls visit(opcode, ARGV index of the op's first field, op number) for each op of the batch,
+-- in order, and returns the first value visit returns (nil if none does). An op's opcode must
+-- be in OP_FIELDS unless visit returns for it: validation walks the batch first.
+local function each_op(visit)
+  local index, number = first_op, 0
+  while index <= #ARGV do
+    number = number + 1
+    local answer = visit(ARGV[index], index + 1, number)
+    if answer ~= nil then return answer end
+    index = index + 1 + OP_FIELDS[ARGV[index]]
+  end
+  return nil
+end
 
 local function drop_lease(id)
   local removed = redis.call('ZREM', KEYS[4], id)
@@ -80,22 +124,14 @@ local active, needed = 0, 0
 local function load_layers()
   local key = 11
   for l = 1, described do
-    local base = 8 + 5 * (l - 1)
-    layers[l] = {bits = tonumber(ARGV[base]), k = tonumber(ARGV[base + 1]),
-                 chunk_bits = tonumber(ARGV[base + 2]), chunks = tonumber(ARGV[base + 3]),
-                 capacity = tonumber(ARGV[base + 4]), first_key = key}
+    layers[l] = layout_from_argv(8 + #LAYOUT * (l - 1))
+    layers[l].first_key = key
     key = key + layers[l].chunks
   end
   active = tonumber(redis.call('HGET', KEYS[10], 'layers') or '0')
   -- every layer this batch may fill must be described (pushes <= room left in the layers)
-  local pushes, index = 0, first_op
-  while index <= #ARGV do
-    local op = ARGV[index]
-    if op == 'P' then pushes = pushes + 1; index = index + 5
-    elseif op == 'D' or op == 'X' then index = index + 3
-    elseif op == 'S' then index = index + 1
-    else index = index + 2 end
-  end
+  local pushes = 0
+  each_op(function(op) if op == 'P' then pushes = pushes + 1 end end)
   local room = 0
   needed = math.max(active, 1)
   for l = 1, math.max(active, 1) do
@@ -126,8 +162,7 @@ end
 local function activate_layer()
   local layer = layers[active + 1]
   redis.call('HSET', KEYS[10], 'layers', active + 1, 'count' .. active, 0,
-             'layout' .. active, table.concat({layer.bits, layer.k, layer.chunk_bits,
-                                               layer.chunks, layer.capacity}, ' '))
+             'layout' .. active, layout_text(layer))
   active = active + 1
 end
 
@@ -151,7 +186,7 @@ local function bit_of(layer, h1, h2, h3, i)
 end
 
 local function in_layer(layer, h1, h2, h3)
-  for i = 0, layer.k - 1 do
+  for i = 0, layer.hashes - 1 do
     local key, offset = bit_of(layer, h1, h2, h3, i)
     if redis.call('GETBIT', key, offset) == 0 then return false end
   end
@@ -170,7 +205,7 @@ local function bloom_add(fp)
     count_field = 'count' .. (active - 1)
   end
   local layer = layers[active]
-  for i = 0, layer.k - 1 do
+  for i = 0, layer.hashes - 1 do
     local key, offset = bit_of(layer, h1, h2, h3, i)
     redis.call('SETBIT', key, offset, 1)
   end
@@ -187,31 +222,28 @@ end
 local function bad_op(number, why)
   return redis.error_reply('CLUSTERSYNC_BAD_OP ' .. number .. ' ' .. why)
 end
-do
-  local index, number = first_op, 0
-  while index <= #ARGV do
-    local op = ARGV[index]
-    number = number + 1
-    local width = ({P = 5, A = 2, N = 2, D = 3, X = 3, S = 1})[op]
-    if not width then return bad_op(number, 'unknown opcode ' .. tostring(op)) end
-    if index + width - 1 > #ARGV then return bad_op(number, 'missing fields') end
-    if op == 'P' then
-      local prio = tonumber(ARGV[index + 2])
-      if ARGV[index + 4] ~= '0' and ARGV[index + 4] ~= '1' then
-        return bad_op(number, 'dont_filter must be 0 or 1')
-      end
-      if ARGV[index + 4] == '0' and #ARGV[index + 1] ~= 20 then
-        return bad_op(number, 'fingerprint of ' .. #ARGV[index + 1] .. ' bytes, not 20')
-      end
-      if not prio or prio ~= prio or prio == math.huge or prio == -math.huge then
-        return bad_op(number, 'priority is not a finite number')
-      end
-    elseif (op == 'A' or op == 'N' or op == 'D') and ARGV[index + 1] == '' then
-      return bad_op(number, 'empty entry id')
+local function check_op(op, f, number)
+  local count = OP_FIELDS[op]
+  if not count then return bad_op(number, 'unknown opcode ' .. tostring(op)) end
+  if f + count - 1 > #ARGV then return bad_op(number, 'missing fields') end
+  if op == 'P' then
+    local prio = tonumber(ARGV[f + 1])
+    if ARGV[f + 3] ~= '0' and ARGV[f + 3] ~= '1' then
+      return bad_op(number, 'dont_filter must be 0 or 1')
     end
-    index = index + width
+    if ARGV[f + 3] == '0' and #ARGV[f] ~= 20 then
+      return bad_op(number, 'fingerprint of ' .. #ARGV[f] .. ' bytes, not 20')
+    end
+    if not prio or prio ~= prio or prio == math.huge or prio == -math.huge then
+      return bad_op(number, 'priority is not a finite number')
+    end
+  elseif (op == 'A' or op == 'N' or op == 'D') and ARGV[f] == '' then
+    return bad_op(number, 'empty entry id')
   end
+  return nil
 end
+local invalid = each_op(check_op)
+if invalid then return invalid end
 
 if bloom then
   local wanted = load_layers()
@@ -232,12 +264,9 @@ end
 
 -- ---- ops --------------------------------------------------------------------------------------
 local id_tail = string.sub(ARGV[2], 1, 8)
-local i = first_op
-local n = #ARGV
-while i <= n do
-  local op = ARGV[i]
+local function apply_op(op, f)
   if op == 'P' then
-    local fp, prio, blob, dont_filter = ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
+    local fp, prio, blob, dont_filter = ARGV[f], ARGV[f + 1], ARGV[f + 2], ARGV[f + 3]
     if dont_filter == '1' or is_new(fp) then
       local id = string.format('%016x', redis.call('HINCRBY', KEYS[1], 'seq', 1)) .. id_tail
       redis.call('HSET', KEYS[3], id, blob)
@@ -246,50 +275,34 @@ while i <= n do
     else
       filtered = filtered + 1
     end
-    i = i + 5
   elseif op == 'A' then
-    local id = ARGV[i + 1]
+    local id = ARGV[f]
     -- a lease that was reclaimed sits in the queue again: the work is done, so drop it there too
     if drop_lease(id) + redis.call('ZREM', KEYS[2], id) > 0 then
       redis.call('HDEL', KEYS[3], id)
       acked = acked + 1
     end
-    i = i + 2
   elseif op == 'N' then
-    local id = ARGV[i + 1]
-    local lease = redis.call('HGET', KEYS[5], id)
-    if lease then
-      local score, owner = string.match(lease, '^([^|]*)|(.*)$')
-      if owner == ARGV[3] then
-        drop_lease(id)
-        redis.call('ZADD', KEYS[2], score, id)
-        released = released + 1
-      end
+    local id = ARGV[f]
+    local score, owner = parse_lease(redis.call('HGET', KEYS[5], id))
+    if owner == ARGV[3] then
+      drop_lease(id)
+      redis.call('ZADD', KEYS[2], score, id)
+      released = released + 1
     end
-    i = i + 2
   elseif op == 'D' then
-    local id, reason = ARGV[i + 1], ARGV[i + 2]
-    local blob = redis.call('HGET', KEYS[3], id) or ''
-    local record = table.concat({id, ARGV[3], tostring(now_ms), reason}, '\t') .. '\n' .. blob
-    redis.call('LPUSH', KEYS[8], record)
-    redis.call('LTRIM', KEYS[8], 0, tonumber(ARGV[4]) - 1)
+    local id = ARGV[f]
+    dead_letter(id, ARGV[f + 1], redis.call('HGET', KEYS[3], id) or '')
     drop_lease(id)
     redis.call('ZREM', KEYS[2], id)
     redis.call('HDEL', KEYS[3], id)
-    dead = dead + 1
-    i = i + 3
   elseif op == 'X' then
-    local record = table.concat({'-', ARGV[3], tostring(now_ms), ARGV[i + 1]}, '\t') .. '\n'
-                   .. ARGV[i + 2]
-    redis.call('LPUSH', KEYS[8], record)
-    redis.call('LTRIM', KEYS[8], 0, tonumber(ARGV[4]) - 1)
-    dead = dead + 1
-    i = i + 3
+    dead_letter('-', ARGV[f], ARGV[f + 1])
   elseif op == 'S' then
     redis.call('HSET', KEYS[1], 'start_done', ARGV[3])
-    i = i + 1
   end
 end
+each_op(apply_op)
 
 local counters = {pushed = pushed, filtered = filtered, acked = acked, released = released, dead = dead}
 for name, value in pairs(counters) do

@@ -60,8 +60,8 @@ end
 
 local lease_deadline = now_ms + tonumber(ARGV[4])
 for j = 10, #ARGV do
-  local lease = redis.call('HGET', KEYS[6], ARGV[j])
-  if lease and string.sub(lease, -(#node + 1)) == '|' .. node then
+  local _, owner = parse_lease(redis.call('HGET', KEYS[6], ARGV[j]))
+  if owner == node then
     redis.call('ZADD', KEYS[5], 'XX', lease_deadline, ARGV[j])
   end
 end

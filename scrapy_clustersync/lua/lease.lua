@@ -33,7 +33,7 @@ local out = {writes}
 local function lease_one(id, score, deadline)
   local blob = redis.call('HGET', KEYS[3], id)
   redis.call('ZADD', KEYS[4], deadline, id)
-  redis.call('HSET', KEYS[5], id, score .. '|' .. node)
+  redis.call('HSET', KEYS[5], id, lease_value(score, node))
   out[#out + 1] = id
   out[#out + 1] = blob or ''
 end
@@ -46,19 +46,15 @@ local last = redis.call('HMGET', KEYS[7], 'lease_id', 'lease_result')
 if last[1] == ARGV[2] then
   -- the same call again: hand out the same entries if they are still leased to this node
   for id in string.gmatch(last[2] or '', '%S+') do
-    local lease = redis.call('HGET', KEYS[5], id)
-    if lease then
-      local score, owner = string.match(lease, '^([^|]*)|(.*)$')
-      if owner == node then lease_one(id, score, deadline) end
-    end
+    local score, owner = parse_lease(redis.call('HGET', KEYS[5], id))
+    if owner == node then lease_one(id, score, deadline) end
   end
   return out
 end
 
 local expired = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now_ms, 'LIMIT', 0, tonumber(ARGV[6]))
 for _, id in ipairs(expired) do
-  local lease = redis.call('HGET', KEYS[5], id)
-  local score = lease and string.match(lease, '^([^|]*)|') or '0'
+  local score = parse_lease(redis.call('HGET', KEYS[5], id)) or '0'
   redis.call('ZREM', KEYS[4], id)
   redis.call('HDEL', KEYS[5], id)
   redis.call('ZADD', KEYS[2], score, id)

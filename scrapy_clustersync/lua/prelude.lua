@@ -28,3 +28,16 @@ local function bump_writes(key, expected)
   return writes + 1
 end
 
+
+-- lease_value(score, node): what the leased hash holds for an entry leased to ``node``:
+-- "<queue score>|<node>", the score putting the entry back in its place when the lease ends
+-- (store/formats.py LeaseValue parses it). parse_lease(value): its score and node; nil, nil for
+-- a missing value (HGET's false) or one of another form.
+local function lease_value(score, node)
+  return score .. '|' .. node
+end
+
+local function parse_lease(value)
+  if not value then return nil, nil end
+  return string.match(value, '^([^|]*)|(.*)$')
+end

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from .client import make_client
 from .errors import StateLost, StoreError, StoreUnavailable
-from .job import DeadLetter, FlushResult, JobStatus, JobStore, Op
+from .formats import DeadLetter
+from .job import FlushResult, JobStatus, JobStore
+from .ops import Ack, DeadLetterEntry, DeadLetterWrite, Op, Push, Release, StartDone
 
 __all__ = [
-    "DeadLetter", "FlushResult", "JobStatus", "JobStore", "Op",
-    "StateLost", "StoreError", "StoreUnavailable", "make_client",
+    "Ack", "DeadLetter", "DeadLetterEntry", "DeadLetterWrite", "FlushResult", "JobStatus",
+    "JobStore", "Op", "Push", "Release", "StartDone", "StateLost", "StoreError",
+    "StoreUnavailable", "make_client",
 ]

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
-import msgpack
 import redis
 
 from ..bloom import BloomParams, expected_error, layer
@@ -17,20 +15,10 @@ from ..config import DedupSettings
 from ..keys import JobKeys
 from .bloomprep import BloomPreparer
 from .errors import RolledBack, StoreError, translate_errors
-
-#: One buffered write, as the flush script reads it: an opcode and its fields.
-Op = tuple[Any, ...]
-
-
-def dead_letter_for(op: Op | list[Any], reason: str) -> Op | None:
-    """The "X" op that records ``op``, which Redis refused for ``reason``, as a dead letter:
-    a push keeps its encoded request, any other op its own msgpack form. None for an "X" op
-    (even the dead letter was refused: only the log keeps it).
-    """
-    if op[0] == "X":
-        return None
-    record = op[3] if op[0] == "P" else msgpack.packb(list(op), use_bin_type=True)
-    return ("X", f"refused by Redis: {reason}"[:1000], record)
+from .formats import BloomLayout, DeadLetter, FormatError, format_node_record, parse_node_record
+from .formats import as_bytes as _raw
+from .formats import as_text as _text
+from .ops import Op
 
 DEAD_LETTERS_KEPT = 10_000
 RECLAIM_PER_LEASE = 200
@@ -68,15 +56,6 @@ class Heartbeat:
     server_ms: int
     #: "done", "mine" (this node holds the start() claim), "other" or "none"
     start: str = "none"
-
-
-@dataclass(frozen=True)
-class DeadLetter:
-    entry_id: str
-    node: str
-    at_ms: int
-    reason: str
-    entry: bytes
 
 
 @dataclass
@@ -256,12 +235,12 @@ class JobStore:
             described = [layer(params, i) for i in range(self._bloom_layers_described)]
             args.append(len(described))
             for each in described:
-                args.extend(each.describe())
+                args.extend(BloomLayout.of(each))
                 keys.extend(k.bloom_chunk(each.index, c) for c in range(each.chunks))
         else:
             args.append(0)
         for op in ops:
-            args.extend(op)
+            args.extend(op.args())
         return keys, args
 
     def _bloom_params(self) -> BloomParams:
@@ -300,8 +279,9 @@ class JobStore:
         """
         k = self.keys
         idle_flag = (2 if busy_since_last else 1) if idle else 0
-        args: list[Any] = [epoch, self.node_id, ttl_ms, lease_ms, json.dumps(info), idle_flag,
-                           idle_after_ms, self._expected_writes(), int(take_start), *lease_ids]
+        args: list[Any] = [epoch, self.node_id, ttl_ms, lease_ms, format_node_record(info),
+                           idle_flag, idle_after_ms, self._expected_writes(), int(take_start),
+                           *lease_ids]
         finished, queued, leased, live, now_ms, writes, start = self._run(
             self._heartbeat,
             [k.meta, k.nodes, k.node_info, k.idle, k.deadlines, k.leased, k.queue,
@@ -334,7 +314,7 @@ class JobStore:
         nodes = []
         for raw_id, raw_info in sorted(info.items()):
             node = _text(raw_id)
-            record = json.loads(raw_info)
+            record = parse_node_record(raw_info)
             record.update(id=node, alive=alive.get(node, False), idle=node in idle_since)
             nodes.append(record)
         meta_t = {_text(a): _text(b) for a, b in meta.items()}
@@ -348,14 +328,17 @@ class JobStore:
         )
 
     def dead_letters(self, limit: int = 100) -> list[DeadLetter]:
+        """The job's ``limit`` newest dead letters, newest first.
+
+        Raises StoreError if an item of the dead list is not a dead letter (another program
+        wrote it).
+        """
         with translate_errors(self.client):
             raw = self.client.lrange(self.keys.dead, 0, limit - 1)
-        letters = []
-        for record in raw:
-            head, _, entry = _raw(record).partition(b"\n")
-            entry_id, node, at_ms, reason = head.decode("utf-8", "replace").split("\t", 3)
-            letters.append(DeadLetter(entry_id, node, int(at_ms), reason, entry))
-        return letters
+        try:
+            return [DeadLetter.parse(record) for record in raw]
+        except FormatError as exc:
+            raise StoreError(f"the dead list of job {self.keys.job!r} holds {exc}") from None
 
     def purge(self) -> int:
         """Delete every key of the job; returns how many keys existed."""
@@ -372,7 +355,7 @@ class JobStore:
 def _bloom_chunks_of(keys: JobKeys, field: str, value: str) -> list[str]:
     """The chunk strings a field of the bloom hash accounts for: a layer in use or prepared."""
     if field.startswith("layout"):
-        index, chunks = int(field[6:]), int(value.split()[3])
+        index, chunks = int(field[6:]), BloomLayout.parse(value).chunks
     elif field.startswith("prepared"):
         index, chunks = int(field[8:]), int(value)
     else:
@@ -400,8 +383,7 @@ def _dedup_status(meta: dict[str, str], bloom: dict[str, str], exact_seen: int) 
         return {"mode": mode, "entries": exact_seen}
     layers = int(bloom.get("layers", 0))
     counts = [int(bloom.get(f"count{i}", 0)) for i in range(layers)]
-    sizes = [int(bloom[f"layout{i}"].split()[2]) // 8 * int(bloom[f"layout{i}"].split()[3])
-             for i in range(layers)]
+    sizes = [BloomLayout.parse(bloom[f"layout{i}"]).size_bytes for i in range(layers)]
     params = BloomParams(int(meta["bloom_capacity"]), float(meta["bloom_error"]))
     ahead = [int(value) * layer(params, int(field[8:])).chunk_bytes
              for field, value in bloom.items()
@@ -412,11 +394,3 @@ def _dedup_status(meta: dict[str, str], bloom: dict[str, str], exact_seen: int) 
         "capacity": params.capacity, "configured_error_rate": params.error_rate,
         "expected_error_rate": expected_error(params, counts),
     }
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def _raw(value: Any) -> bytes:
-    return value if isinstance(value, bytes) else str(value).encode()

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import Counter, deque
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import fakeredis
 from scrapy import Request, Spider
@@ -20,7 +20,9 @@ from scrapy_clustersync.dupefilter import ClusterDupeFilter
 from scrapy_clustersync.redisthread import RedisThread, StartState, Undelivered
 from scrapy_clustersync.scheduler import ClusterScheduler
 from scrapy_clustersync.spool import Spool
-from scrapy_clustersync.store import JobStore, Op
+from scrapy_clustersync.store import JobStore, Op, StartDone
+
+OpT = TypeVar("OpT")
 
 
 class FakeRedisThread:
@@ -79,7 +81,7 @@ class FakeRedisThread:
         return self.state
 
     def start_done(self) -> None:
-        self.submit(("S",))
+        self.submit(StartDone())
         self.state = StartState("done", self.rollback_count)
 
     def totals(self) -> dict[str, int]:
@@ -90,8 +92,13 @@ class FakeRedisThread:
         return Undelivered(None, list(self.undeliverable), 0)
 
     # ---- for the tests -------------------------------------------------------------------
-    def ops(self, opcode: str) -> list[Op]:
-        return [op for op in self.submitted if op[0] == opcode]
+    def ops(self, kind: type[OpT]) -> list[OpT]:
+        """The submitted ops of one kind, in order."""
+        return [op for op in self.submitted if isinstance(op, kind)]
+
+    def kinds(self) -> list[str]:
+        """The kind of every submitted op, in order: ["Push", "Ack", ...]."""
+        return [type(op).__name__ for op in self.submitted]
 
 
 class FakeScraper:

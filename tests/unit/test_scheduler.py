@@ -11,6 +11,7 @@ from twisted.python.failure import Failure
 
 from scrapy_clustersync.codec import LEASE_META_KEY
 from scrapy_clustersync.scheduler import ClusterScheduler
+from scrapy_clustersync.store import Ack, DeadLetterEntry, Push, Release
 
 from .node_fakes import FakeRedisThread, fake_engine, make_scheduler
 
@@ -44,9 +45,9 @@ def test_a_new_request_is_buffered_as_one_push_of_its_fingerprint_and_priority(
     # when the engine enqueues a new request
     accepted = scheduler.enqueue_request(Request("http://a/1", priority=7))
     # then it is accepted and one push goes to the Redis thread
-    [push] = thread.ops("P")
+    [push] = thread.ops(Push)
     assert accepted is True
-    assert len(push[1]) == 20 and push[2] == 7 and push[4] == 0
+    assert len(push.fingerprint) == 20 and push.priority == 7 and not push.dont_filter
 
 
 def test_a_request_this_node_already_sent_is_a_duplicate_and_is_not_pushed_again(
@@ -59,7 +60,7 @@ def test_a_request_this_node_already_sent_is_a_duplicate_and_is_not_pushed_again
     accepted = scheduler.enqueue_request(Request("http://a/1"))
     # then it is dropped as a duplicate, as Scrapy's scheduler does
     assert accepted is False
-    assert len(thread.ops("P")) == 1
+    assert len(thread.ops(Push)) == 1
     scheduler.publish_counts()
     assert scheduler.stats.get_value("dupefilter/filtered") == 1
 
@@ -68,7 +69,7 @@ def test_a_dont_filter_request_is_pushed_every_time_without_a_fingerprint(tmp_pa
     scheduler, thread = make_scheduler(tmp_path)
     for _ in range(2):
         assert scheduler.enqueue_request(Request("http://a/1", dont_filter=True))
-    assert [(op[1], op[4]) for op in thread.ops("P")] == [(b"", 1), (b"", 1)]
+    assert [(op.fingerprint, op.dont_filter) for op in thread.ops(Push)] == [(b"", True)] * 2
 
 
 def test_after_redis_came_back_older_a_url_sent_before_is_pushed_again(tmp_path: Path) -> None:
@@ -80,7 +81,7 @@ def test_after_redis_came_back_older_a_url_sent_before_is_pushed_again(tmp_path:
     accepted = scheduler.enqueue_request(Request("http://a/1"))
     # then it goes to Redis again (its push may be among the lost writes)
     assert accepted is True
-    assert len(thread.ops("P")) == 2
+    assert len(thread.ops(Push)) == 2
 
 
 def test_a_request_that_cannot_be_encoded_is_refused_with_a_count(tmp_path: Path) -> None:
@@ -114,8 +115,8 @@ def test_an_entry_that_cannot_be_decoded_is_dead_lettered_and_the_next_one_serve
     lease_to(scheduler, thread, "http://a/2", "good")
     request = scheduler.next_request()
     assert request is not None and request.url == "http://a/2"
-    [dead] = thread.ops("D")
-    assert dead[1] == "bad" and "cannot be decoded" in dead[2]
+    [dead] = thread.ops(DeadLetterEntry)
+    assert dead.entry_id == "bad" and "cannot be decoded" in dead.reason
 
 
 def test_no_work_is_handed_out_while_writes_wait_for_redis(tmp_path: Path) -> None:
@@ -146,16 +147,16 @@ def test_a_redirect_acks_the_leased_request_after_its_replacement_is_pushed(
     # when the redirect is enqueued
     assert scheduler.enqueue_request(redirect) is True
     # then the replacement is pushed first and the original acked after it
-    assert [op[0] for op in thread.submitted] == ["P", "A"]
-    assert thread.submitted[1] == ("A", "e1")
+    assert thread.kinds() == ["Push", "Ack"]
+    assert thread.submitted[1] == Ack("e1")
 
 
 def test_a_retry_acks_the_leased_request_after_its_copy_is_pushed(tmp_path: Path) -> None:
     scheduler, thread, request = leased_request(tmp_path)
     retry = request.replace(dont_filter=True, priority=request.priority - 1)
     assert scheduler.enqueue_request(retry) is True
-    assert [op[0] for op in thread.submitted] == ["P", "A"]
-    assert thread.submitted[0][4] == 1
+    assert thread.kinds() == ["Push", "Ack"]
+    assert thread.ops(Push)[0].dont_filter
 
 
 def test_a_replacement_that_cannot_travel_is_crawled_here_under_the_lease(tmp_path: Path) -> None:
@@ -179,10 +180,10 @@ def test_a_leased_request_is_acked_only_once_the_scraper_is_done_with_it(tmp_pat
     # when its callback yields a link (the parent's meta, lease included, copied into it)
     scheduler.enqueue_request(request.replace(url="http://a/child"))
     # then nothing is acked while the scraper still works on the parent
-    assert thread.ops("A") == []
+    assert thread.ops(Ack) == []
     # and once the scraper is done, the ack follows the child's push
     scraper.scraping[request.url].callback(None)
-    assert [op[0] for op in thread.submitted] == ["P", "A"]
+    assert thread.kinds() == ["Push", "Ack"]
 
 
 def test_a_request_whose_callback_raised_close_spider_is_handed_back(tmp_path: Path) -> None:
@@ -194,7 +195,7 @@ def test_a_request_whose_callback_raised_close_spider_is_handed_back(tmp_path: P
     # when the scraper is done with it
     scraper.scraping[request.url].callback(None)
     # then it is released to the queue for another node, not acked
-    assert thread.submitted == [("N", "e1")]
+    assert thread.submitted == [Release("e1")]
 
 
 def test_when_the_engine_goes_idle_requests_that_never_reached_the_scraper_are_acked(
@@ -202,7 +203,7 @@ def test_when_the_engine_goes_idle_requests_that_never_reached_the_scraper_are_a
 ) -> None:
     scheduler, thread, request = leased_request(tmp_path)
     scheduler.engine_idle()
-    assert thread.submitted == [("A", "e1")]
+    assert thread.submitted == [Ack("e1")]
     assert thread.idle is True
 
 
@@ -216,7 +217,7 @@ def test_closing_hands_back_unfinished_leases_to_the_redis_thread(tmp_path: Path
 def test_writes_redis_did_not_take_at_close_are_kept_in_the_spool(tmp_path: Path) -> None:
     # given a node whose Redis thread could not send two writes before the node closed
     thread = FakeRedisThread()
-    thread.undeliverable = [("A", "e1"), ("N", "e2")]
+    thread.undeliverable = [Ack("e1"), Release("e2")]
     scheduler, _ = make_scheduler(tmp_path, thread)
     # when it closes
     scheduler.close("shutdown")

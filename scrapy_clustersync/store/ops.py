@@ -1,0 +1,227 @@
+"""The write operations of a node: one frozen record per kind, the one owner of their protocol.
+
+Every write a node buffers for Redis (the scheduler, the Redis thread, the start() runner, the
+spool replay, the CLI's seed) is one of these records. ``op.args()`` is exactly what flush.lua
+reads for it: the opcode, then its fields in order (``OP_FIELDS`` in flush.lua holds the same
+field counts; a test keeps the two equal). ``decode_op`` turns such a list back into its record:
+the spool keeps ops on disk in that form.
+
+No Redis here: the store sends ``args()``, nothing else looks inside an op.
+"""
+
+from __future__ import annotations
+
+import typing
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
+from typing import Any, ClassVar, TypeAlias
+
+import msgpack
+
+#: one script argument, as redis-py sends it
+Arg: TypeAlias = str | bytes | int | float
+
+#: how much of a refusal's reason a dead letter keeps
+REASON_MAX_CHARS = 1000
+DESCRIBE_MAX_CHARS = 200
+
+
+class OpDecodeError(ValueError):
+    """An argument list that is no op of this version: unknown opcode, field count or type."""
+
+
+class _WriteOp:
+    """What every op has besides its fields."""
+
+    #: the op's first script argument; flush.lua's OP_FIELDS knows it
+    OPCODE: ClassVar[str]
+
+    @property
+    def settles(self) -> str | None:
+        """The lease id this op ends (the node no longer holds it once the op is in Redis),
+        or None."""
+        return None
+
+
+@dataclass(frozen=True)
+class Push(_WriteOp):
+    """Queue the encoded ``request`` unless its ``fingerprint`` was seen (opcode ``P``).
+
+    ``fingerprint``: the 20-byte cluster fingerprint, added to the job's dedup record; ``b""``
+    with ``dont_filter`` (no dedup check, no add). ``priority``: higher is leased first.
+    """
+
+    OPCODE: ClassVar[str] = "P"
+    fingerprint: bytes
+    priority: int
+    request: bytes
+    dont_filter: bool = False
+
+    def args(self) -> list[Arg]:
+        return [self.OPCODE, self.fingerprint, self.priority, self.request,
+                int(self.dont_filter)]
+
+    def describe(self) -> str:
+        """A short, readable form for the log: the request's URL first."""
+        return (f"push of {_url_of(self.request)} (fingerprint {self.fingerprint!r:.60}, "
+                f"priority {self.priority!r})")[:DESCRIBE_MAX_CHARS]
+
+
+@dataclass(frozen=True)
+class _LeaseOp(_WriteOp):
+    """An op that ends the lease ``entry_id``: its args are the opcode and the id."""
+
+    #: what the op does to the entry, for ``describe()``
+    ACTION: ClassVar[str]
+    entry_id: str
+
+    @property
+    def settles(self) -> str | None:
+        return self.entry_id
+
+    def args(self) -> list[Arg]:
+        return [self.OPCODE, self.entry_id]
+
+    def describe(self) -> str:
+        return f"{self.ACTION} of entry {self.entry_id}"[:DESCRIBE_MAX_CHARS]
+
+
+@dataclass(frozen=True)
+class Ack(_LeaseOp):
+    """The leased request ``entry_id`` is done: remove it from the job (opcode ``A``).
+
+    Also removes it from the queue if its lease had expired and it was queued again.
+    """
+
+    OPCODE: ClassVar[str] = "A"
+    ACTION: ClassVar[str] = "ack"
+
+    def as_release(self) -> Release:
+        """The release of the same lease: the request is crawled again (see worker.py)."""
+        return Release(self.entry_id)
+
+
+@dataclass(frozen=True)
+class Release(_LeaseOp):
+    """Hand the lease ``entry_id`` back to the queue, if this node still holds it (``N``)."""
+
+    OPCODE: ClassVar[str] = "N"
+    ACTION: ClassVar[str] = "release"
+
+
+@dataclass(frozen=True)
+class DeadLetterEntry(_LeaseOp):
+    """Move the leased entry ``entry_id`` to the job's dead letters with ``reason`` (``D``)."""
+
+    OPCODE: ClassVar[str] = "D"
+    ACTION: ClassVar[str] = "dead letter"
+    reason: str
+
+    def args(self) -> list[Arg]:
+        return [self.OPCODE, self.entry_id, self.reason]
+
+    def describe(self) -> str:
+        return f"{super().describe()} ({self.reason})"[:DESCRIBE_MAX_CHARS]
+
+
+@dataclass(frozen=True)
+class DeadLetterWrite(_WriteOp):
+    """Record a write Redis refused as a dead letter: ``record`` is what it was (``X``).
+
+    Built by ``dead_letter_for``: ``record`` is a push's encoded request, or any other op's
+    ``args()`` packed with msgpack.
+    """
+
+    OPCODE: ClassVar[str] = "X"
+    reason: str
+    record: bytes
+
+    def args(self) -> list[Arg]:
+        return [self.OPCODE, self.reason, self.record]
+
+    def describe(self) -> str:
+        return f"dead letter of a refused write ({self.reason})"[:DESCRIBE_MAX_CHARS]
+
+
+@dataclass(frozen=True)
+class StartDone(_WriteOp):
+    """The job's start() is exhausted: no node runs it again (opcode ``S``)."""
+
+    OPCODE: ClassVar[str] = "S"
+
+    def args(self) -> list[Arg]:
+        return [self.OPCODE]
+
+    def describe(self) -> str:
+        return "start() done"
+
+
+#: one buffered write
+Op: TypeAlias = Push | Ack | Release | DeadLetterEntry | DeadLetterWrite | StartDone
+OP_KINDS: dict[str, type[Op]] = {
+    kind.OPCODE: kind for kind in (Push, Ack, Release, DeadLetterEntry, DeadLetterWrite, StartDone)
+}
+
+
+def _field_types(kind: type[Op]) -> tuple[tuple[str, type], ...]:
+    hints = typing.get_type_hints(kind)
+    return tuple((each.name, hints[each.name]) for each in fields(kind))
+
+
+#: opcode -> (name, type) of each field after it, in order
+OP_FIELD_TYPES = {opcode: _field_types(kind) for opcode, kind in OP_KINDS.items()}
+
+
+def field_count(opcode: str) -> int:
+    """How many fields follow ``opcode`` in the script's arguments (KeyError if unknown)."""
+    return len(OP_FIELD_TYPES[opcode])
+
+
+def decode_op(args: Sequence[Any]) -> Op:
+    """The op whose ``args()`` is ``args``; raises OpDecodeError if it is none of this version.
+
+    ``args`` as msgpack gives it back (``raw=False``): str for text, bytes for bytes. An unknown
+    opcode, a wrong field count or a field of the wrong type is refused, never guessed.
+    """
+    if not args:
+        raise OpDecodeError("an empty op: no opcode")
+    opcode, *values = args
+    if not isinstance(opcode, str) or opcode not in OP_KINDS:
+        raise OpDecodeError(f"unknown opcode {opcode!r}; this version writes "
+                            f"{', '.join(OP_KINDS)}")
+    expected = OP_FIELD_TYPES[opcode]
+    if len(values) != len(expected):
+        raise OpDecodeError(f"op {opcode!r} has {len(values)} fields, not {len(expected)}")
+    decoded: list[Any] = []
+    for (name, wanted), value in zip(expected, values, strict=True):
+        if not _has_type(value, wanted):
+            raise OpDecodeError(f"op {opcode!r}: field {name} is {value!r:.60}, "
+                                f"not of type {wanted.__name__}")
+        decoded.append(bool(value) if wanted is bool else value)
+    return OP_KINDS[opcode](*decoded)
+
+
+def _has_type(value: Any, wanted: type) -> bool:
+    if wanted is bool:
+        return value in (0, 1) and isinstance(value, int)  # args() sends a bool as 0 or 1
+    return isinstance(value, wanted)
+
+
+def dead_letter_for(op: Op, reason: str) -> DeadLetterWrite | None:
+    """The op that records ``op``, which Redis refused for ``reason``, as a dead letter.
+
+    A push keeps its encoded request, any other op its ``args()`` packed with msgpack. None for
+    a DeadLetterWrite (even the dead letter was refused: only the log keeps it).
+    """
+    if isinstance(op, DeadLetterWrite):
+        return None
+    record = op.request if isinstance(op, Push) else msgpack.packb(op.args(), use_bin_type=True)
+    return DeadLetterWrite(f"refused by Redis: {reason}"[:REASON_MAX_CHARS], record)
+
+
+def _url_of(request: bytes) -> str:
+    """The URL in an encoded request (codec.py's [version, request dict]), or "?"."""
+    try:
+        return str(msgpack.unpackb(request, raw=False)[1]["url"])
+    except Exception:
+        return "?"
