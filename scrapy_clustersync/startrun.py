@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy import Request, signals
 
-
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
 

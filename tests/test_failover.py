@@ -18,12 +18,9 @@ from scrapy_clustersync.codec import RequestCodec
 from scrapy_clustersync.store import (
     JobStore,
     Push,
-    StateLost,
-    StoreError,
     StoreUnavailable,
     make_client,
 )
-from scrapy_clustersync.store.errors import translate_errors
 from scrapy_clustersync.store.job import new_call_id
 from testkit.redis_server import RedisServer
 from testkit.site import TestSite

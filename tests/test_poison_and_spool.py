@@ -46,8 +46,8 @@ from scrapy_clustersync.store import (
 from scrapy_clustersync.store.errors import BadBatch
 from scrapy_clustersync.store.job import new_call_id
 from scrapy_clustersync.store.ops import decode_op
-from testkit.redis_server import RedisServer
 from scrapy_clustersync.worker import SyncWorker
+from testkit.redis_server import RedisServer
 
 from support import wait_until
 
