@@ -15,7 +15,7 @@ from scrapy import Request
 from scrapy.utils.request import RequestFingerprinter
 
 from scrapy_clustersync.codec import RequestCodec
-from scrapy_clustersync.store import JobStore, StoreUnavailable, make_client
+from scrapy_clustersync.store import JobStore, Op, StoreUnavailable, make_client
 from scrapy_clustersync.store.job import new_call_id
 from testkit.redis_server import RedisServer
 from testkit.site import TestSite
@@ -39,7 +39,7 @@ CODEC = RequestCodec(None, max_bytes=1 << 20)
 FINGERPRINTER = RequestFingerprinter()
 
 
-def push_op(url: str) -> tuple:
+def push_op(url: str) -> Op:
     request = Request(url)
     return ("P", FINGERPRINTER.fingerprint(request), 0, CODEC.encode(request), 0)
 
