@@ -109,7 +109,7 @@ def _offsets_in_parallel(fps: list[bytes]) -> list[list[int]]:
     return merged
 
 
-def scrapy_redis_bloomfilter(url: str, inserts: list[bytes], fresh: list[bytes]) -> dict:
+def scrapy_redis_bloomfilter(url: str, inserts: list[bytes], fresh: list[bytes]) -> dict[str, Any]:
     """Its own hash functions and bit layout; SETBIT/GETBIT pipelined to spare the wall time."""
     client = redis.Redis.from_url(url)
     key = "bench:bloomfilter"
@@ -132,7 +132,7 @@ def scrapy_redis_bloomfilter(url: str, inserts: list[bytes], fresh: list[bytes])
             "false_positives": wrong, "insert_s": None}
 
 
-def _chunks(items: list, size: int) -> list[list]:
+def _chunks(items: list[list[int]], size: int) -> list[list[list[int]]]:
     return [items[i:i + size] for i in range(0, len(items), size)]
 
 

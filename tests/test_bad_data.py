@@ -6,13 +6,14 @@ from pathlib import Path
 
 from scrapy_clustersync.store import JobStore, Push, make_client
 from scrapy_clustersync.store.job import new_call_id
+from testkit.redis_server import RedisServer
 
-from conftest import RedisFactory, SiteFactory
+from conftest import SiteFactory
 from support import missing_pages, project_with_spiders, start_node, wait_all
 
 
 def test_an_undecodable_queue_entry_is_dead_lettered_and_the_crawl_completes(
-    redis_server: RedisFactory, site: SiteFactory, tmp_path: Path
+    redis_server: RedisServer, site: SiteFactory, tmp_path: Path
 ) -> None:
     # given a job whose queue holds an entry no node can decode
     web = site(100)
@@ -47,7 +48,7 @@ BAD_META_SPIDER = '''
 
 
 def test_a_request_with_unencodable_meta_gets_a_clear_error_and_the_crawl_goes_on(
-    redis_server: RedisFactory, site: SiteFactory, tmp_path: Path
+    redis_server: RedisServer, site: SiteFactory, tmp_path: Path
 ) -> None:
     # given a spider that yields one request whose meta holds a live object
     project = project_with_spiders(tmp_path, "badmeta", BAD_META_SPIDER)
@@ -76,7 +77,7 @@ def test_a_node_that_cannot_reach_redis_at_start_says_so_and_stops(
 
 
 def test_a_bad_setting_stops_the_node_with_the_setting_named(
-    redis_server: RedisFactory, site: SiteFactory, tmp_path: Path
+    redis_server: RedisServer, site: SiteFactory, tmp_path: Path
 ) -> None:
     web = site(5)
     node = start_node("node1", redis_server.url, web.start_url, tmp_path,

@@ -9,6 +9,7 @@ import multiprocessing
 import random
 import threading
 from pathlib import Path
+from typing import cast
 
 import pytest
 import redis
@@ -21,6 +22,7 @@ from scrapy_clustersync.config import DedupSettings
 from scrapy_clustersync.keys import JobKeys
 from scrapy_clustersync.store import JobStore, Op, Push, StoreError, make_client
 from scrapy_clustersync.store.job import new_call_id
+from testkit.redis_server import RedisServer
 
 from conftest import RedisFactory, SiteFactory
 from support import missing_pages, pages_fetched_twice, start_nodes, wait_all
@@ -50,7 +52,7 @@ def random_fingerprints(count: int, seed: int) -> list[bytes]:
 
 
 def test_the_filter_grows_past_its_capacity_and_stays_within_its_error_rate(
-    redis_server: RedisFactory,
+    redis_server: RedisServer,
 ) -> None:
     # given a filter planned for 1,000 URLs at 1%
     store, epoch = bloom_store(redis_server.url, capacity=1000, error=0.01)
@@ -62,7 +64,7 @@ def test_the_filter_grows_past_its_capacity_and_stays_within_its_error_rate(
     assert false_positives / 50_000 <= 1.2 * 0.01
 
 
-def test_known_urls_are_always_filtered(redis_server: RedisFactory) -> None:
+def test_known_urls_are_always_filtered(redis_server: RedisServer) -> None:
     store, epoch = bloom_store(redis_server.url, capacity=500, error=0.001)
     known = random_fingerprints(3000, seed=3)
     insert(store, epoch, known)
@@ -81,7 +83,7 @@ def push_same_urls(url: str, seed: int) -> None:
 
 
 def test_two_processes_pushing_the_same_10000_urls_queue_each_exactly_once(
-    redis_server: RedisFactory,
+    redis_server: RedisServer,
 ) -> None:
     context = multiprocessing.get_context("spawn")
     workers = [context.Process(target=push_same_urls, args=(redis_server.url, seed))
@@ -108,14 +110,14 @@ def test_the_filter_survives_a_redis_restart_with_persistence(redis_factory: Red
     assert insert(store, epoch, random_fingerprints(100, seed=5))[0] >= 99
 
 
-def test_the_jobs_own_dedup_settings_win_over_a_late_nodes(redis_server: RedisFactory) -> None:
+def test_the_jobs_own_dedup_settings_win_over_a_late_nodes(redis_server: RedisServer) -> None:
     first, _ = bloom_store(redis_server.url, capacity=1000, error=0.001)
     late = JobStore(make_client(redis_server.url), "job", "n2", DedupSettings("exact"))
     late.join(ttl_ms=1000)
     assert late.dedup == first.dedup == DedupSettings("bloom", 1000, 0.001)
 
 
-def test_exact_dedup_never_skips_a_new_url(redis_server: RedisFactory) -> None:
+def test_exact_dedup_never_skips_a_new_url(redis_server: RedisServer) -> None:
     store = JobStore(make_client(redis_server.url), "job", "n1", DedupSettings("exact"))
     epoch = store.join(ttl_ms=1000)[0]
     fingerprints = random_fingerprints(5000, seed=6)
@@ -125,7 +127,7 @@ def test_exact_dedup_never_skips_a_new_url(redis_server: RedisFactory) -> None:
 
 
 def test_a_20000_page_crawl_completes_through_a_filter_planned_for_1000(
-    redis_server: RedisFactory, site: SiteFactory, tmp_path: Path
+    redis_server: RedisServer, site: SiteFactory, tmp_path: Path
 ) -> None:
     # given a filter planned for 1,000 URLs (error 1e-9, so that no page is skipped by chance)
     web = site(20_000)
@@ -141,7 +143,7 @@ def test_a_20000_page_crawl_completes_through_a_filter_planned_for_1000(
     assert pages_fetched_twice(web) == {}
 
 
-def test_a_very_low_error_rate_holds_in_small_layers_too(redis_server: RedisFactory) -> None:
+def test_a_very_low_error_rate_holds_in_small_layers_too(redis_server: RedisServer) -> None:
     # with two hashes only, fingerprints agreeing on both modulo a small layer's size collide on
     # every bit: about one false positive per 200,000 lookups here instead of none
     store, epoch = bloom_store(redis_server.url, capacity=1000, error=1e-9)
@@ -182,7 +184,7 @@ def prepare_ahead(store: JobStore, epoch: str) -> list[int]:
     return grown
 
 
-def test_a_flush_that_starts_a_new_layer_allocates_none_of_it(redis_server: RedisFactory) -> None:
+def test_a_flush_that_starts_a_new_layer_allocates_none_of_it(redis_server: RedisServer) -> None:
     # given a filter planned for 2M URLs (its second layer is 9 MB) whose first layer is 95% full
     store, epoch = with_first_layer_holding(redis_server.url, 2_000_000, entries=1_900_000)
     second = layer(BloomParams(2_000_000, 0.001), 1)
@@ -242,7 +244,7 @@ def test_a_layer_past_maxmemory_is_refused_and_the_batch_applies_later_once(
 
 
 def test_layers_prepared_ahead_keep_every_count_and_filter_every_known_url(
-    redis_server: RedisFactory,
+    redis_server: RedisServer,
 ) -> None:
     # given a filter planned for 1,000 URLs at 1e-9 (so that no new URL is skipped by chance)
     store, epoch = bloom_store(redis_server.url, capacity=1000, error=1e-9)
@@ -261,7 +263,8 @@ def test_layers_prepared_ahead_keep_every_count_and_filter_every_known_url(
 
 def chunks_of(client: redis.Redis, index: int) -> list[bytes | None]:
     shape = layer(BloomParams(1000, 1e-9), index)
-    return [client.get(JobKeys("job").bloom_chunk(index, c)) for c in range(shape.chunks)]
+    chunks = [client.get(JobKeys("job").bloom_chunk(index, c)) for c in range(shape.chunks)]
+    return cast("list[bytes | None]", chunks)  # make_client's replies are raw bytes
 
 
 def push_and_prepare(
@@ -279,11 +282,12 @@ def push_and_prepare(
 
 
 def test_two_nodes_allocating_the_same_layers_at_once_leave_every_chunk_whole(
-    redis_server: RedisFactory,
+    redis_server: RedisServer,
 ) -> None:
     # given two nodes of a filter planned for 1,000 URLs, with 2,500 of their 5,000 URLs in common
     urls = random_fingerprints(7500, seed=15)
-    start, errors = threading.Barrier(2), []
+    start = threading.Barrier(2)
+    errors: list[Exception] = []
     nodes = [threading.Thread(target=push_and_prepare,
                               args=(redis_server.url, part, name, start, errors))
              for name, part in (("a", urls[:5000]), ("b", urls[2500:]))]
@@ -305,7 +309,7 @@ def test_two_nodes_allocating_the_same_layers_at_once_leave_every_chunk_whole(
 
 
 def test_a_node_behind_on_a_layer_never_rewrites_it_once_it_is_in_use(
-    redis_server: RedisFactory,
+    redis_server: RedisServer,
 ) -> None:
     # given node b, which saw the second layer due, and node a, which then allocated it, took it
     # into use and set bits in it
@@ -324,7 +328,7 @@ def test_a_node_behind_on_a_layer_never_rewrites_it_once_it_is_in_use(
 
 
 def test_preparing_a_layer_leaves_a_chunk_that_already_exists_untouched(
-    redis_server: RedisFactory,
+    redis_server: RedisServer,
 ) -> None:
     # given a chunk of the second layer that exists and holds bits though the job's record says
     # none of that layer is allocated (a lost record, or a node of another version)
@@ -343,7 +347,7 @@ def test_preparing_a_layer_leaves_a_chunk_that_already_exists_untouched(
 
 
 def test_purge_deletes_layers_prepared_ahead_and_status_counts_them_apart(
-    redis_server: RedisFactory,
+    redis_server: RedisServer,
 ) -> None:
     # given a job whose second layer was allocated ahead of need
     store, epoch = bloom_store(redis_server.url, capacity=1000, error=0.001)

@@ -7,8 +7,7 @@ import subprocess
 import sys
 
 from scrapy_clustersync.store import JobStore, make_client
-
-from conftest import RedisFactory
+from testkit.redis_server import RedisServer
 
 
 def clustersync(*args: str, url: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -17,7 +16,7 @@ def clustersync(*args: str, url: str | None = None) -> subprocess.CompletedProce
                           capture_output=True, text=True, timeout=60)
 
 
-def test_seed_then_status_shows_the_queue(redis_server: RedisFactory) -> None:
+def test_seed_then_status_shows_the_queue(redis_server: RedisServer) -> None:
     seeded = clustersync("seed", "shop", "http://a/1", "http://a/2", "http://a/1",
                          url=redis_server.url)
     assert seeded.returncode == 0, seeded.stderr
@@ -30,7 +29,7 @@ def test_seed_then_status_shows_the_queue(redis_server: RedisFactory) -> None:
     assert "expected error rate now" in text
 
 
-def test_purge_needs_yes_and_then_deletes_only_that_job(redis_server: RedisFactory) -> None:
+def test_purge_needs_yes_and_then_deletes_only_that_job(redis_server: RedisServer) -> None:
     clustersync("seed", "shop", "http://a/1", url=redis_server.url)
     clustersync("seed", "other", "http://a/1", url=redis_server.url)
     refused = clustersync("purge", "shop", url=redis_server.url)
@@ -41,7 +40,7 @@ def test_purge_needs_yes_and_then_deletes_only_that_job(redis_server: RedisFacto
     assert JobStore(client, "other", "t").status().queued == 1
 
 
-def test_status_of_a_job_that_does_not_exist_is_a_clear_error(redis_server: RedisFactory) -> None:
+def test_status_of_a_job_that_does_not_exist_is_a_clear_error(redis_server: RedisServer) -> None:
     missing = clustersync("status", "nope", url=redis_server.url)
     assert missing.returncode != 0 and "job 'nope' does not exist" in missing.stderr
 

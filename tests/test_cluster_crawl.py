@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import RedisFactory, SiteFactory
+from testkit.redis_server import RedisServer
+
+from conftest import ProxyFactory, RedisFactory, SiteFactory
 from support import (
     missing_pages,
     pages_fetched,
@@ -20,7 +22,7 @@ from support import (
 
 
 def test_two_nodes_fetch_every_page_exactly_once(
-    redis_server: RedisFactory, site: SiteFactory, tmp_path: Path
+    redis_server: RedisServer, site: SiteFactory, tmp_path: Path
 ) -> None:
     # given a 400-page site and two nodes on one Redis
     web = site(400)
@@ -37,7 +39,7 @@ def test_two_nodes_fetch_every_page_exactly_once(
 
 
 def test_three_nodes_fetch_each_page_once_and_the_start_page_once(
-    redis_server: RedisFactory, site: SiteFactory, tmp_path: Path
+    redis_server: RedisServer, site: SiteFactory, tmp_path: Path
 ) -> None:
     # given three nodes whose spiders all have a start() yielding page 0
     web = site(300, delay_s=0.005)
@@ -57,7 +59,7 @@ def test_three_nodes_fetch_each_page_once_and_the_start_page_once(
 
 
 def test_a_node_joining_after_start_does_not_seed_again(
-    redis_server: RedisFactory, site: SiteFactory, tmp_path: Path
+    redis_server: RedisServer, site: SiteFactory, tmp_path: Path
 ) -> None:
     # given a finished crawl
     web = site(50)
@@ -73,7 +75,7 @@ def test_a_node_joining_after_start_does_not_seed_again(
 
 
 def test_killed_node_loses_no_page_and_its_restart_joins_in(
-    redis_server: RedisFactory, site: SiteFactory, tmp_path: Path
+    redis_server: RedisServer, site: SiteFactory, tmp_path: Path
 ) -> None:
     # given two nodes crawling a slow site
     web = site(600, delay_s=0.01)
@@ -115,7 +117,8 @@ def test_redis_restart_mid_crawl_loses_nothing(
 
 @pytest.mark.parametrize("blackhole", [False, True], ids=["refused", "replies-lost"])
 def test_redis_unreachable_longer_than_a_lease_loses_nothing(
-    blackhole: bool, redis_server: RedisFactory, site: SiteFactory, proxy_factory, tmp_path: Path
+    blackhole: bool, redis_server: RedisServer, site: SiteFactory, proxy_factory: ProxyFactory,
+    tmp_path: Path,
 ) -> None:
     # given two nodes that reach Redis through a proxy, with 2-second leases; with a blackhole,
     # calls under way at the cut reach Redis but their replies are lost
@@ -139,7 +142,7 @@ def test_redis_unreachable_longer_than_a_lease_loses_nothing(
 
 
 def test_redis_restarted_empty_is_reported_instead_of_recrawling(
-    redis_server: RedisFactory, site: SiteFactory, tmp_path: Path
+    redis_server: RedisServer, site: SiteFactory, tmp_path: Path
 ) -> None:
     # given two nodes crawling with a Redis that keeps nothing on disk
     web = site(500, delay_s=0.01)
@@ -155,7 +158,7 @@ def test_redis_restarted_empty_is_reported_instead_of_recrawling(
 
 
 def test_sigterm_hands_back_leases_at_once_and_loses_nothing(
-    redis_server: RedisFactory, site: SiteFactory, tmp_path: Path
+    redis_server: RedisServer, site: SiteFactory, tmp_path: Path
 ) -> None:
     # given two nodes with leases far longer than the crawl
     web = site(500, delay_s=0.01)
@@ -177,7 +180,7 @@ def test_sigterm_hands_back_leases_at_once_and_loses_nothing(
 
 
 def test_writes_a_node_could_not_send_before_stopping_are_sent_by_the_next_node(
-    redis_server: RedisFactory, site: SiteFactory, proxy_factory, tmp_path: Path
+    redis_server: RedisServer, site: SiteFactory, proxy_factory: ProxyFactory, tmp_path: Path
 ) -> None:
     # given a node crawling through a proxy to Redis
     proxy = proxy_factory(redis_server)

@@ -71,7 +71,9 @@ def tls_redis(redis_factory: RedisFactory, tmp_path: Path) -> tuple[int, dict[st
     return tls_port, certs
 
 
-def test_tls_with_a_ca_and_a_client_certificate(redis_factory: RedisFactory, tmp_path: Path):
+def test_tls_with_a_ca_and_a_client_certificate(
+    redis_factory: RedisFactory, tmp_path: Path
+) -> None:
     tls_port, certs = tls_redis(redis_factory, tmp_path)
     url = f"rediss://127.0.0.1:{tls_port}/0"
     tls = TlsOptions(ca_certs=str(certs["ca"]), certfile=str(certs["client"]),

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from testkit.redis_server import free_port
+from testkit.redis_server import RedisServer, free_port
 
-from conftest import RedisFactory, SiteFactory
+from conftest import SiteFactory
 from support import (
     marks,
     missing_pages,
@@ -108,7 +108,7 @@ def project(tmp_path: Path) -> Path:
 
 @pytest.mark.parametrize("reactor", ["asyncio", "select"])
 def test_a_page_is_not_acked_before_its_links_are_queued_however_slow_its_items(
-    reactor: str, redis_server: RedisFactory, site: SiteFactory, project: Path, tmp_path: Path
+    reactor: str, redis_server: RedisServer, site: SiteFactory, project: Path, tmp_path: Path
 ) -> None:
     # given a listing spider whose item pipeline is stuck on the last items of page 0, while
     # the links page 0 yielded after its items wait behind them (2 items at a time)
@@ -136,7 +136,7 @@ def test_a_page_is_not_acked_before_its_links_are_queued_however_slow_its_items(
 
 
 def test_a_request_whose_errback_ran_is_done_and_a_leaving_node_does_not_hand_it_back(
-    redis_server: RedisFactory, site: SiteFactory, project: Path, tmp_path: Path
+    redis_server: RedisServer, site: SiteFactory, project: Path, tmp_path: Path
 ) -> None:
     # given a node on a slow crawl with one request that fails and has an errback
     web = site(300, delay_s=0.05)
@@ -161,7 +161,7 @@ def test_a_request_whose_errback_ran_is_done_and_a_leaving_node_does_not_hand_it
 
 
 def test_the_job_waits_for_start_and_a_live_node_finishes_it_when_its_node_dies(
-    redis_server: RedisFactory, site: SiteFactory, project: Path, tmp_path: Path
+    redis_server: RedisServer, site: SiteFactory, project: Path, tmp_path: Path
 ) -> None:
     # given two nodes started together on a spider whose start() yields 30 pages slowly
     web = site(30)
@@ -183,7 +183,7 @@ def test_the_job_waits_for_start_and_a_live_node_finishes_it_when_its_node_dies(
 
 
 def test_redis_rolled_back_to_an_older_snapshot_loses_no_page(
-    redis_server: RedisFactory, site: SiteFactory, tmp_path: Path
+    redis_server: RedisServer, site: SiteFactory, tmp_path: Path
 ) -> None:
     # given two nodes crawling, and a snapshot of Redis taken mid-crawl
     web = site(500, delay_s=0.01)
@@ -203,7 +203,7 @@ def test_redis_rolled_back_to_an_older_snapshot_loses_no_page(
 
 
 def test_start_runs_again_when_redis_comes_back_older_than_its_end(
-    redis_server: RedisFactory, site: SiteFactory, project: Path, tmp_path: Path
+    redis_server: RedisServer, site: SiteFactory, project: Path, tmp_path: Path
 ) -> None:
     # given a node whose start() yields 30 pages slowly, crawled one at a time from a slow site
     web = site(30, delay_s=0.3)
@@ -226,7 +226,7 @@ def test_start_runs_again_when_redis_comes_back_older_than_its_end(
 
 
 def test_a_node_frozen_longer_than_its_leases_loses_nothing_when_it_wakes(
-    redis_server: RedisFactory, site: SiteFactory, tmp_path: Path
+    redis_server: RedisServer, site: SiteFactory, tmp_path: Path
 ) -> None:
     # given two nodes crawling with 3-second leases
     web = site(400, delay_s=0.01)

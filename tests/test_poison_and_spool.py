@@ -17,7 +17,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import msgpack
 import pytest
@@ -94,8 +94,10 @@ def store_factory(server: RedisServer, dedup: DedupSettings = BLOOM
 
 def queued_urls(store: JobStore) -> Counter[str]:
     """URL -> how many times it is queued (read, not leased)."""
-    ids = store.client.zrange(store.keys.queue, 0, -1)
-    blobs = store.client.hmget(store.keys.entries, ids) if ids else []
+    # bytes: make_client's replies are raw (redis-py types replies for decode_responses too),
+    # and every queued id has its entry
+    ids = cast("list[bytes]", store.client.zrange(store.keys.queue, 0, -1))
+    blobs = cast("list[bytes]", store.client.hmget(store.keys.entries, ids) if ids else [])
     return Counter(CODEC.decode(blob).url for blob in blobs)
 
 
@@ -105,9 +107,9 @@ def leased_urls(store: JobStore, epoch: str) -> Counter[str]:
     return Counter(CODEC.decode(blob).url for _, blob in leased)
 
 
-def job_keys(store: JobStore) -> dict[bytes, bytes]:
+def job_keys(store: JobStore) -> dict[bytes, bytes | None]:
     """Every key of the job with its serialized value: equal snapshots = nothing changed."""
-    names = store.client.keys(f"clustersync:{{{JOB}}}:*")
+    names = cast("list[bytes]", store.client.keys(f"clustersync:{{{JOB}}}:*"))  # raw replies
     return {name: store.client.dump(name) for name in names}
 
 

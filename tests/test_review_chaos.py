@@ -14,10 +14,12 @@ import time
 from pathlib import Path
 
 import pytest
-from test_review_findings import node_env, project  # noqa: F401  (fixture)
+from test_review_findings import project  # noqa: F401  (fixture)
 
-from conftest import RedisFactory, SiteFactory
-from support import Node, pages_fetched_twice, start_node, wait_all
+from testkit.redis_server import RedisServer
+
+from conftest import SiteFactory
+from support import Node, node_env, pages_fetched_twice, start_node, wait_all
 
 RUNS = int(os.environ.get("REVIEW_CHAOS_RUNS", "1"))
 PAGES = int(os.environ.get("REVIEW_CHAOS_PAGES", "400"))
@@ -30,7 +32,7 @@ REACTORS = {"asyncio": {},
 @pytest.mark.parametrize("run", range(RUNS), ids=lambda run: f"run{run + 1}")
 @pytest.mark.parametrize("reactor", sorted(REACTORS))
 def test_chaos_spider_loses_no_page_under_random_kills(
-    reactor: str, run: int, redis_server: RedisFactory, site: SiteFactory, project: Path,  # noqa: F811
+    reactor: str, run: int, redis_server: RedisServer, site: SiteFactory, project: Path,  # noqa: F811
     tmp_path: Path,
 ) -> None:
     seed = int(os.environ.get("REVIEW_CHAOS_SEED") or random.SystemRandom().randrange(2**32))

@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import RedisFactory, SiteFactory
+from testkit.redis_server import RedisServer
+
+from conftest import SiteFactory
 from support import (
     marks,
     missing_pages,
@@ -263,7 +265,7 @@ def project(tmp_path: Path) -> Path:
 
 
 def test_a_start_that_raises_does_not_hang_the_job_for_ever(
-    redis_server: RedisFactory, site: SiteFactory, project: Path, tmp_path: Path
+    redis_server: RedisServer, site: SiteFactory, project: Path, tmp_path: Path
 ) -> None:
     """start() yields page 0 and then raises. Plain Scrapy crawls what start() yielded and
     closes with reason "start_error". Here the node never calls start_exhausted() (the
@@ -278,7 +280,7 @@ def test_a_start_that_raises_does_not_hang_the_job_for_ever(
 
 
 def test_a_page_whose_callback_raised_closespider_is_crawled_again_by_the_cluster(
-    redis_server: RedisFactory, site: SiteFactory, project: Path, tmp_path: Path
+    redis_server: RedisServer, site: SiteFactory, project: Path, tmp_path: Path
 ) -> None:
     """A chain of 20 pages (page i links to page i+1 only). The first node raises CloseSpider
     ("banned") in the callback of page 5, as spiders do when they see a ban page: that node
@@ -299,7 +301,7 @@ def test_a_page_whose_callback_raised_closespider_is_crawled_again_by_the_cluste
 
 
 def test_an_item_yielded_by_start_goes_through_the_pipelines_even_if_its_node_is_killed(
-    redis_server: RedisFactory, site: SiteFactory, project: Path, tmp_path: Path
+    redis_server: RedisServer, site: SiteFactory, project: Path, tmp_path: Path
 ) -> None:
     """start() yields an item, then page 0. Scrapy sends start() items to the pipelines without
     waiting (ExecutionEngine._process_start_next -> Scraper._start_itemproc_nowait), and
@@ -329,7 +331,7 @@ def test_an_item_yielded_by_start_goes_through_the_pipelines_even_if_its_node_is
 
 
 def test_start_lost_by_a_rollback_is_run_again_when_the_node_that_ran_it_has_left(
-    redis_server: RedisFactory, site: SiteFactory, project: Path, tmp_path: Path
+    redis_server: RedisServer, site: SiteFactory, project: Path, tmp_path: Path
 ) -> None:
     """Node "runner" runs start() (30 pages, slowly); node "other" waits for it. Redis is saved
     while start() is under way. start() ends, "runner" leaves (SIGTERM: scale-down, deploy),
@@ -359,7 +361,7 @@ def test_start_lost_by_a_rollback_is_run_again_when_the_node_that_ran_it_has_lef
 
 
 def test_start_run_again_after_a_rollback_includes_what_spider_middlewares_add(
-    redis_server: RedisFactory, site: SiteFactory, project: Path, tmp_path: Path
+    redis_server: RedisServer, site: SiteFactory, project: Path, tmp_path: Path
 ) -> None:
     """As test_guarantees::test_start_runs_again_when_redis_comes_back_older_than_its_end, but
     the start requests come from a spider middleware's process_start (as plugins that read
@@ -385,7 +387,7 @@ def test_start_run_again_after_a_rollback_includes_what_spider_middlewares_add(
 
 
 def test_start_requests_lost_by_a_rollback_while_start_runs_are_yielded_again(
-    redis_server: RedisFactory, site: SiteFactory, project: Path, tmp_path: Path
+    redis_server: RedisServer, site: SiteFactory, project: Path, tmp_path: Path
 ) -> None:
     """As test_guarantees::test_start_runs_again_when_redis_comes_back_older_than_its_end,
     but Redis crashes back to the snapshot while start() is still running (the default Redis
@@ -409,7 +411,7 @@ def test_start_requests_lost_by_a_rollback_while_start_runs_are_yielded_again(
 
 
 def test_start_is_not_done_before_a_spider_middleware_closer_to_the_engine_is_done_with_it(
-    redis_server: RedisFactory, site: SiteFactory, project: Path, tmp_path: Path
+    redis_server: RedisServer, site: SiteFactory, project: Path, tmp_path: Path
 ) -> None:
     """ClusterSpiderMiddleware sat at order 0 and sent "S" (start() exhausted) when *its*
     iteration ended. A spider middleware at a negative order (closer to the engine) may hold
@@ -435,7 +437,7 @@ def test_start_is_not_done_before_a_spider_middleware_closer_to_the_engine_is_do
 
 
 def test_a_node_whose_reactor_is_stuck_does_not_keep_its_pages_for_ever(
-    redis_server: RedisFactory, site: SiteFactory, project: Path, tmp_path: Path
+    redis_server: RedisServer, site: SiteFactory, project: Path, tmp_path: Path
 ) -> None:
     """A node whose reactor is blocked (a synchronous call that never returns, in a callback
     or a pipeline) is as dead to the crawl as a SIGSTOPped one, but its Redis thread
@@ -462,7 +464,7 @@ def test_a_node_whose_reactor_is_stuck_does_not_keep_its_pages_for_ever(
 
 
 def test_a_retry_that_cannot_be_queued_does_not_ack_the_request_it_replaces(
-    redis_server: RedisFactory, site: SiteFactory, project: Path, tmp_path: Path
+    redis_server: RedisServer, site: SiteFactory, project: Path, tmp_path: Path
 ) -> None:
     """A chain of 10 pages. A downloader middleware keeps a live object in ``request.meta``
     (as session/proxy/browser middlewares do) and page 3's first attempt gets a 503. The

@@ -12,13 +12,13 @@ from scrapy_clustersync.config import ClusterConfig
 from scrapy_clustersync.store import JobStore, StoreError, make_client
 from scrapy_clustersync.store.job import new_call_id
 from scrapy_clustersync.worker import SyncWorker
+from testkit.redis_server import RedisServer
 
-from conftest import RedisFactory
 from support import wait_until
 
 
 def test_a_batch_redis_refuses_for_a_foreign_key_of_the_wrong_type_changes_nothing(
-    redis_server: RedisFactory,
+    redis_server: RedisServer,
 ) -> None:
     """docs/guarantees.md: "a write Redis refuses for what it holds (a bug, a foreign key of
     the wrong type): every script validates every op before its first write, so a refused
@@ -35,7 +35,7 @@ def test_a_batch_redis_refuses_for_a_foreign_key_of_the_wrong_type_changes_nothi
 
 
 def test_a_node_whose_batch_redis_refuses_for_a_wrong_type_keeps_it_and_sends_it_once_mended(
-    redis_server: RedisFactory, caplog: pytest.LogCaptureFixture
+    redis_server: RedisServer, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The same, seen from the node. A key of the job that another program overwrote is not
     the batch's fault: the node says which key and what to do, keeps its writes (nothing is

@@ -17,6 +17,7 @@ from scrapy_clustersync.store import Ack, JobStore, Push, StartDone, make_client
 from scrapy_clustersync.store.errors import RolledBack
 from scrapy_clustersync.store.job import new_call_id
 from scrapy_clustersync.worker import SyncWorker
+from testkit.redis_server import RedisServer
 
 from conftest import RedisFactory
 
@@ -101,7 +102,7 @@ def test_after_a_rollback_the_acks_of_requests_under_way_become_releases(
 
 
 def test_the_job_does_not_finish_while_start_is_claimed_and_not_exhausted(
-    redis_server: RedisFactory,
+    redis_server: RedisServer,
 ) -> None:
     # given a job whose start() is claimed by a live node and not done, every node idle
     runner, epoch = joined(redis_server, "runner")
@@ -116,7 +117,7 @@ def test_the_job_does_not_finish_while_start_is_claimed_and_not_exhausted(
 
 
 def test_a_waiting_node_takes_start_over_from_a_node_that_is_gone(
-    redis_server: RedisFactory,
+    redis_server: RedisServer,
 ) -> None:
     # given a job whose start() claim belongs to a node whose liveness ran out
     runner = JobStore(make_client(redis_server.url), "job", "runner")
@@ -132,7 +133,7 @@ def test_a_waiting_node_takes_start_over_from_a_node_that_is_gone(
 
 
 def test_a_node_busy_since_its_last_heartbeat_starts_its_idle_time_again(
-    redis_server: RedisFactory,
+    redis_server: RedisServer,
 ) -> None:
     # given a job with start() done and one node idle long enough to finish it ...
     node, epoch = joined(redis_server)

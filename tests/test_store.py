@@ -19,8 +19,7 @@ from scrapy_clustersync.store import (
     make_client,
 )
 from scrapy_clustersync.store.job import new_call_id
-
-from conftest import RedisFactory
+from testkit.redis_server import RedisServer
 
 CODEC = RequestCodec(None, max_bytes=1 << 20)
 FINGERPRINTER = RequestFingerprinter()
@@ -32,7 +31,7 @@ def push_op(url: str, priority: int = 0, dont_filter: bool = False) -> Push:
     return Push(fingerprint, priority, CODEC.encode(request), dont_filter)
 
 
-def joined(redis_server: RedisFactory, node: str = "n1", job: str = "job") -> tuple[JobStore, str]:
+def joined(redis_server: RedisServer, node: str = "n1", job: str = "job") -> tuple[JobStore, str]:
     store = JobStore(make_client(redis_server.url), job, node)
     epoch, _ = store.join(ttl_ms=10_000)
     return store, epoch
@@ -43,7 +42,7 @@ def lease_urls(store: JobStore, epoch: str, count: int = 100, lease_ms: int = 10
     return [CODEC.decode(blob).url for _, blob in leased]
 
 
-def test_higher_priority_first_and_fifo_among_equals(redis_server: RedisFactory) -> None:
+def test_higher_priority_first_and_fifo_among_equals(redis_server: RedisServer) -> None:
     store, epoch = joined(redis_server)
     ops = [push_op("http://a/1"), push_op("http://a/2", priority=5), push_op("http://a/3"),
            push_op("http://a/4", priority=-3), push_op("http://a/5", priority=5)]
@@ -53,7 +52,7 @@ def test_higher_priority_first_and_fifo_among_equals(redis_server: RedisFactory)
 
 
 def test_duplicates_are_filtered_but_dont_filter_requests_are_never_merged(
-    redis_server: RedisFactory,
+    redis_server: RedisServer,
 ) -> None:
     store, epoch = joined(redis_server)
     result = store.flush(epoch, [push_op("http://a/x"), push_op("http://a/x"),
@@ -63,7 +62,7 @@ def test_duplicates_are_filtered_but_dont_filter_requests_are_never_merged(
     assert sorted(lease_urls(store, epoch)) == ["http://a/x", "http://a/y", "http://a/y"]
 
 
-def test_a_retried_flush_changes_nothing_more(redis_server: RedisFactory) -> None:
+def test_a_retried_flush_changes_nothing_more(redis_server: RedisServer) -> None:
     # given a flush that ran but whose answer was lost (redis-py retries with the same call id)
     store, epoch = joined(redis_server)
     call_id = new_call_id()
@@ -76,7 +75,7 @@ def test_a_retried_flush_changes_nothing_more(redis_server: RedisFactory) -> Non
     assert sorted(lease_urls(store, epoch)) == ["http://a/1", "http://a/2"]
 
 
-def test_a_retried_lease_hands_out_the_same_entries(redis_server: RedisFactory) -> None:
+def test_a_retried_lease_hands_out_the_same_entries(redis_server: RedisServer) -> None:
     store, epoch = joined(redis_server)
     store.flush(epoch, [push_op(f"http://a/{i}") for i in range(6)], new_call_id())
     call_id = new_call_id()
@@ -86,7 +85,7 @@ def test_a_retried_lease_hands_out_the_same_entries(redis_server: RedisFactory) 
     assert len(lease_urls(store, epoch)) == 3  # the other three are still queued
 
 
-def test_an_expired_lease_returns_to_the_queue_and_skips_dedup(redis_server: RedisFactory) -> None:
+def test_an_expired_lease_returns_to_the_queue_and_skips_dedup(redis_server: RedisServer) -> None:
     # given node n1 leased a request and died (its lease is not renewed)
     dead, epoch = joined(redis_server, "n1")
     dead.flush(epoch, [push_op("http://a/held")], new_call_id())
@@ -100,7 +99,7 @@ def test_an_expired_lease_returns_to_the_queue_and_skips_dedup(redis_server: Red
 
 
 def test_a_late_ack_of_a_reclaimed_request_removes_it_from_the_queue(
-    redis_server: RedisFactory,
+    redis_server: RedisServer,
 ) -> None:
     store, epoch = joined(redis_server)
     store.flush(epoch, [push_op("http://a/slow")], new_call_id())
@@ -113,7 +112,7 @@ def test_a_late_ack_of_a_reclaimed_request_removes_it_from_the_queue(
     assert (status.queued, status.leased, status.counters["acked"]) == (0, 0, 1)
 
 
-def test_heartbeat_renews_leases_of_a_live_node(redis_server: RedisFactory) -> None:
+def test_heartbeat_renews_leases_of_a_live_node(redis_server: RedisServer) -> None:
     store, epoch = joined(redis_server, "n1")
     store.flush(epoch, [push_op("http://a/1")], new_call_id())
     [(entry_id, _)] = store.lease(epoch, 1, 300, new_call_id())
@@ -125,7 +124,7 @@ def test_heartbeat_renews_leases_of_a_live_node(redis_server: RedisFactory) -> N
     assert lease_urls(other, epoch) == []  # still leased to n1 after 600 ms > 300 ms
 
 
-def test_undecodable_entry_goes_to_dead_letters_with_its_reason(redis_server: RedisFactory) -> None:
+def test_undecodable_entry_goes_to_dead_letters_with_its_reason(redis_server: RedisServer) -> None:
     store, epoch = joined(redis_server)
     store.flush(epoch, [push_op("http://a/1")], new_call_id())
     [(entry_id, blob)] = store.lease(epoch, 1, 10_000, new_call_id())
@@ -137,7 +136,7 @@ def test_undecodable_entry_goes_to_dead_letters_with_its_reason(redis_server: Re
 
 
 def test_exactly_one_node_claims_start_and_a_dead_claimer_is_taken_over(
-    redis_server: RedisFactory,
+    redis_server: RedisServer,
 ) -> None:
     client = make_client(redis_server.url)
     first, second = JobStore(client, "job", "n1"), JobStore(client, "job", "n2")
@@ -151,7 +150,7 @@ def test_exactly_one_node_claims_start_and_a_dead_claimer_is_taken_over(
 
 
 def test_the_job_finishes_only_when_every_live_node_was_idle_long_enough(
-    redis_server: RedisFactory,
+    redis_server: RedisServer,
 ) -> None:
     a, epoch = joined(redis_server, "a")  # a runs start() ...
     b, _ = joined(redis_server, "b")
@@ -168,7 +167,7 @@ def test_the_job_finishes_only_when_every_live_node_was_idle_long_enough(
     assert beat(a, True) is True
 
 
-def test_scripts_refuse_to_run_on_a_job_that_vanished(redis_server: RedisFactory) -> None:
+def test_scripts_refuse_to_run_on_a_job_that_vanished(redis_server: RedisServer) -> None:
     store, epoch = joined(redis_server)
     assert store.purge() > 0
     with pytest.raises(StateLost):
@@ -177,7 +176,7 @@ def test_scripts_refuse_to_run_on_a_job_that_vanished(redis_server: RedisFactory
         store.lease(epoch, 1, 1000, new_call_id())
 
 
-def test_jobs_on_one_redis_do_not_touch_each_other(redis_server: RedisFactory) -> None:
+def test_jobs_on_one_redis_do_not_touch_each_other(redis_server: RedisServer) -> None:
     one, epoch_one = joined(redis_server, job="one")
     two, epoch_two = joined(redis_server, job="two")
     one.flush(epoch_one, [push_op("http://a/1")], new_call_id())

@@ -12,12 +12,11 @@ from scrapy_clustersync.keys import JobKeys
 from scrapy_clustersync.store import JobStore, Push, make_client
 from scrapy_clustersync.store.job import new_call_id
 from scrapy_clustersync.worker import SyncWorker
-
-from conftest import RedisFactory
+from testkit.redis_server import RedisServer
 
 
 def test_close_hands_back_what_a_lease_call_with_a_lost_answer_took(
-    redis_server: RedisFactory,
+    redis_server: RedisServer,
 ) -> None:
     # given a node whose lease call ran in Redis but whose answer never arrived
     config = ClusterConfig.from_settings(
@@ -41,7 +40,7 @@ def test_close_hands_back_what_a_lease_call_with_a_lost_answer_took(
 
 
 def test_the_worker_allocates_the_next_bloom_layer_before_a_batch_needs_it(
-    redis_server: RedisFactory,
+    redis_server: RedisServer,
 ) -> None:
     # given a node of a job whose first Bloom layer (capacity 10,000) is 95% full
     config = ClusterConfig.from_settings(

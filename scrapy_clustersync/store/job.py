@@ -224,7 +224,9 @@ class JobStore:
             return False
         return self._bloom_prep.step(epoch, self._bloom_params())
 
-    def _flush_call(self, epoch: str, ops: Sequence[Op], call_id: str) -> tuple[list, list]:
+    def _flush_call(
+        self, epoch: str, ops: Sequence[Op], call_id: str
+    ) -> tuple[list[str], list[Any]]:
         k = self.keys
         keys = [k.meta, k.queue, k.entries, k.deadlines, k.leased, k.seen, k.stats, k.dead,
                 k.last_call(self.node_id), k.bloom]

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import MutableMapping
+from typing import cast
+
 import pytest
 from scrapy.settings import Settings
 from scrapy.utils.conf import build_component_list
@@ -31,6 +34,15 @@ def settings_after_addon(**project: object) -> Settings:
     return settings
 
 
+def spider_middlewares(settings: Settings) -> MutableMapping[object, int | None]:
+    """SPIDER_MIDDLEWARES with its base: component (a class or its import path) -> order.
+
+    A cast: Scrapy types the keys of settings as str, but a component priority dict is keyed by
+    classes too (the add-on adds its middleware as a class).
+    """
+    return cast("MutableMapping[object, int | None]", settings.getwithbase("SPIDER_MIDDLEWARES"))
+
+
 def test_the_addon_makes_the_cluster_scheduler_the_nodes_scheduler() -> None:
     # given a project with the add-on
     # when the add-on updates its settings
@@ -45,7 +57,7 @@ def test_the_cluster_spider_middleware_runs_nearest_the_engine_before_the_projec
     settings = settings_after_addon(SPIDER_MIDDLEWARES={ProjectSpiderMiddleware: -1000})
     # then the cluster's middleware is at its ORDER, first of all: what it sees of start()
     # is what the engine gets
-    middlewares = settings.getwithbase("SPIDER_MIDDLEWARES")
+    middlewares = spider_middlewares(settings)
     assert middlewares[ClusterSpiderMiddleware] == ORDER
     assert build_component_list(middlewares)[0] is ClusterSpiderMiddleware
 
@@ -55,7 +67,7 @@ def test_the_projects_own_spider_middlewares_keep_their_order() -> None:
     # when the add-on updates its settings
     settings = settings_after_addon(SPIDER_MIDDLEWARES={ProjectSpiderMiddleware: -1000})
     # then that middleware is still there, at the project's order
-    assert settings.getwithbase("SPIDER_MIDDLEWARES")[ProjectSpiderMiddleware] == -1000
+    assert spider_middlewares(settings)[ProjectSpiderMiddleware] == -1000
 
 
 def test_the_addon_enables_the_node_lifecycle_extension() -> None:

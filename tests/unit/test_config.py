@@ -30,7 +30,7 @@ def test_defaults_need_no_tuning() -> None:
         ({"CLUSTERSYNC_BATCH_SIZE": 10**6}, "CLUSTERSYNC_BATCH_SIZE = 1000000 is too large"),
     ],
 )
-def test_bad_settings_are_refused_by_name(settings: dict, message: str) -> None:
+def test_bad_settings_are_refused_by_name(settings: dict[str, object], message: str) -> None:
     with pytest.raises(ConfigError, match=message.replace("{", r"\{").replace("(", r"\(")):
         config(**settings)
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
+from typing import cast
 
 import pytest
 from scrapy import Request
-from scrapy.utils.request import RequestFingerprinter
+from scrapy.utils.request import RequestFingerprinter, RequestFingerprinterProtocol
 
 from scrapy_clustersync.dupefilter import ClusterDupeFilter, RecentFingerprints, cluster_fingerprint
 
@@ -87,7 +88,9 @@ def test_a_fingerprint_that_is_neither_bytes_nor_str_is_a_type_error_naming_the_
 
 def test_a_custom_fingerprinter_giving_str_dedups_requests_by_its_fingerprint() -> None:
     # given a node whose project fingerprints requests by their URL, as str
-    dupes = ClusterDupeFilter(TextFingerprinter(), Counter(), cache_size=100)
+    # (not the protocol, which says bytes: the filter must cope with a project's str)
+    fingerprinter = cast("RequestFingerprinterProtocol", TextFingerprinter())
+    dupes = ClusterDupeFilter(fingerprinter, Counter(), cache_size=100)
     # when it fingerprints two requests for one URL and one for another
     first, again = dupes.fingerprint(Request("http://a/1")), dupes.fingerprint(Request("http://a/1"))
     other = dupes.fingerprint(Request("http://a/2"))
@@ -97,7 +100,9 @@ def test_a_custom_fingerprinter_giving_str_dedups_requests_by_its_fingerprint() 
 
 def test_a_custom_fingerprinter_giving_an_int_stops_the_request_with_a_clear_type_error() -> None:
     # given a node whose project fingerprinter is broken
-    dupes = ClusterDupeFilter(NumberFingerprinter(), Counter(), cache_size=100)
+    # (not the protocol, which says bytes: the filter must refuse it clearly at run time)
+    fingerprinter = cast("RequestFingerprinterProtocol", NumberFingerprinter())
+    dupes = ClusterDupeFilter(fingerprinter, Counter(), cache_size=100)
     # when it fingerprints a request
     # then the error names the setting to fix, not a failure deep in Redis
     with pytest.raises(TypeError, match="returned int; REQUEST_FINGERPRINTER_CLASS must return"):
