@@ -6,7 +6,7 @@ a unit test can hand it a fake; nothing on the reactor side reads the thread's s
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -25,8 +25,8 @@ STATE_LOST = "clustersync_state_lost"
 class Undelivered:
     """What a closing node could not send: the batch in doubt (with its call id) and the rest."""
 
-    pending: tuple[str, list[Op]] | None = None
-    ops: list[Op] = field(default_factory=list)
+    pending: tuple[str, Sequence[Op]] | None = None
+    ops: Sequence[Op] = field(default_factory=list)
     #: the node's write counter as Redis last confirmed it (checked again on replay)
     writes_seen: int = 0
 

@@ -60,11 +60,12 @@ class SpoolFile:
     batches: Batches
 
     def to_bytes(self) -> bytes:
-        return msgpack.packb({
+        packed: bytes = msgpack.packb({
             "format": SPOOL_FORMAT, "job": self.job, "node": self.node, "epoch": self.epoch,
             "writes_seen": self.writes_seen,
             "batches": [[call_id, [op.args() for op in ops]] for call_id, ops in self.batches],
         }, use_bin_type=True)
+        return packed
 
     @classmethod
     def from_data(cls, data: dict[str, Any]) -> SpoolFile:
@@ -89,8 +90,9 @@ class Spool:
         """Keep ``undelivered`` on disk, cut into batches that each have their call id now."""
         batches: Batches = []
         if undelivered.pending is not None:
-            batches.append(undelivered.pending)
-        rest = undelivered.ops
+            call_id, in_doubt = undelivered.pending
+            batches.append((call_id, list(in_doubt)))
+        rest = list(undelivered.ops)
         for start in range(0, len(rest), batch_size):
             batches.append((new_call_id(), rest[start:start + batch_size]))
         self.directory.mkdir(parents=True, exist_ok=True)

@@ -53,6 +53,7 @@ def test_the_bloom_layout_the_flush_script_stores_parses_to_the_layer_it_was_giv
     store.flush(epoch, [Push(b"\x01" * 20, 0, b"blob")], new_call_id())
     # when its layout is read back
     raw = store.client.hget(store.keys.bloom, "layout0")
+    assert isinstance(raw, bytes)
     # then it is the layout of layer 0, field by field, and status counts its bytes
     first = layer(BloomParams(BLOOM.bloom_capacity, BLOOM.bloom_error_rate), 0)
     parsed = BloomLayout.parse(raw)
@@ -69,6 +70,7 @@ def test_the_lease_value_the_lease_script_stores_names_the_queue_score_and_the_n
     entry_id, _ = leased_entry(store, epoch, priority=7)
     # when its lease value is read back
     raw = store.client.hget(store.keys.leased, entry_id)
+    assert isinstance(raw, bytes)
     # then it holds the entry's queue score (-priority) and the node
     assert LeaseValue.parse(raw) == LeaseValue(-7.0, "n1")
     assert LeaseValue(-7.0, "n1").format() == raw.decode()
@@ -123,6 +125,7 @@ def test_the_node_record_a_heartbeat_stores_parses_back_to_what_the_node_sent(
                     idle_after_ms=1000, lease_ids=[])
     # when the record is read back
     raw = store.client.hget(store.keys.node_info, "n1")
+    assert isinstance(raw, bytes)
     # then it is what the node sent, and status shows it with the node's liveness
     assert parse_node_record(raw) == info
     [node] = store.status().nodes

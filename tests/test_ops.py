@@ -40,15 +40,13 @@ from testkit.redis_server import RedisServer
 
 CODEC = RequestCodec(None, max_bytes=1 << 20)
 FINGERPRINT = b"\x05" * 20
-ONE_OF_EACH: list[Op] = [
-    Push(FINGERPRINT, -3, CODEC.encode(Request("http://a/page")), dont_filter=False),
-    Push(b"", 7, CODEC.encode(Request("http://a/again")), dont_filter=True),
-    Ack("00000000000000011234abcd"),
-    Release("00000000000000021234abcd"),
-    DeadLetterEntry("00000000000000031234abcd", "cannot be decoded"),
-    DeadLetterWrite("refused by Redis: test", b"record"),
-    StartDone(),
-]
+PUSH = Push(FINGERPRINT, -3, CODEC.encode(Request("http://a/page")), dont_filter=False)
+PUSH_AGAIN = Push(b"", 7, CODEC.encode(Request("http://a/again")), dont_filter=True)
+ACK = Ack("00000000000000011234abcd")
+RELEASE = Release("00000000000000021234abcd")
+DEAD = DeadLetterEntry("00000000000000031234abcd", "cannot be decoded")
+REFUSED = DeadLetterWrite("refused by Redis: test", b"record")
+ONE_OF_EACH: list[Op] = [PUSH, PUSH_AGAIN, ACK, RELEASE, DEAD, REFUSED, StartDone()]
 
 
 class RawOp:
@@ -78,7 +76,8 @@ def test_every_op_reads_back_from_its_script_arguments_after_a_msgpack_round_tri
 
 
 def test_the_script_arguments_are_the_opcode_then_the_fields_flush_lua_reads() -> None:
-    push, again, ack, release, dead, refused, start = ONE_OF_EACH
+    push, again, ack, release, dead, refused, start = (
+        PUSH, PUSH_AGAIN, ACK, RELEASE, DEAD, REFUSED, StartDone())
     assert push.args() == ["P", FINGERPRINT, -3, push.request, 0]
     assert again.args() == ["P", b"", 7, again.request, 1]
     assert ack.args() == ["A", ack.entry_id]
@@ -124,11 +123,11 @@ def test_arguments_that_are_no_op_of_this_version_are_refused_with_the_reason(
 
 
 def test_a_refused_write_becomes_a_dead_letter_that_keeps_what_it_was() -> None:
-    push, ack = ONE_OF_EACH[0], ONE_OF_EACH[2]
+    push, ack = PUSH, ACK
     assert dead_letter_for(push, "why") == DeadLetterWrite("refused by Redis: why", push.request)
     assert dead_letter_for(ack, "why") == DeadLetterWrite(
         "refused by Redis: why", msgpack.packb(ack.args(), use_bin_type=True))
-    assert dead_letter_for(ONE_OF_EACH[5], "why") is None  # even the dead letter was refused
+    assert dead_letter_for(REFUSED, "why") is None  # even the dead letter was refused
     assert ack.as_release() == Release(ack.entry_id)
 
 

@@ -63,6 +63,11 @@ RACES, RACING_NODES = 5, 40
 
 
 # ---- helpers -------------------------------------------------------------------------------
+def pushed(op: Op) -> Push:
+    assert isinstance(op, Push)
+    return op
+
+
 def push(url: str, dont_filter: bool = False, fingerprint: bytes | None = None) -> Push:
     """A push op as the scheduler builds it; ``fingerprint`` overrides Scrapy's (malformed)."""
     request = Request(url, dont_filter=dont_filter)
@@ -227,11 +232,11 @@ def test_a_malformed_push_goes_to_the_dead_letters_and_the_rest_is_applied_once(
     store.flush(epoch, [push("http://a/done")], new_call_id())
     [(done_id, _)] = store.lease(epoch, 1, 60_000, new_call_id())
     bad = push("http://a/c", fingerprint=b"\x07" * 8)
-    stream = [push("http://a/a", dont_filter=True), push("http://a/b"), bad, push("http://a/d"),
+    stream: list[Op] = [push("http://a/a", dont_filter=True), push("http://a/b"), bad, push("http://a/d"),
               Ack(done_id)]
     later = [push(f"http://a/later{i}") for i in range(2 * batch_size)]
     # when its Redis thread sends them
-    worker = started_worker(store, config, epoch, stream + later)
+    worker = started_worker(store, config, epoch, [*stream, *later])
     wait_until(lambda: store.status().counters.get("pushed", 0) >= 4 + len(later), 5,
                "the good writes to reach Redis")
     undelivered = worker.close(unacked=[])
@@ -326,13 +331,13 @@ def test_a_spooled_batch_that_redis_applied_before_its_answer_was_lost_is_not_ap
     store.flush(epoch, [push("http://a/broken")], new_call_id())
     [(broken_id, _)] = store.lease(epoch, 1, 60_000, new_call_id())
     confirmed_writes = store.writes_seen or 0
-    in_doubt = [push("http://a/again1", dont_filter=True),
+    in_doubt: list[Op] = [push("http://a/again1", dont_filter=True),
                 push("http://a/again2", dont_filter=True), push("http://a/new"),
                 DeadLetterEntry(broken_id, "undecodable")]
     call_id = new_call_id()
     store.flush(epoch, in_doubt, call_id)
     # ... and which closed with it in doubt and more writes, spooled to disk
-    rest = [push("http://a/later", dont_filter=True), push("http://a/other"),
+    rest: list[Op] = [push("http://a/later", dont_filter=True), push("http://a/other"),
             DeadLetterWrite("refused by Redis: test", b"record")]
     undelivered = Undelivered(pending=(call_id, in_doubt), ops=rest,
                               writes_seen=confirmed_writes)
@@ -458,7 +463,7 @@ def test_a_replay_cut_short_by_an_outage_keeps_only_the_batches_not_yet_sent(
     assert queued_urls(store) == Counter(["http://a/0", "http://a/1"])
     assert [p.name for p in (tmp_path / JOB).iterdir()] == [path.name]
     left = msgpack.unpackb(path.read_bytes(), raw=False)["batches"]
-    assert [[decode_op(op).request for op in batch_ops] for _, batch_ops in left] == [
+    assert [[pushed(decode_op(op)).request for op in batch_ops] for _, batch_ops in left] == [
         [ops[2].request, ops[3].request], [ops[4].request, ops[5].request]]
     # and when the next node replays it, the rest arrives and nothing twice
     assert Spool(tmp_path, JOB).replay(epoch, store_factory(redis_server)) == 4
