@@ -29,11 +29,11 @@ from .redisthread import FINISHED, STATE_LOST, StartState, Undelivered
 from .store import JobStore, Op, StateLost, StoreError, StoreUnavailable
 from .store.errors import BadBatch, RolledBack
 from .store.job import new_call_id
-from .store.ops import Ack, Release, StartDone, dead_letter_for
+from .store.ops import StartDone
+from .writes import WriteStream
 
 logger = logging.getLogger(__name__)
 
-FLUSH_LINGER_S = 0.05
 MIN_SLEEP_S = 0.001
 MAX_SLEEP_S = 0.5
 EMPTY_QUEUE_BACKOFF_MAX_S = 1.0
@@ -65,7 +65,7 @@ class SyncWorker:
         self._on_leased = on_leased
         #: what Redis did with this node's writes; only the Redis thread adds to it
         self._totals = {"pushed": 0, "filtered": 0, "released": 0, "set_aside": 0}
-        self._ops: deque[Op] = deque()  # reactor appends, Redis thread pops
+        self._writes = WriteStream(config.batch_size, wake=self._wake_up)
         self._prefetched: deque[tuple[str, bytes]] = deque()  # Redis thread appends, reactor pops
         self._held: set[str] = set()  # lease ids of this node, owned by the Redis thread
         self._node_idle = False  # set by the reactor thread
@@ -82,13 +82,9 @@ class SyncWorker:
         self._finished = False
         self._state_lost: str | None = None
         self._away_since: float | None = None
-        self._void: set[str] = set()  # leases whose acks must become releases (rollback)
-        self._batch_limit = config.batch_size  # smaller while a refused op is looked for
-        self._pending_flush: tuple[str, list[Op]] | None = None
         self._pending_lease: tuple[str, int] | None = None
         self._wake = threading.Event()
         self._stop = threading.Event()
-        self._oldest_op_at: float | None = None
         self._next_heartbeat = 0.0
         self._next_lease = 0.0
         self._empty_backoff_s = 0.0
@@ -101,12 +97,7 @@ class SyncWorker:
         self._thread.start()
 
     def submit(self, op: Op) -> None:
-        self._ops.append(op)
-        if self._oldest_op_at is None:
-            self._oldest_op_at = time.monotonic()
-            self._wake.set()  # the thread sleeps until something is due; a batch's linger starts
-        elif len(self._ops) >= self.config.batch_size:
-            self._wake.set()
+        self._writes.submit(op)
 
     def take(self) -> tuple[str, bytes] | None:
         if not self._prefetched:
@@ -168,18 +159,12 @@ class SyncWorker:
         reachable = not (self._thread.is_alive() or self._state_lost or self._away_since)
         if reachable and self._pending_lease is not None:
             self._guard(self._lease)  # learn what a call whose answer was lost leased
-        self._release_all(unacked)
+        self._writes.release([entry_id for entry_id, _ in self._prefetched])
+        self._prefetched.clear()
+        self._writes.release(unacked)
         if reachable:
             self._flush_and_leave()
         return self._undelivered()
-
-    def _release_all(self, unacked: list[str]) -> None:
-        """Release what was prefetched and not started, and ``unacked``."""
-        for entry_id, _ in list(self._prefetched):
-            self._ops.append(Release(entry_id))
-        self._prefetched.clear()
-        for entry_id in unacked:
-            self._ops.append(Release(entry_id))
 
     def _flush_and_leave(self) -> None:
         """Send every buffered write (for CLOSE_TIMEOUT_S at most), then leave the job."""
@@ -199,8 +184,10 @@ class SyncWorker:
     @property
     def _backlog(self) -> int:
         """Ops not yet in Redis, including a batch whose call is under way or being retried."""
-        pending = self._pending_flush
-        return len(self._ops) + (len(pending[1]) if pending else 0)
+        return len(self._writes)
+
+    def _wake_up(self) -> None:
+        self._wake.set()
 
     @property
     def _quiet(self) -> bool:
@@ -208,14 +195,7 @@ class SyncWorker:
         return not (self._backlog or self._prefetched or self._held)
 
     def _undelivered(self) -> Undelivered:
-        ops = [self._voided(op) for op in self._ops]
-        return Undelivered(self._pending_flush, ops, self.store.writes_seen or 0)
-
-    def _voided(self, op: Op) -> Op:
-        """``op``, with an ack of a request voided by a rollback turned into a release."""
-        if isinstance(op, Ack) and op.entry_id in self._void:
-            return op.as_release()  # see _rolled_back
-        return op
+        return self._writes.undelivered(self.store.writes_seen or 0)
 
     # ---- worker thread -------------------------------------------------------------------
     def _run(self) -> None:
@@ -234,8 +214,9 @@ class SyncWorker:
         """Until the next thing due: a heartbeat, a lingering batch, a lease retry."""
         now = time.monotonic()
         due = [self._next_heartbeat]
-        if self._ops:
-            due.append((self._oldest_op_at or now) + FLUSH_LINGER_S)
+        linger = self._writes.linger_until(now)
+        if linger is not None:
+            due.append(linger)
         if self._lease_wanted():
             due.append(self._next_lease)
         return min(MAX_SLEEP_S, max(MIN_SLEEP_S, min(due) - now))
@@ -279,7 +260,8 @@ class SyncWorker:
         if now >= self._next_heartbeat and not closing:
             self._next_heartbeat = now + self.config.heartbeat_interval_s
             self._send_heartbeat(leaving=False)
-        if self._flush_due(now, closing):
+        # a node with nothing left to crawl starves: its new work must reach Redis now
+        if self._writes.due(now, urgent=closing or not self._prefetched):
             self._flush()
             busy = True
         if not closing and self._lease_due(now):
@@ -288,41 +270,14 @@ class SyncWorker:
             busy = self.store.prepare_bloom(self.epoch) or busy
         return busy
 
-    def _flush_due(self, now: float, closing: bool) -> bool:
-        if self._pending_flush is not None:
-            return True
-        if not self._ops:
-            return False
-        if closing or len(self._ops) >= self.config.batch_size or not self._prefetched:
-            return True  # full batch, closing, or the node starves: its new work must go out now
-        if self._oldest_op_at is None:
-            self._oldest_op_at = now  # an op raced in while the last batch was being taken
-        return now - self._oldest_op_at >= FLUSH_LINGER_S
-
-    def _take_batch(self) -> list[Op]:
-        batch: list[Op] = []
-        while self._ops and len(batch) < self._batch_limit:
-            batch.append(self._voided(self._ops.popleft()))
-        self._oldest_op_at = time.monotonic() if self._ops else None
-        return batch
-
     def _flush(self) -> None:
-        if self._pending_flush is None:
-            self._pending_flush = (new_call_id(), self._take_batch())
-        call_id, batch = self._pending_flush
+        call_id, batch = self._writes.batch()
         try:
             result = self.store.flush(self.epoch, batch, call_id)
         except BadBatch as exc:
-            self._pending_flush = None
-            self._set_aside(batch, exc)
+            self._set_aside(exc)
             return
-        self._pending_flush = None
-        # past the refused op (if any): back to full batches, doubling
-        self._batch_limit = min(self.config.batch_size, self._batch_limit * 2)
-        for op in batch:
-            if op.settles is not None:
-                self._held.discard(op.settles)
-                self._void.discard(op.settles)
+        self._held.difference_update(self._writes.confirmed())
         if result.pushed:
             self._next_lease = 0.0
             self._empty_backoff_s = 0.0
@@ -330,22 +285,18 @@ class SyncWorker:
         self._totals["filtered"] += result.filtered
         self._totals["released"] += result.released
 
-    def _set_aside(self, batch: list[Op], exc: BadBatch) -> None:
+    def _set_aside(self, exc: BadBatch) -> None:
         """Find the op Redis refused by halving the batch; dead-letter it, keep the order."""
-        if len(batch) > 1:
-            self._ops.extendleft(reversed(batch))  # back in front, in order
-            self._batch_limit = max(1, len(batch) // 2)
+        op = self._writes.refused()
+        if op is None:
             return
-        [op] = batch
         self._totals["set_aside"] += 1
         logger.error(
             "clustersync: Redis refused a write of job %r (%s); it is moved to the job's dead "
             "letters (`clustersync dead %s`) and the crawl goes on. Write: %s",
             self.config.job, exc, self.config.job, op.describe(),
         )
-        letter = dead_letter_for(op, str(exc))
-        if letter is not None:
-            self._ops.appendleft(letter)
+        self._writes.set_aside(op, str(exc))
 
     def _lease_due(self, now: float) -> bool:
         return now >= self._next_lease and self._lease_wanted()
@@ -442,10 +393,7 @@ class SyncWorker:
         """
         self._rollbacks += 1
         not_started = {entry_id for entry_id, _ in self._prefetched}
-        self._void |= self._held - not_started
-        if self._pending_flush is not None:  # refused before any change: send it anew
-            self._ops.extendleft(reversed(self._pending_flush[1]))
-            self._pending_flush = None
+        voided = self._writes.void(self._held - not_started)
         self._next_heartbeat = 0.0
         logger.critical(
             "clustersync: Redis at %s came back older than this node saw it (%s): it restarted "
@@ -453,7 +401,7 @@ class SyncWorker:
             "confirmed are gone; this node hands back the %d requests it has under way (they "
             "are crawled again) and sends their links anew. Run Redis with appendonly yes and "
             "appendfsync always to avoid this.",
-            redact_url(self.config.redis_url), exc, len(self._void),
+            redact_url(self.config.redis_url), exc, voided,
         )
 
     def _lost(self, exc: Exception) -> None:

@@ -257,7 +257,6 @@ def test_a_malformed_push_goes_to_the_dead_letters_and_the_rest_is_applied_once(
     dead_letter_call = next(i for i, (ops, _) in enumerate(store.calls)
                             if isinstance(ops[0], DeadLetterWrite))
     assert batch_size in [len(ops) for ops, _ in store.calls[dead_letter_call:]]
-    assert worker._batch_limit == batch_size
 
 
 def test_a_push_redis_py_cannot_send_is_dead_lettered_instead_of_retried_for_ever(

@@ -1,0 +1,116 @@
+"""WriteStream: the node's writes reach Redis in order, once, and a refused op is set aside."""
+
+from __future__ import annotations
+
+import time
+
+from scrapy_clustersync.store import Ack, DeadLetterWrite, Op, Push, Release
+from scrapy_clustersync.writes import WriteStream
+
+
+def pushes(count: int, start: int = 0) -> list[Op]:
+    return [Push(bytes([i]) * 20, 0, f"request {i}".encode()) for i in range(start, start + count)]
+
+
+def stream_of(ops: list[Op], batch_size: int = 4) -> tuple[WriteStream, list[int]]:
+    wakes: list[int] = []
+    stream = WriteStream(batch_size, wake=lambda: wakes.append(1))
+    for op in ops:
+        stream.submit(op)
+    return stream, wakes
+
+
+def send_all(stream: WriteStream) -> list[Op]:
+    """What Redis receives when it confirms every batch."""
+    sent: list[Op] = []
+    while len(stream):
+        _, batch = stream.batch()
+        sent.extend(batch)
+        stream.confirmed()
+    return sent
+
+
+def test_writes_go_out_in_the_order_they_were_made_in_batches_of_the_batch_size() -> None:
+    ops = pushes(10)
+    stream, _ = stream_of(ops)
+    batches = []
+    while len(stream):
+        batches.append(stream.batch()[1])
+        stream.confirmed()
+    assert [len(batch) for batch in batches] == [4, 4, 2]
+    assert [op for batch in batches for op in batch] == ops
+
+
+def test_a_batch_whose_answer_was_lost_is_sent_again_as_it_was_under_the_same_call_id() -> None:
+    # given a batch whose call failed (Redis may have applied it)
+    stream, _ = stream_of(pushes(6))
+    first = stream.batch()
+    # when more writes come and the batch is sent again
+    stream.submit(pushes(1, start=9)[0])
+    # then it is the same batch with the same call id, so Redis applies it once
+    assert stream.batch() == first
+    assert len(stream) == 7
+
+
+def test_the_redis_thread_is_woken_by_the_first_write_and_by_a_full_batch() -> None:
+    _, wakes = stream_of(pushes(4), batch_size=4)
+    assert len(wakes) == 2
+
+
+def test_a_full_batch_or_an_urgent_one_is_due_at_once_a_small_one_after_its_linger() -> None:
+    small, _ = stream_of(pushes(1))
+    linger = small.linger_until(time.monotonic())
+    assert linger is not None
+    assert not small.due(linger - 0.04, urgent=False)
+    assert small.due(linger - 0.04, urgent=True)  # closing, or the node starves
+    assert small.due(linger + 0.001, urgent=False)
+    full, _ = stream_of(pushes(4), batch_size=4)
+    assert full.due(time.monotonic(), urgent=False)
+
+
+def test_a_refused_op_is_found_by_halving_and_its_dead_letter_takes_its_place() -> None:
+    # given a batch with one op Redis refuses
+    good = pushes(7)
+    bad = Push(b"\x07" * 8, 0, b"bad request")
+    ops = [*good[:3], bad, *good[3:]]
+    stream, _ = stream_of(ops, batch_size=8)
+    sent: list[Op] = []
+    set_aside: list[Op] = []
+    # when Redis refuses every batch that holds it and applies the others
+    while len(stream):
+        _, batch = stream.batch()
+        if bad in batch:
+            op = stream.refused()
+            if op is not None:
+                set_aside.append(op)
+                stream.set_aside(op, "fingerprint of 8 bytes")
+            continue
+        sent.extend(batch)
+        stream.confirmed()
+    # then only that op is set aside, its dead letter goes in its place, the rest in order
+    assert set_aside == [bad]
+    assert sent == [*good[:3], DeadLetterWrite("refused by Redis: fingerprint of 8 bytes",
+                                               b"bad request"), *good[3:]]
+
+
+def test_after_a_rollback_the_acks_of_requests_under_way_become_releases() -> None:
+    stream, _ = stream_of([Ack("e1"), Ack("e2")])
+    stream.batch()  # in doubt when Redis was found older: refused before any change
+    assert stream.void(["e1"]) == 1
+    assert send_all(stream) == [Release("e1"), Ack("e2")]
+
+
+def test_a_confirmed_batch_says_which_leases_it_settled() -> None:
+    stream, _ = stream_of([Push(b"\x01" * 20, 0, b""), Ack("e1"), Release("e2")])
+    stream.batch()
+    assert stream.confirmed() == ["e1", "e2"]
+
+
+def test_what_was_not_sent_is_handed_over_whole_for_the_spool() -> None:
+    stream, _ = stream_of(pushes(6))
+    call_id, in_doubt = stream.batch()
+    stream.release(["e9"])
+    undelivered = stream.undelivered(writes_seen=12)
+    assert undelivered.pending == (call_id, in_doubt)
+    assert list(undelivered.ops) == [*pushes(2, start=4), Release("e9")]
+    assert undelivered.writes_seen == 12 and len(undelivered) == 7
