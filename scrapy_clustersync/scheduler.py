@@ -28,6 +28,7 @@ from scrapy.utils.defer import deferred_from_coro
 from .codec import LEASE_META_KEY, RequestCodec, UndecodableEntry, UnencodableRequest
 from .config import ClusterConfig, redact_url
 from .dupefilter import ClusterDupeFilter
+from .joining import warn_of_risks
 from .nodeinfo import NodeInfo
 from .redisthread import RedisThread, RedisThreadFactory
 from .signals import node_opened
@@ -36,8 +37,6 @@ from .startrun import StartRun
 from .store import JobStore, StoreError, make_client
 from .store.ops import Ack, DeadLetterEntry, Push, Release
 from .worker import SyncWorker
-
-MIN_REDIS_VERSION = (7, 0)
 
 if TYPE_CHECKING:
     from scrapy import Spider
@@ -126,13 +125,7 @@ class ClusterScheduler:
                 "that Redis is running.", self.config.job, redact_url(self.config.redis_url), exc,
             )
             raise CloseSpider("clustersync_redis_unreachable") from None
-        self._check_server()
-        if self.store.dedup != self.config.dedup:
-            logger.warning(
-                "clustersync: job %r was created with dedup settings %s; this node's settings "
-                "(%s) are ignored so that every node records fingerprints the same way.",
-                self.config.job, self.store.dedup, self.config.dedup,
-            )
+        warn_of_risks(self.store, self.config)
         inflight = self.inflight
         node_info = NodeInfo(self.crawler.stats, spider.name, self.runs_start,
                              inflight=lambda: len(inflight))
@@ -171,33 +164,9 @@ class ClusterScheduler:
                 len(undelivered), path, self.config.job,
             )
 
-    def _check_server(self) -> None:
-        """Warn of a Redis the guarantee does not hold on: too old, or evicting keys."""
-        try:
-            version, policy = self.store.server_facts()
-        except StoreError:
-            return  # the join just worked; these are only worth a warning
-        url = redact_url(self.config.redis_url)
-        if version and version < MIN_REDIS_VERSION:
-            logger.warning(
-                "clustersync: Redis at %s is version %s; clustersync needs %s or newer and is "
-                "not tested on older versions.", url, ".".join(map(str, version)),
-                ".".join(map(str, MIN_REDIS_VERSION)),
-            )
-        if policy and policy != "noeviction":
-            logger.warning(
-                "clustersync: Redis at %s evicts keys when full (maxmemory-policy %s): it may "
-                "delete the job's queue or record, which loses requests. Use a Redis with "
-                "maxmemory-policy noeviction for crawls.", url, policy,
-            )
-
     def _replay_spool(self, epoch: str) -> None:
         """Send what nodes that stopped during an outage left in this directory (see spool.py)."""
-        def store_for(node_id: str, writes_seen: int) -> JobStore:
-            return JobStore(self.store.client, self.config.job, node_id, self.store.dedup,
-                            writes_seen=writes_seen)
-
-        sent = self.spool.replay(epoch, store_for)
+        sent = self.spool.replay(epoch, self.store.as_node)
         if sent:
             self.counts["clustersync/spool_replayed"] += sent
 

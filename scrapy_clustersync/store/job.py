@@ -123,6 +123,10 @@ class JobStore:
         self._bloom_prep = BloomPreparer(
             client.register_script(_load_lua("bloom_prepare")), self.keys, client)
 
+    def as_node(self, node_id: str, writes_seen: int) -> JobStore:
+        """This job's store acting as node ``node_id`` (the spool replays a node's writes)."""
+        return JobStore(self.client, self.keys.job, node_id, self.dedup, writes_seen=writes_seen)
+
     def ping(self) -> None:
         with translate_errors(self.client):
             self.client.ping()
