@@ -272,8 +272,9 @@ class ClusterScheduler:
             return False, str(exc)
         if fingerprint:
             self.dupefilter.sent(fingerprint)
-        # int(): Scrapy accepts any int-like priority (True, numpy ints); Redis takes numbers
-        io.submit(Push(fingerprint, int(request.priority), blob, request.dont_filter))
+        # int(), bool(): Scrapy accepts any int-like priority (True, numpy ints) and reads
+        # dont_filter for its truth (None, "yes"); Redis takes a number and 0 or 1
+        io.submit(Push(fingerprint, int(request.priority), blob, bool(request.dont_filter)))
         io.mark_busy()
         self.counts["clustersync/enqueued"] += 1
         return True, None

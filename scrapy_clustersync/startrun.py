@@ -86,7 +86,8 @@ class StartRun:
         """This node must run start() (again): a claim taken over, or an end Redis lost."""
         if self.phase != "idle":
             return False
-        state, seen_at = self.io.start_state.state, self.io.start_state.rollbacks
+        start = self.io.start_state  # one read: a heartbeat may replace it meanwhile
+        state, seen_at = start.state, start.rollbacks
         if self._must_rerun:
             return True
         if state == "mine":

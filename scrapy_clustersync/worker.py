@@ -159,7 +159,8 @@ class SyncWorker:
         reachable = not (self._thread.is_alive() or self._state_lost or self._away_since)
         if reachable and self._pending_lease is not None:
             self._guard(self._lease)  # learn what a call whose answer was lost leased
-        self._writes.release([entry_id for entry_id, _ in self._prefetched])
+        # list(): one atomic copy, in case a late lease answer still lands
+        self._writes.release([entry_id for entry_id, _ in list(self._prefetched)])
         self._prefetched.clear()
         self._writes.release(unacked)
         if reachable:
@@ -392,7 +393,7 @@ class SyncWorker:
         anew. Entry ids never repeat (see flush.lua), so no late op touches another request.
         """
         self._rollbacks += 1
-        not_started = {entry_id for entry_id, _ in self._prefetched}
+        not_started = {entry_id for entry_id, _ in list(self._prefetched)}  # reactor pops
         voided = self._writes.void(self._held - not_started)
         self._next_heartbeat = 0.0
         logger.critical(

@@ -14,7 +14,7 @@ from ..bloom import BloomParams, expected_error, layer
 from ..config import DedupSettings
 from ..keys import JobKeys
 from .bloomprep import BloomPreparer
-from .errors import RolledBack, StoreError, translate_errors
+from .errors import BadBatch, RolledBack, StoreError, translate_errors
 from .formats import BloomLayout, DeadLetter, FormatError, format_node_record, parse_node_record
 from .formats import as_bytes as _raw
 from .formats import as_text as _text
@@ -162,15 +162,19 @@ class JobStore:
     def flush(self, epoch: str, ops: Sequence[Op], call_id: str) -> FlushResult:
         """Apply ``ops`` in order, atomically; running the same ``call_id`` twice is a no-op.
 
-        Raises BadBatch, before any change, if an op is malformed; RolledBack if Redis lost
-        writes it had confirmed to this node; StateLost if the job is gone.
+        Raises BadBatch, before any change, if an op is malformed or cannot be encoded;
+        RolledBack if Redis lost writes it had confirmed to this node; StateLost if the job is
+        gone.
         A batch that may need a Bloom layer not yet allocated is refused by the script before
         any change; the layer is then allocated here, one chunk per call, and the batch sent
         again.
         """
         prepared = -1  # the highest layer allocated for this batch: each retry makes progress
         while True:
-            keys, args = self._flush_call(epoch, ops, call_id)
+            try:
+                keys, args = self._flush_call(epoch, ops, call_id)
+            except (TypeError, ValueError, OverflowError) as exc:
+                raise BadBatch(f"a write cannot be encoded for Redis ({exc})") from None
             try:
                 raw = self._run(self._flush, keys, args)
             except StoreError as exc:

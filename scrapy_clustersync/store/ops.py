@@ -57,6 +57,11 @@ class Push(_WriteOp):
     request: bytes
     dont_filter: bool = False
 
+    def __post_init__(self) -> None:
+        # made a bool here, on the thread that makes the op: args() runs on the Redis thread,
+        # where a value it cannot encode would hold back every later write
+        object.__setattr__(self, "dont_filter", bool(self.dont_filter))
+
     def args(self) -> list[Arg]:
         return [self.OPCODE, self.fingerprint, self.priority, self.request,
                 int(self.dont_filter)]
@@ -215,7 +220,11 @@ def dead_letter_for(op: Op, reason: str) -> DeadLetterWrite | None:
     """
     if isinstance(op, DeadLetterWrite):
         return None
-    record = op.request if isinstance(op, Push) else msgpack.packb(op.args(), use_bin_type=True)
+    try:
+        record = op.request if isinstance(op, Push) else msgpack.packb(op.args(),
+                                                                       use_bin_type=True)
+    except (TypeError, ValueError, OverflowError):  # what cannot be packed is kept as text
+        record = repr(op).encode()
     return DeadLetterWrite(f"refused by Redis: {reason}"[:REASON_MAX_CHARS], record)
 
 

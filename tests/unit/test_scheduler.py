@@ -232,3 +232,14 @@ def test_the_redis_threads_totals_reach_the_crawlers_stats_once(tmp_path: Path) 
     scheduler.publish_counts()
     scheduler.publish_counts()
     assert scheduler.stats.get_value("clustersync/pushed") == 5
+
+
+def test_a_dont_filter_scrapy_reads_as_true_or_false_is_pushed_as_such(tmp_path: Path) -> None:
+    # given requests whose dont_filter is not a bool, which plain Scrapy accepts for its truth
+    scheduler, thread = make_scheduler(tmp_path)
+    for url, dont_filter in (("http://a/1", None), ("http://a/2", "yes"), ("http://a/3", 0)):
+        request = Request(url, dont_filter=dont_filter)  # type: ignore[arg-type]
+        # when they are enqueued
+        assert scheduler.enqueue_request(request)
+    # then each push says 0 or 1, as Redis needs, and can be encoded
+    assert [op.args()[4] for op in thread.ops(Push)] == [0, 1, 0]
