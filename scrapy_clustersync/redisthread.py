@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 from .store import Op
 
@@ -104,17 +104,11 @@ class StartState:
     rollbacks: int = 0
 
 
-
-
-class RedisThreadFactory(Protocol):
-    """Builds a node's Redis thread once the node has joined its job (``SyncWorker`` is one)."""
-
-    def __call__(
-        self,
-        store: JobStore,
-        config: ClusterConfig,
-        epoch: str,
-        node_info: Callable[[], dict[str, Any]],
-        on_leased: Callable[[], None],
-        start_state: str,
-    ) -> RedisThread: ...
+#: Builds a node's Redis thread once the node has joined its job (``SyncWorker`` is one), from:
+#: the job's store, the node's config, the job's epoch, what the node reports of itself in
+#: each heartbeat, what to call when work arrives on an empty node, and the job's start()
+#: state as the join found it ("mine" or "other").
+RedisThreadFactory: TypeAlias = Callable[
+    ["JobStore", "ClusterConfig", str, Callable[[], dict[str, Any]], Callable[[], None], str],
+    RedisThread,
+]

@@ -130,9 +130,8 @@ class ClusterScheduler:
         node_info = NodeInfo(self.crawler.stats, spider.name, self.runs_start,
                              inflight=lambda: len(inflight))
         self.io = io = self._make_redis_thread(
-            self.store, self.config, epoch, node_info.snapshot,
-            on_leased=self._wake_engine_threadsafe,
-            start_state="mine" if self.runs_start else "other",
+            self.store, self.config, epoch, node_info.snapshot, self._wake_engine_threadsafe,
+            "mine" if self.runs_start else "other",
         )
         self.start = StartRun(self.crawler, self.config, io, claimed=self.runs_start)
         self._replay_spool(epoch)
