@@ -81,6 +81,9 @@ def _print_status(report: JobStatus) -> None:
     console.print(f"[bold]job[/bold] {report.job}  [bold]state[/bold] {report.state}")
     for name in ("queued", "leased", "seen", "done", "dead_letters"):
         console.print(f"  {name:<13}{summary[name]:>12,}")
+    if report.unserializable:
+        console.print(f"  kept local   {report.unserializable:>12,}  requests that cannot travel, "
+                      "crawled on the node that made them (not crash-safe)")
     for name in ("pushed", "filtered", "reclaimed"):
         console.print(f"  {name:<13}{report.counters.get(name, 0):>12,}")
     dedup = report.dedup

@@ -2,82 +2,140 @@
 
 A request is encoded from ``Request.to_dict(spider=...)``: callbacks travel by name and are
 resolved on the spider of the node that leases the request, so nothing read from Redis can run
-code. Request subclasses are accepted only from Scrapy itself or from the
-``CLUSTERSYNC_REQUEST_CLASSES`` allow-list.
+code. Values Scrapy users put in ``meta`` and ``cb_kwargs`` that msgpack has no type for travel
+as msgpack extension types (``Ext``): tuples stay tuples, sets, dates and times, Decimals, ints
+beyond 64 bits, Items and nested Requests. Classes travel by import path and are loaded only
+from Scrapy itself or from the ``CLUSTERSYNC_REQUEST_CLASSES`` allow-list (Request subclasses
+and Item classes alike: both are code a node would import because Redis says so).
+
+Envelope versions: 1 had no extension types (a tuple became a list); 2 adds them. A node
+reads both.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import dataclasses
+import datetime as dt
+from collections.abc import Callable, Iterable
+from decimal import Decimal
+from enum import IntEnum
 from typing import TYPE_CHECKING, Any
+from zoneinfo import ZoneInfo
 
 import msgpack
-from scrapy import Request
+from scrapy import Item, Request
 from scrapy.utils.misc import load_object
 from scrapy.utils.request import request_from_dict
 
 if TYPE_CHECKING:
     from scrapy import Spider
 
-ENVELOPE_VERSION = 1
+ENVELOPE_VERSION = 2
+READABLE_VERSIONS = frozenset({1, 2})
 #: Meta keys this package sets on a leased request; they never travel to Redis.
 LEASE_META_KEY = "clustersync_lease"
 LOCAL_META_KEYS = frozenset({LEASE_META_KEY})
+_MICROSECOND = dt.timedelta(microseconds=1)
+
+
+class Ext(IntEnum):
+    """The msgpack extension type codes of envelope version 2; never renumber one."""
+
+    TUPLE = 1
+    SET = 2
+    FROZENSET = 3
+    DATETIME = 4
+    DATE = 5
+    TIME = 6
+    TIMEDELTA = 7
+    DECIMAL = 8
+    BIG_INT = 9
+    ITEM = 10
+    REQUEST = 11
 
 
 class UnencodableRequest(ValueError):
-    """The request cannot be stored in Redis; the message names the request and the field."""
+    """The request cannot be stored in Redis; the message names the request and the field.
+
+    ``kind`` names what is wrong in a few words (the same for every request with the same
+    problem), so that a node can warn once per kind.
+    """
+
+    def __init__(self, message: str, kind: str) -> None:
+        super().__init__(message)
+        self.kind = kind
 
 
 class UndecodableEntry(ValueError):
     """A queue entry cannot be turned back into a request; it goes to the dead letters."""
 
 
+class _CannotTravel(TypeError):
+    """Raised from msgpack's ``default`` hook for a value that has no encoding."""
+
+    def __init__(self, kind: str, advice: str) -> None:
+        super().__init__(kind)
+        self.kind, self.advice = kind, advice
+
+
 class RequestCodec:
     """Requests to envelopes and back, for one spider (None: callbacks stay names, the CLI).
 
-    ``max_bytes`` caps an envelope; ``extra_request_classes`` are the Request subclasses from
-    outside Scrapy that may travel (``CLUSTERSYNC_REQUEST_CLASSES``).
+    ``max_bytes`` caps an envelope; ``extra_classes`` are the Request subclasses and Item
+    classes from outside Scrapy that may travel (``CLUSTERSYNC_REQUEST_CLASSES``).
     """
 
     def __init__(
         self,
         spider: Spider | None,
         max_bytes: int,
-        extra_request_classes: Iterable[str] = (),
+        extra_classes: Iterable[str] = (),
     ) -> None:
         self.spider = spider
         self.max_bytes = max_bytes
-        self.allowed_classes = frozenset(extra_request_classes)
+        self.allowed_classes = frozenset(extra_classes)
+        self._class_checks: dict[tuple[str, type], bool] = {}
 
+    # ---- encoding ------------------------------------------------------------------------
     def encode(self, request: Request) -> bytes:
         """Return the envelope for ``request`` or raise :class:`UnencodableRequest`."""
+        data = self._request_dict(request)
+        try:
+            blob = self._pack([ENVELOPE_VERSION, data])
+        except UnencodableRequest as exc:  # a nested request that cannot travel
+            raise UnencodableRequest(f"{request!r} cannot be queued, for a request it holds: {exc}",
+                                     exc.kind) from None
+        except (TypeError, ValueError, OverflowError):
+            raise self._describe_bad_field(request, data) from None
+        if len(blob) > self.max_bytes:
+            raise UnencodableRequest(
+                f"{request!r} cannot be queued: it encodes to {len(blob)} bytes, over "
+                f"CLUSTERSYNC_MAX_REQUEST_BYTES ({self.max_bytes}). Keep large data out of "
+                "meta/cb_kwargs/body or raise the limit.",
+                "requests over CLUSTERSYNC_MAX_REQUEST_BYTES",
+            )
+        return blob
+
+    def _request_dict(self, request: Request) -> dict[str, Any]:
+        """``request`` as ``to_dict`` gives it, checked: callbacks by name, class allowed."""
         try:
             data = self._fast_dict(request) or request.to_dict(spider=self.spider)
         except ValueError as exc:  # a callback that is not a method of the spider
             raise UnencodableRequest(
                 f"{request!r} cannot be queued: {exc}. Callbacks and errbacks must be methods of "
-                "the spider so that another node can resolve them by name."
+                "the spider so that another node can resolve them by name.",
+                "callbacks that are not spider methods (lambda, functools.partial, function)",
             ) from None
         class_path = data.get("_class")
-        if class_path is not None and not self._class_allowed(class_path):
+        if class_path is not None and not self._class_allowed(class_path, Request):
             raise UnencodableRequest(
                 f"{request!r} cannot be queued: request class {class_path!r} is not allowed. "
-                "Add it to CLUSTERSYNC_REQUEST_CLASSES on every node."
+                "Add it to CLUSTERSYNC_REQUEST_CLASSES on every node.",
+                f"request class {class_path}",
             )
         if any(key in data["meta"] for key in LOCAL_META_KEYS):
             data["meta"] = {k: v for k, v in data["meta"].items() if k not in LOCAL_META_KEYS}
-        try:
-            blob = _pack([ENVELOPE_VERSION, data])
-        except (TypeError, ValueError, OverflowError):
-            raise UnencodableRequest(self._describe_bad_field(request, data)) from None
-        if len(blob) > self.max_bytes:
-            raise UnencodableRequest(
-                f"{request!r} cannot be queued: it encodes to {len(blob)} bytes, over "
-                f"CLUSTERSYNC_MAX_REQUEST_BYTES ({self.max_bytes}). Keep large data out of "
-                "meta/cb_kwargs/body or raise the limit."
-            )
-        return blob
+        return data
 
     def _fast_dict(self, request: Request) -> dict[str, Any] | None:
         """``request.to_dict(spider=...)`` without its scan of every spider member per request.
@@ -99,14 +157,73 @@ class RequestCodec:
         for attr in request.attributes:
             data.setdefault(attr, getattr(request, attr))
         if type(request) is not Request:
-            data["_class"] = f"{type(request).__module__}.{type(request).__name__}"
+            data["_class"] = _class_path(type(request))
         return data
 
+    def _pack(self, value: object) -> bytes:
+        """``value`` in msgpack (str as str, bytes as bin, the rest through ``_ext``)."""
+        packed: bytes = msgpack.packb(value, use_bin_type=True, strict_types=True,
+                                      default=self._ext)
+        return packed
+
+    def _ext(self, value: Any) -> Any:
+        """msgpack's ``default`` hook: the extension type for ``value``, or a plain value."""
+        if isinstance(value, Request):
+            return msgpack.ExtType(Ext.REQUEST, self._pack(self._request_dict(value)))
+        if isinstance(value, Item) or _is_dataclass_item(value):
+            return msgpack.ExtType(Ext.ITEM, self._pack(self._item_record(value)))
+        if type(value) is int:  # msgpack calls the hook for an int beyond 64 bits
+            return msgpack.ExtType(Ext.BIG_INT, self._pack(_int_bytes(value)))
+        for kind, convert in _SIMPLE_EXTS:
+            if isinstance(value, kind):
+                code, payload = convert(value)
+                return msgpack.ExtType(code, self._pack(payload))
+        return _as_plain(value)
+
+    def _item_record(self, item: Any) -> list[Any]:
+        path = _class_path(type(item))
+        if not self._class_allowed(path, object):
+            raise _CannotTravel(f"item class {path}",
+                                "Add it to CLUSTERSYNC_REQUEST_CLASSES on every node.")
+        if isinstance(item, Item):
+            return [path, dict(item)]
+        return [path, {f.name: getattr(item, f.name) for f in dataclasses.fields(item)}]
+
+    def _describe_bad_field(self, request: Request, data: dict[str, Any]) -> UnencodableRequest:
+        for field in ("meta", "cb_kwargs"):
+            for key, value in (data.get(field) or {}).items():
+                problem = self._problem_with(key) or self._problem_with(value)
+                if problem is not None:
+                    return UnencodableRequest(
+                        f"{request!r} cannot be queued: {field}[{key!r}] holds "
+                        f"{problem.kind.replace('values', 'a value', 1)}, which cannot be sent "
+                        f"to other nodes. {problem.advice}", problem.kind)
+        for key, value in data.items():
+            problem = self._problem_with(value)
+            if problem is not None:
+                return UnencodableRequest(
+                    f"{request!r} cannot be queued: field {key!r} holds {problem.kind}, which "
+                    "cannot be encoded.", problem.kind)
+        return UnencodableRequest(f"{request!r} cannot be queued: it cannot be encoded.",
+                                  "requests that cannot be encoded")
+
+    def _problem_with(self, value: object) -> _CannotTravel | None:
+        try:
+            self._pack(value)
+        except _CannotTravel as exc:
+            return exc
+        except (TypeError, ValueError, OverflowError) as exc:
+            return _CannotTravel(f"values msgpack refuses ({exc})", "")
+        return None
+
+    # ---- decoding ------------------------------------------------------------------------
     def decode(self, blob: bytes) -> Request:
         """Return the request in ``blob`` or raise :class:`UndecodableEntry` with the reason."""
-        data = _request_data(blob)
+        return self._request_from(_request_data(blob, self._from_ext))
+
+    def _request_from(self, data: dict[str, Any]) -> Request:
         class_path = data.get("_class")
-        if class_path is not None and not self._class_allowed(str(class_path)):
+        if class_path is not None and not self._class_allowed(str(class_path), Request):
             raise UndecodableEntry(f"request class {class_path!r} is not allowed")
         try:
             request = request_from_dict(data, spider=self.spider)
@@ -116,68 +233,155 @@ class RequestCodec:
             raise UndecodableEntry(f"{class_path!r} is not a scrapy Request")
         return request
 
+    def _from_ext(self, code: int, payload: bytes) -> Any:
+        """msgpack's ``ext_hook``: the value of one extension type."""
+        value = msgpack.unpackb(payload, raw=False, strict_map_key=False, ext_hook=self._from_ext)
+        if code == Ext.REQUEST:
+            return self._request_from(value)
+        if code == Ext.ITEM:
+            return self._item_from(value)
+        build = _SIMPLE_DECODERS.get(code)
+        if build is None:
+            raise UndecodableEntry(f"unknown extension type {code}")
+        try:
+            return build(value)
+        except Exception as exc:
+            raise UndecodableEntry(f"bad {Ext(code).name.lower()} value: {exc}") from None
+
+    def _item_from(self, record: Any) -> Any:
+        path, fields = record
+        if not self._class_allowed(str(path), object):
+            raise UndecodableEntry(f"item class {path!r} is not allowed")
+        cls = load_object(path)
+        try:
+            return cls(fields) if issubclass(cls, Item) else cls(**fields)
+        except Exception as exc:
+            raise UndecodableEntry(f"cannot build the item {path!r}: {exc}") from None
+
     @staticmethod
     def with_callback(blob: bytes, callback: str) -> bytes:
         """``blob`` with its callback set to the spider method named ``callback``."""
-        data = _request_data(blob)
+        data = _request_data(blob, None)  # extension values stay as they are (ExtType)
         data["callback"] = callback
-        return _pack([ENVELOPE_VERSION, data])
+        packed: bytes = msgpack.packb([ENVELOPE_VERSION, data], use_bin_type=True)
+        return packed
 
-    def _class_allowed(self, class_path: str) -> bool:
-        if class_path in self.allowed_classes:
-            return True
-        if not class_path.startswith("scrapy."):
-            return False
-        try:
-            cls = load_object(class_path)
-        except Exception:
-            return False
-        return isinstance(cls, type) and issubclass(cls, Request)
-
-    @staticmethod
-    def _describe_bad_field(request: Request, data: dict[str, Any]) -> str:
-        for field in ("meta", "cb_kwargs"):
-            for key, value in (data.get(field) or {}).items():
-                if not _packable(key) or not _packable(value):
-                    return (
-                        f"{request!r} cannot be queued: {field}[{key!r}] holds a value of type "
-                        f"{type(value).__name__}, which cannot be sent to other nodes. Use "
-                        "str, bytes, int, float, bool, None, list or dict values."
-                    )
-        for key, value in data.items():
-            if not _packable(value):
-                return f"{request!r} cannot be queued: field {key!r} cannot be encoded."
-        return f"{request!r} cannot be queued: it cannot be encoded."
+    # ---- classes -------------------------------------------------------------------------
+    def _class_allowed(self, class_path: str, base: type) -> bool:
+        """Whether ``class_path`` may travel: listed, or a Scrapy ``base`` (or Item, for object)."""
+        key = (class_path, base)
+        if key not in self._class_checks:
+            self._class_checks[key] = class_path in self.allowed_classes or (
+                class_path.startswith("scrapy.") and _is_scrapy_class(class_path, base))
+        return self._class_checks[key]
 
 
-def _request_data(blob: bytes) -> dict[str, Any]:
-    """The request fields in the envelope ``blob``, or :class:`UndecodableEntry` saying why not."""
+def _is_scrapy_class(class_path: str, base: type) -> bool:
     try:
-        envelope = msgpack.unpackb(blob, raw=False, strict_map_key=False)
+        cls = load_object(class_path)
+    except Exception:
+        return False
+    wanted = base if base is not object else Item
+    return isinstance(cls, type) and issubclass(cls, wanted)
+
+
+def _as_plain(value: object) -> Any:
+    """A subclass of a plain type (OrderedDict, IntEnum, ...) as its base, or _CannotTravel."""
+    for base in _PLAIN_BASES:
+        if isinstance(value, base):
+            return str.__str__(value) if base is str else base(value)
+    if isinstance(value, (bytearray, memoryview)):
+        return bytes(value)
+    raise _CannotTravel(
+        f"values of type {type(value).__name__}",
+        "Use str, bytes, int, float, bool, None, list, tuple, set, dict, date/time, "
+        "Decimal, Items or Requests.",
+    )
+
+
+def _class_path(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__name__}"
+
+
+def _is_dataclass_item(value: object) -> bool:
+    return dataclasses.is_dataclass(value) and not isinstance(value, type)
+
+
+def _request_data(
+    blob: bytes, ext_hook: Callable[[int, bytes], Any] | None
+) -> dict[str, Any]:
+    """The request fields in the envelope ``blob``, or :class:`UndecodableEntry` saying why not."""
+    hook = {} if ext_hook is None else {"ext_hook": ext_hook}
+    try:
+        envelope = msgpack.unpackb(blob, raw=False, strict_map_key=False, **hook)
+    except UndecodableEntry:
+        raise
     except Exception as exc:
         raise UndecodableEntry(f"not a msgpack envelope: {exc}") from None
     if not (isinstance(envelope, list) and len(envelope) == 2):
         raise UndecodableEntry("not a [version, request] envelope")
     version, data = envelope
-    if version != ENVELOPE_VERSION:
+    if version not in READABLE_VERSIONS:
         raise UndecodableEntry(
-            f"envelope version {version!r}; this node reads version {ENVELOPE_VERSION}"
+            f"envelope version {version!r}; this node reads versions "
+            f"{', '.join(map(str, sorted(READABLE_VERSIONS)))}"
         )
     if not isinstance(data, dict) or not isinstance(data.get("url"), str):
         raise UndecodableEntry("request data without a url")
     return data
 
 
-def _pack(value: object) -> bytes:
-    """``value`` in msgpack, str as str and bytes as bin; TypeError, ValueError or
-    OverflowError for a value msgpack cannot hold."""
-    packed: bytes = msgpack.packb(value, use_bin_type=True)
-    return packed
+# ---- the simple extension types: value -> (code, payload) and payload -> value ---------------
+def _zone(value: dt.datetime | dt.time) -> Any:
+    """The time zone of ``value`` as msgpack can hold it: None, an IANA key or an offset."""
+    tz = value.tzinfo
+    if tz is None:
+        return None
+    if isinstance(tz, ZoneInfo) and tz.key:
+        return tz.key
+    offset = value.utcoffset()
+    if offset is None:
+        raise _CannotTravel(f"values with time zone {type(tz).__name__}", "Use zoneinfo.")
+    name = value.tzname()
+    # a fixed offset's own name (``UTC``, ``UTC+02:00``) is not stored: it comes back as it was
+    return [offset // _MICROSECOND, None if name == dt.timezone(offset).tzname(None) else name]
 
 
-def _packable(value: object) -> bool:
-    try:
-        _pack(value)
-    except (TypeError, ValueError, OverflowError):
-        return False
-    return True
+def _zone_from(zone: Any) -> dt.tzinfo | None:
+    if zone is None:
+        return None
+    if isinstance(zone, str):
+        return ZoneInfo(zone)
+    micros, name = zone
+    offset = dt.timedelta(microseconds=micros)
+    return dt.timezone(offset, name) if name else dt.timezone(offset)
+
+
+def _int_bytes(value: int) -> bytes:
+    return value.to_bytes((value.bit_length() + 8) // 8, "big", signed=True)
+
+
+_SIMPLE_EXTS: tuple[tuple[type, Callable[[Any], tuple[int, Any]]], ...] = (
+    (tuple, lambda v: (Ext.TUPLE, list(v))),
+    (frozenset, lambda v: (Ext.FROZENSET, list(v))),
+    (set, lambda v: (Ext.SET, list(v))),
+    (dt.datetime, lambda v: (Ext.DATETIME, [v.replace(tzinfo=None).isoformat(), v.fold,
+                                            _zone(v)])),
+    (dt.date, lambda v: (Ext.DATE, v.isoformat())),
+    (dt.time, lambda v: (Ext.TIME, [v.replace(tzinfo=None).isoformat(), v.fold, _zone(v)])),
+    (dt.timedelta, lambda v: (Ext.TIMEDELTA, [v.days, v.seconds, v.microseconds])),
+    (Decimal, lambda v: (Ext.DECIMAL, str(v))),
+)
+_SIMPLE_DECODERS: dict[int, Callable[[Any], Any]] = {
+    Ext.TUPLE: tuple,
+    Ext.SET: set,
+    Ext.FROZENSET: frozenset,
+    Ext.DATETIME: lambda v: dt.datetime.fromisoformat(v[0]).replace(
+        fold=v[1], tzinfo=_zone_from(v[2])),
+    Ext.DATE: dt.date.fromisoformat,
+    Ext.TIME: lambda v: dt.time.fromisoformat(v[0]).replace(fold=v[1], tzinfo=_zone_from(v[2])),
+    Ext.TIMEDELTA: lambda v: dt.timedelta(days=v[0], seconds=v[1], microseconds=v[2]),
+    Ext.DECIMAL: Decimal,
+    Ext.BIG_INT: lambda v: int.from_bytes(v, "big", signed=True),
+}
+_PLAIN_BASES: tuple[type, ...] = (int, str, bytes, float, list, dict)

@@ -15,7 +15,8 @@ if TYPE_CHECKING:
 
 
 class NodeInfo:
-    """The node's own figures: host, process, pages, items, requests in flight, resources.
+    """The node's own figures: host, process, pages, items, requests in flight or kept here
+    because they cannot travel (``scheduler/unserializable``), resources.
 
     It is given what it reports (the crawler's stats, a count of requests in flight), never the
     scheduler; the Redis thread adds its own figures (prefetched, buffered, state).
@@ -50,6 +51,8 @@ class NodeInfo:
             "updated": time.time(),
             "pages": stats.get_value("response_received_count", 0) if stats else 0,
             "items": stats.get_value("item_scraped_count", 0) if stats else 0,
+            # requests that could not travel, crawled here only (scheduler.py _keep_here)
+            "unserializable": stats.get_value("scheduler/unserializable", 0) if stats else 0,
             "inflight": self.inflight(),
             "rss_bytes": rss,
             "cpu_percent": cpu,

@@ -83,8 +83,9 @@ class ClusterScheduler:
         self.scraping: set[str] = set()
         #: of those, the ones whose callback raised CloseSpider: released, not acked
         self._hand_back: set[str] = set()
-        #: replacements (retry, redirect) that cannot travel, crawled here (see _keep_here)
+        #: requests that cannot travel, crawled here (see _keep_here)
         self.local: deque[Request] = deque()
+        self._kinds_kept: set[str] = set()  # what made them unable to travel (warned once)
         self._rollbacks_seen = 0
         #: the job's start() on this node (see startrun.py); set by open()
         self.start: StartRun | None = None
@@ -223,37 +224,41 @@ class ClusterScheduler:
         return len(self.local) + (self.io.waiting if self.io else 0)
 
     def enqueue_request(self, request: Request) -> bool:
-        """Buffer ``request`` for the shared queue.
+        """Buffer ``request`` for the shared queue, or keep it here if it cannot travel.
 
-        Returns False when ``request`` is a duplicate this node already sent, or when it cannot
-        be encoded (the error is logged naming the request and the field). True means it goes to
-        Redis, where the atomic dedup check may still filter it (counted in
-        ``clustersync/dedup/filtered``).
+        Returns False only when ``request`` is a duplicate this node already sent. True means it
+        goes to Redis, where the atomic dedup check may still filter it (counted in
+        ``clustersync/dedup/filtered``), or, if it cannot be encoded, that this node crawls it
+        itself (see ``_keep_here``), as Scrapy keeps requests it cannot serialize in memory.
         """
         accepted, refusal = self._buffer(request)
         token = request.meta.get(LEASE_META_KEY)
-        if token in self.inflight and token not in self.scraping:
-            # a redirect or retry replaced the leased request in the downloader (a child whose
-            # meta was copied from its parent's response comes while the parent is scraped):
-            # the replacement was buffered first; one that cannot travel is crawled here,
-            # carrying the lease, rather than the original being acked without a successor
-            if refusal is None:
-                self.ack(token)
-            else:
-                self._keep_here(request)
-                return True
+        # a redirect or retry replaced the leased request in the downloader (a child whose
+        # meta was copied from its parent's response comes while the parent is scraped)
+        replaces_lease = token in self.inflight and token not in self.scraping
+        if refusal is not None:
+            self._keep_here(request, refusal, replaces_lease)
+            return True
+        if replaces_lease:
+            self.ack(token)  # the replacement was buffered first
         return accepted
 
-    def _keep_here(self, request: Request) -> None:
-        """Crawl on this node a replacement that cannot travel, as Scrapy keeps requests it
-        cannot serialize in memory. It carries the lease of the request it replaces, which is
-        acked when its callback is done, or crawled again elsewhere if this node dies."""
+    def _keep_here(self, request: Request, refusal: UnencodableRequest, replaces: bool) -> None:
+        """Crawl here a request that cannot travel, as Scrapy keeps those in memory. A replacement
+        (retry, redirect) keeps the lease of the one it replaces; any other request has none:
+        it is lost if this node stops before crawling it (README: not crash-safe)."""
+        if not replaces:
+            request.meta.pop(LEASE_META_KEY, None)  # the parent's, copied from its response
         self.local.append(request)
-        self.counts["clustersync/kept_on_node"] += 1
-        logger.warning("clustersync: %r cannot be queued in Redis; it is crawled on this node "
-                       "(the request it replaces is acked once it is done)", request)
+        self._io().mark_busy()  # a node holding requests is not idle
+        self.counts["scheduler/unserializable"] += 1
+        if refusal.kind not in self._kinds_kept:
+            self._kinds_kept.add(refusal.kind)
+            logger.warning("clustersync: %s It is crawled on this node only and is not crash-safe "
+                           "(lost if the node stops first); further requests with %s are not "
+                           "warned about (see scheduler/unserializable).", refusal, refusal.kind)
 
-    def _buffer(self, request: Request) -> tuple[bool, str | None]:
+    def _buffer(self, request: Request) -> tuple[bool, UnencodableRequest | None]:
         """Buffer ``request``; returns (buffered, why it cannot be encoded, if so)."""
         io = self._io()
         if io.rollbacks != self._rollbacks_seen:
@@ -266,9 +271,9 @@ class ClusterScheduler:
         try:
             blob = self.codec.encode(request)
         except UnencodableRequest as exc:
-            logger.error("clustersync: %s", exc)
-            self.counts["clustersync/unencodable"] += 1
-            return False, str(exc)
+            if fingerprint:
+                self.dupefilter.sent(fingerprint)  # kept here: a second copy is a duplicate
+            return False, exc
         if fingerprint:
             self.dupefilter.sent(fingerprint)
         # int(), bool(): Scrapy accepts any int-like priority (True, numpy ints) and reads

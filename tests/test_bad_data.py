@@ -1,4 +1,4 @@
-"""Bad data never stops the crawl: it is refused or dead-lettered with its reason."""
+"""Bad data never stops the crawl: it is dead-lettered, or kept on its node, with its reason."""
 
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ BAD_META_SPIDER = '''
 '''
 
 
-def test_a_request_with_unencodable_meta_gets_a_clear_error_and_the_crawl_goes_on(
+def test_a_request_with_unencodable_meta_is_crawled_on_its_node_with_a_clear_warning(
     redis_server: RedisServer, site: SiteFactory, tmp_path: Path
 ) -> None:
     # given a spider that yields one request whose meta holds a live object
@@ -57,10 +57,11 @@ def test_a_request_with_unencodable_meta_gets_a_clear_error_and_the_crawl_goes_o
     node = start_node("node1", redis_server.url, web.start_url, tmp_path, project_dir=project,
                       spider="badmeta")
     wait_all([node])
-    # then the error names the request and the meta key, and the rest of the site is crawled
+    # then the warning names the request and the meta key, and the whole site is crawled
     log = node.log()
     assert "<GET http://127.0.0.1:" in log and "/page/0.html?handle> cannot be queued" in log
     assert "meta['db_handle'] holds a value of type object" in log
+    assert "It is crawled on this node only and is not crash-safe" in log
     assert missing_pages(web) == []
     assert node.finish_reason() == "finished"
 

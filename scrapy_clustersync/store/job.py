@@ -85,10 +85,16 @@ class JobStatus:
             return "idle"
         return "finished" if self.counters.get("acked") else "seeded"
 
+    @property
+    def unserializable(self) -> int:
+        """Requests the nodes kept because they cannot travel (crawled there, not crash-safe)."""
+        return sum(int(node.get("unserializable", 0)) for node in self.nodes)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "job": self.job, "state": self.state, "queued": self.queued, "leased": self.leased,
             "seen": self.seen, "done": self.counters.get("acked", 0),
+            "unserializable": self.unserializable,
             "dead_letters": self.dead_letters, "counters": self.counters,
             "start_claimed_by": self.start_claimed_by, "start_done": self.start_done,
             "nodes": self.nodes, "dedup": self.dedup,

@@ -40,6 +40,8 @@ class FakeRedisThread:
         self.closed_with: list[str] | None = None
         self.undeliverable: list[Op] = []  # what close() reports as not sent
         self.pushed_total = 0
+        #: what the node reports of itself in each heartbeat (given to the real thread)
+        self.node_info: Callable[[], dict[str, Any]] = dict
 
     # ---- RedisThread ---------------------------------------------------------------------
     def start(self) -> None:
@@ -151,7 +153,12 @@ def make_scheduler(
     config = ClusterConfig.from_settings(crawler.settings, crawler.spider.name)
     store = JobStore(fakeredis.FakeRedis(), config.job, config.node_id)
     fake = thread or FakeRedisThread()
-    built: Callable[..., RedisThread] = lambda *args, **kwargs: fake  # noqa: E731
+
+    def built(store: JobStore, config: ClusterConfig, epoch: str,
+              node_info: Callable[[], dict[str, Any]], *args: Any) -> RedisThread:
+        fake.node_info = node_info
+        return fake
+
     scheduler = ClusterScheduler(
         crawler, config, store,
         RequestCodec(crawler.spider, config.max_request_bytes),

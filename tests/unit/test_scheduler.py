@@ -84,15 +84,6 @@ def test_after_redis_came_back_older_a_url_sent_before_is_pushed_again(tmp_path:
     assert len(thread.ops(Push)) == 2
 
 
-def test_a_request_that_cannot_be_encoded_is_refused_with_a_count(tmp_path: Path) -> None:
-    scheduler, thread = make_scheduler(tmp_path)
-    accepted = scheduler.enqueue_request(Request("http://a/1", callback=not_a_spider_method))
-    assert accepted is False
-    assert thread.submitted == []
-    scheduler.publish_counts()
-    assert scheduler.stats.get_value("clustersync/unencodable") == 1
-
-
 def test_next_request_hands_out_the_leased_request_with_its_lease(tmp_path: Path) -> None:
     # given a node with one leased entry
     scheduler, thread = make_scheduler(tmp_path)
