@@ -12,6 +12,7 @@ if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
 
 SCHEDULER_PATH = "scrapy_clustersync.scheduler.ClusterScheduler"
+DUPEFILTER_PATH = "scrapy_clustersync.dupefilter.ClusterDupeFilter"
 
 
 class Addon:
@@ -25,6 +26,8 @@ class Addon:
         # node with one clear error (the job name is checked again once the spider is known)
         ClusterConfig.from_settings(settings, spider_name="spider")
         settings.set("SCHEDULER", SCHEDULER_PATH, priority="addon")
+        # a project's own DUPEFILTER_CLASS (priority "project") wins: the scheduler asks it first
+        settings.set("DUPEFILTER_CLASS", DUPEFILTER_PATH, priority="addon")
         settings.set_in_component_priority_dict(
             "SPIDER_MIDDLEWARES", ClusterSpiderMiddleware, ORDER
         )

@@ -4,22 +4,32 @@ Every request fingerprint comes from Scrapy's own ``crawler.request_fingerprinte
 script adds the fingerprint to the job's shared record and queues the request only if it was
 new, in one step, so two nodes can never both queue the same URL. This module keeps the node's
 side of it: the fingerprints this node already sent (a bounded cache that saves Redis the work
-for links seen again and again) and the log line for filtered requests.
+for links seen again and again) and the log line for filtered requests, as Scrapy's own.
+
+``DUPEFILTER_CLASS`` is honoured as Scrapy's scheduler honours it (``project_dupefilter``).
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
+from collections import Counter
 from typing import TYPE_CHECKING
 
+from scrapy.dupefilters import BaseDupeFilter, RFPDupeFilter
+from scrapy.utils.misc import build_from_crawler, load_object
+from scrapy.utils.request import referer_str
+
+from .config import DEFAULTS
+
 if TYPE_CHECKING:
-    from collections import Counter
-
-    from scrapy import Request
+    from scrapy import Request, Spider
+    from scrapy.crawler import Crawler
     from scrapy.utils.request import RequestFingerprinterProtocol
+    from typing_extensions import Self
 
-logger = logging.getLogger(__name__)
+#: Scrapy's own dupefilter logger: a project's log settings for it apply to the cluster's lines
+logger = logging.getLogger("scrapy.dupefilters")
 
 FINGERPRINT_BYTES = 20
 
@@ -69,8 +79,12 @@ class RecentFingerprints:
                 del self._fingerprints[old]
 
 
-class ClusterDupeFilter:
-    """The node's dedup front: fingerprints, the local cache, stats and the filtered-request log."""
+class ClusterDupeFilter(BaseDupeFilter):
+    """The node's dedup front: fingerprints, the local cache, stats and the filtered-request log.
+
+    The add-on makes it ``DUPEFILTER_CLASS``; the scheduler drives it through ``seen_here`` and
+    ``sent`` (a request is recorded only once its push is buffered), not ``request_seen``.
+    """
 
     def __init__(
         self,
@@ -86,6 +100,24 @@ class ClusterDupeFilter:
         self.debug = debug
         self._logged_once = False
 
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        settings = crawler.settings
+        assert crawler.request_fingerprinter is not None
+        cache_size = settings.getint("CLUSTERSYNC_LOCAL_SEEN_CACHE",
+                                     int(DEFAULTS["CLUSTERSYNC_LOCAL_SEEN_CACHE"]))
+        return cls(crawler.request_fingerprinter, Counter(), cache_size,
+                   debug=settings.getbool("DUPEFILTER_DEBUG"))
+
+    def request_seen(self, request: Request) -> bool:
+        """True if this node already sent ``request``; records nothing (Redis has the last word)."""
+        return self.fingerprint(request) in self.recent
+
+    def log(self, request: Request, spider: Spider | None) -> None:
+        """Log ``request`` as a filtered duplicate, as Scrapy's RFPDupeFilter does, and count it."""
+        self.counts["dupefilter/filtered"] += 1
+        self._log(request, spider)
+
     def fingerprint(self, request: Request) -> bytes:
         return cluster_fingerprint(self.fingerprinter.fingerprint(request))
 
@@ -94,8 +126,7 @@ class ClusterDupeFilter:
         if fingerprint not in self.recent:
             return False
         self.counts["clustersync/dedup/filtered_local"] += 1
-        self.counts["dupefilter/filtered"] += 1
-        self._log(request)
+        self.log(request, None)
         return True
 
     def sent(self, fingerprint: bytes) -> None:
@@ -109,13 +140,70 @@ class ClusterDupeFilter:
         self.counts["clustersync/dedup/filtered"] += count
         self.counts["dupefilter/filtered"] += count
 
-    def _log(self, request: Request) -> None:
+    def _log(self, request: Request, spider: Spider | None) -> None:
+        extra = {"spider": spider} if spider is not None else None
         if self.debug:
-            logger.debug("Filtered duplicate request: %(request)s", {"request": request})
+            logger.debug("Filtered duplicate request: %(request)s (referer: %(referer)s)",
+                         {"request": request, "referer": referer_str(request)}, extra=extra)
         elif not self._logged_once:
             logger.debug(
                 "Filtered duplicate request: %(request)s - no more duplicates will be shown "
                 "(see DUPEFILTER_DEBUG to show all duplicates)",
-                {"request": request},
+                {"request": request}, extra=extra,
             )
             self._logged_once = True
+
+
+def project_dupefilter(crawler: Crawler, cluster: ClusterDupeFilter) -> BaseDupeFilter:
+    """The ``DUPEFILTER_CLASS`` of the project, built as Scrapy's scheduler builds it.
+
+    The cluster's own class, and Scrapy's default ``RFPDupeFilter`` (which dedups by the same
+    fingerprints the cluster's filter records job-wide), give ``cluster`` itself: nothing more
+    to consult, and no per-node set of every fingerprint. Any other class is built with
+    ``build_from_crawler`` and is consulted on the node before the cluster's filter;
+    ``BaseDupeFilter`` itself turns dedup off (``dedups_nothing``).
+    """
+    dupefilter_class = load_object(crawler.settings["DUPEFILTER_CLASS"])
+    if dupefilter_class in (ClusterDupeFilter, RFPDupeFilter):
+        return cluster
+    built: BaseDupeFilter = build_from_crawler(dupefilter_class, crawler)
+    return built
+
+
+def dedups_nothing(dupefilter: BaseDupeFilter) -> bool:
+    """True for Scrapy's ``BaseDupeFilter`` itself: the project wants no dedup at all."""
+    return type(dupefilter) is BaseDupeFilter
+
+
+class NodeDedup:
+    """Whether a request is a duplicate on this node: the project's ``df`` is asked first, as
+    Scrapy's scheduler asks it, then the cluster's filter (this node's sent fingerprints here,
+    the job's record in Redis, atomically with the push)."""
+
+    def __init__(self, crawler: Crawler, cluster: ClusterDupeFilter, df: BaseDupeFilter) -> None:
+        self.crawler = crawler
+        self.cluster = cluster
+        self.df = df
+
+    def fingerprint_if_new(self, request: Request) -> bytes | None:
+        """None if ``request`` is a duplicate here; else the fingerprint its push carries (b""
+        when nothing dedups it: ``dont_filter``, or ``DUPEFILTER_CLASS = BaseDupeFilter``)."""
+        if request.dont_filter or dedups_nothing(self.df):
+            return b""
+        if self.df is not self.cluster and self.df.request_seen(request):
+            self.df.log(request, self.crawler.spider)  # type: ignore[arg-type]
+            return None
+        fingerprint = self.cluster.fingerprint(request)
+        return None if self.cluster.seen_here(fingerprint, request) else fingerprint
+
+    def forget_sent(self) -> None:
+        """Forget every fingerprint sent: Redis came back older and may have lost the pushes.
+
+        A project's dupefilter is closed and built anew: one that remembered them would drop
+        the children of a parent crawled again, whose first pushes Redis lost.
+        """
+        self.cluster.forget_sent()
+        if self.df is not self.cluster and not dedups_nothing(self.df):
+            self.df.close("clustersync_rolled_back")
+            self.df = build_from_crawler(type(self.df), self.crawler)
+            self.df.open()

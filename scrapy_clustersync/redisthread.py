@@ -58,6 +58,10 @@ class RedisThread(Protocol):
         """How many leased entries wait to be taken."""
 
     @property
+    def buffered_pushes(self) -> int:
+        """How many submitted pushes Redis has not applied yet (the node's requests in transit)."""
+
+    @property
     def accepting_work(self) -> bool:
         """False while too many writes wait for Redis: the node takes no new work then."""
 

@@ -27,7 +27,7 @@ from scrapy.utils.defer import deferred_from_coro
 
 from .codec import LEASE_META_KEY, RequestCodec, UndecodableEntry, UnencodableRequest
 from .config import ClusterConfig, redact_url
-from .dupefilter import ClusterDupeFilter
+from .dupefilter import ClusterDupeFilter, NodeDedup, project_dupefilter
 from .joining import warn_of_risks
 from .nodeinfo import NodeInfo
 from .redisthread import RedisThread, RedisThreadFactory
@@ -41,6 +41,8 @@ from .worker import SyncWorker
 if TYPE_CHECKING:
     from scrapy import Spider
     from scrapy.crawler import Crawler
+    from scrapy.dupefilters import BaseDupeFilter
+    from twisted.internet.defer import Deferred
     from typing_extensions import Self
 
 logger = logging.getLogger(__name__)
@@ -52,6 +54,9 @@ class ClusterScheduler:
     ``redis_thread`` builds the node's Redis thread once the node has joined (``SyncWorker``
     by default); the scheduler reaches Redis only through it and through ``store`` (join and
     spool replay, before the thread runs). A unit test hands it a fake.
+
+    ``df`` is the project's ``DUPEFILTER_CLASS`` (``dupefilter.project_dupefilter``), exposed
+    as Scrapy's scheduler exposes it; ``dupefilter`` (the default ``df``) is the cluster's.
     """
 
     def __init__(
@@ -63,12 +68,15 @@ class ClusterScheduler:
         dupefilter: ClusterDupeFilter,
         spool: Spool,
         redis_thread: RedisThreadFactory = SyncWorker,
+        df: BaseDupeFilter | None = None,
     ) -> None:
         self.crawler = crawler
         self.config = config
         self.store = store
         self.codec = codec
         self.dupefilter = dupefilter
+        #: whether a request is a duplicate on this node (``df``, then ``dupefilter``)
+        self.dedup = NodeDedup(crawler, dupefilter, dupefilter if df is None else df)
         self.spool = spool
         self.stats = crawler.stats
         #: stats gathered on the hot path, added to the crawler's stats in publish_counts()
@@ -87,17 +95,19 @@ class ClusterScheduler:
         self.local: deque[Request] = deque()
         self._kinds_kept: set[str] = set()  # what made them unable to travel (warned once)
         self._rollbacks_seen = 0
+        #: pushes in transit at the last check(): the engine is woken when they are all in Redis
+        self._pushes_at_check = 0
         #: the job's start() on this node (see startrun.py); set by open()
         self.start: StartRun | None = None
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
-        assert crawler.spider is not None and crawler.stats is not None
+        assert crawler.stats is not None
         settings = crawler.settings
-        config = ClusterConfig.from_settings(settings, crawler.spider.name)
+        config = ClusterConfig.from_settings(settings, crawler.spidercls.name)
         client = make_client(config.redis_url, config.tls, config.socket_timeout_s)
         codec = RequestCodec(
-            crawler.spider,
+            crawler.spider,  # None until the spider exists: open() sets it
             config.max_request_bytes,
             settings.getlist("CLUSTERSYNC_REQUEST_CLASSES"),
         )
@@ -108,15 +118,27 @@ class ClusterScheduler:
         )
         spool = Spool(settings.get("CLUSTERSYNC_SPOOL_DIR") or ".clustersync-spool", config.job)
         store = JobStore(client, config.job, config.node_id, config.dedup)
-        return cls(crawler, config, store, codec, dupefilter, spool)
+        df = project_dupefilter(crawler, dupefilter)
+        return cls(crawler, config, store, codec, dupefilter, spool, df=df)
+
+    @property
+    def df(self) -> BaseDupeFilter:
+        """The project's ``DUPEFILTER_CLASS``, as Scrapy's scheduler has it."""
+        return self.dedup.df
 
     # ---- Scrapy's scheduler interface ------------------------------------------------------
-    def open(self, spider: Spider) -> None:
-        """Join the job in Redis and start the node's Redis thread.
+    def open(self, spider: Spider) -> Deferred[None] | None:
+        """Join the job in Redis and start the node's Redis thread; returns ``df.open()``.
 
         Raises CloseSpider if Redis cannot be reached at start-up: a node that never joined has
         nothing to lose, and a clear stop beats a node that silently crawls nothing.
         """
+        if self.codec.spider is None:
+            self.codec.spider = spider
+        self._join(spider)
+        return self.df.open()
+
+    def _join(self, spider: Spider) -> None:
         ttl_ms = int(self.config.lease_timeout_s * 1000)
         try:
             self._epoch, self.runs_start = epoch, _ = self.store.join(ttl_ms)
@@ -146,11 +168,16 @@ class ClusterScheduler:
             "; start() already ran elsewhere, this node takes work from the shared queue",
         )
 
-    def close(self, reason: str) -> None:
-        """Hand back unfinished leases, send every buffered write and leave the job.
+    def close(self, reason: str) -> Deferred[None] | None:
+        """Hand back unfinished leases, send every buffered write and leave the job; returns
+        ``df.close(reason)``.
 
         Shared state is never deleted here: the job lives on for the other nodes.
         """
+        self._leave()
+        return self.df.close(reason)
+
+    def _leave(self) -> None:
         if self.io is None:
             return
         undelivered = self.io.close(unacked=sorted(self.inflight))
@@ -218,18 +245,25 @@ class ClusterScheduler:
         return result
 
     def has_pending_requests(self) -> bool:
+        """True while this node holds requests: kept here, leased and not handed out yet, or
+        enqueued and not yet in Redis (so a node never looks idle with requests in transit)."""
         return len(self) > 0
 
     def __len__(self) -> int:
-        return len(self.local) + (self.io.waiting if self.io else 0)
+        """Requests this node holds (see ``has_pending_requests``); Redis's queue is not counted."""
+        io = self.io
+        return len(self.local) + (io.waiting + io.buffered_pushes if io else 0)
 
     def enqueue_request(self, request: Request) -> bool:
         """Buffer ``request`` for the shared queue, or keep it here if it cannot travel.
 
-        Returns False only when ``request`` is a duplicate this node already sent. True means it
-        goes to Redis, where the atomic dedup check may still filter it (counted in
-        ``clustersync/dedup/filtered``), or, if it cannot be encoded, that this node crawls it
-        itself (see ``_keep_here``), as Scrapy keeps requests it cannot serialize in memory.
+        Returns False only when ``request`` is a duplicate on this node (the project's
+        ``DUPEFILTER_CLASS``, then the fingerprints this node already sent). True means it goes
+        to Redis, where the atomic dedup check may still filter it (a request another node, or
+        an earlier run, sent): counted in ``dupefilter/filtered`` and
+        ``clustersync/dedup/filtered``, without ``request_dropped`` (see docs/architecture.md,
+        "Dedup"); or, if it cannot be encoded, that this node crawls it itself (see
+        ``_keep_here``), as Scrapy keeps requests it cannot serialize in memory.
         """
         accepted, refusal = self._buffer(request)
         token = request.meta.get(LEASE_META_KEY)
@@ -251,6 +285,7 @@ class ClusterScheduler:
             request.meta.pop(LEASE_META_KEY, None)  # the parent's, copied from its response
         self.local.append(request)
         self._io().mark_busy()  # a node holding requests is not idle
+        self._count("enqueued", "memory")
         self.counts["scheduler/unserializable"] += 1
         if refusal.kind not in self._kinds_kept:
             self._kinds_kept.add(refusal.kind)
@@ -264,24 +299,30 @@ class ClusterScheduler:
         if io.rollbacks != self._rollbacks_seen:
             # Redis came back older: fingerprints this node sent may be gone with it
             self._rollbacks_seen = io.rollbacks
-            self.dupefilter.forget_sent()
-        fingerprint = b"" if request.dont_filter else self.dupefilter.fingerprint(request)
-        if fingerprint and self.dupefilter.seen_here(fingerprint, request):
+            self.dedup.forget_sent()
+        fingerprint = self.dedup.fingerprint_if_new(request)
+        if fingerprint is None:
             return False, None
+        if fingerprint:  # a second copy is a duplicate, whether this one travels or stays here
+            self.dupefilter.sent(fingerprint)
         try:
             blob = self.codec.encode(request)
         except UnencodableRequest as exc:
-            if fingerprint:
-                self.dupefilter.sent(fingerprint)  # kept here: a second copy is a duplicate
             return False, exc
-        if fingerprint:
-            self.dupefilter.sent(fingerprint)
-        # int(), bool(): Scrapy accepts any int-like priority (True, numpy ints) and reads
-        # dont_filter for its truth (None, "yes"); Redis takes a number and 0 or 1
-        io.submit(Push(fingerprint, int(request.priority), blob, bool(request.dont_filter)))
+        # int(): Scrapy accepts any int-like priority (True, numpy ints), Redis takes a number;
+        # a push without a fingerprint (dont_filter, read for its truth, or no dedup) skips
+        # the job's dedup check
+        io.submit(Push(fingerprint, int(request.priority), blob, not fingerprint))
         io.mark_busy()
         self.counts["clustersync/enqueued"] += 1
+        self._count("enqueued", "redis")
         return True, None
+
+    def _count(self, event: str, where: str) -> None:
+        """Scrapy's ``scheduler/<event>`` stats: the total and its ``/<where>`` part, ``redis``
+        for the job's queue, ``memory`` for requests kept on this node."""
+        self.counts[f"scheduler/{event}"] += 1
+        self.counts[f"scheduler/{event}/{where}"] += 1
 
     def next_request(self) -> Request | None:
         """The next request for the engine: one kept on this node, else the next leased one.
@@ -297,6 +338,7 @@ class ClusterScheduler:
             return None
         if self.local:
             io.mark_busy()
+            self._count("dequeued", "memory")
             return self.local.popleft()
         if not io.accepting_work:
             return None
@@ -311,6 +353,7 @@ class ClusterScheduler:
             self.inflight.add(entry_id)
             io.mark_busy()
             self.counts["clustersync/leased"] += 1
+            self._count("dequeued", "redis")
             return request
         return None
 
@@ -365,9 +408,16 @@ class ClusterScheduler:
             return io.outcome
         if self.start is not None and self.start.needs_run():
             deferred_from_coro(self.start.run())
-        elif io.waiting:
+        elif io.waiting or self._pushes_went_out(io):
             self.wake_engine()
         return None
+
+    def _pushes_went_out(self, io: RedisThread) -> bool:
+        """The node's last pushes reached Redis since the last check: with nothing else
+        pending the engine may be idle now, and learns it at once rather than at its next
+        heartbeat (``has_pending_requests`` counted them)."""
+        before, self._pushes_at_check = self._pushes_at_check, io.buffered_pushes
+        return before > 0 and self._pushes_at_check == 0
 
     # ---- internals ---------------------------------------------------------------------------
     def _io(self) -> RedisThread:

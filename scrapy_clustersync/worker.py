@@ -112,6 +112,10 @@ class SyncWorker:
         return len(self._prefetched)
 
     @property
+    def buffered_pushes(self) -> int:
+        return self._writes.pushes_waiting
+
+    @property
     def accepting_work(self) -> bool:
         return self._backlog <= self.config.buffer_limit
 

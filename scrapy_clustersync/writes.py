@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable
 from .redisthread import Undelivered
 from .store import Op
 from .store.job import new_call_id
-from .store.ops import Ack, Release, dead_letter_for
+from .store.ops import Ack, Push, Release, dead_letter_for
 
 #: how long a batch that is not full waits for more ops, unless the node starves
 FLUSH_LINGER_S = 0.05
@@ -43,15 +43,26 @@ class WriteStream:
         self._batch_limit = batch_size  # smaller while a refused op is looked for
         self._oldest_at: float | None = None
         self._void: set[str] = set()  # leases whose acks must become releases
+        # pushes submitted (reactor) and settled by Redis (Redis thread): each thread writes
+        # only its own counter, so their difference needs no lock
+        self._pushes_submitted = 0
+        self._pushes_settled = 0
 
     # ---- reactor thread ------------------------------------------------------------------
     def submit(self, op: Op) -> None:
+        if isinstance(op, Push):
+            self._pushes_submitted += 1
         self._ops.append(op)
         if self._oldest_at is None:
             self._oldest_at = time.monotonic()
             self._wake()  # the Redis thread sleeps until something is due: a linger starts
         elif len(self._ops) >= self.batch_size:
             self._wake()
+
+    @property
+    def pushes_waiting(self) -> int:
+        """Pushes not yet applied (queued or filtered) or set aside by Redis."""
+        return self._pushes_submitted - self._pushes_settled
 
     # ---- Redis thread --------------------------------------------------------------------
     def __len__(self) -> int:
@@ -93,6 +104,7 @@ class WriteStream:
         self._pending = None
         # past the refused op (if any): back to full batches, doubling
         self._batch_limit = min(self.batch_size, self._batch_limit * 2)
+        self._pushes_settled += sum(isinstance(op, Push) for op in batch)
         settled = [op.settles for op in batch if op.settles is not None]
         self._void.difference_update(settled)
         return settled
@@ -108,6 +120,8 @@ class WriteStream:
             self._batch_limit = max(1, len(batch) // 2)
             return None
         [op] = batch
+        if isinstance(op, Push):  # its dead letter takes its place: it is settled
+            self._pushes_settled += 1
         return op
 
     def set_aside(self, op: Op, reason: str) -> None:

@@ -16,11 +16,11 @@ from twisted.internet.defer import Deferred
 
 from scrapy_clustersync.codec import RequestCodec
 from scrapy_clustersync.config import ClusterConfig
-from scrapy_clustersync.dupefilter import ClusterDupeFilter
+from scrapy_clustersync.dupefilter import ClusterDupeFilter, project_dupefilter
 from scrapy_clustersync.redisthread import RedisThread, StartState, Undelivered
 from scrapy_clustersync.scheduler import ClusterScheduler
 from scrapy_clustersync.spool import Spool
-from scrapy_clustersync.store import JobStore, Op, StartDone
+from scrapy_clustersync.store import JobStore, Op, Push, StartDone
 
 OpT = TypeVar("OpT")
 
@@ -42,6 +42,7 @@ class FakeRedisThread:
         self.pushed_total = 0
         #: what the node reports of itself in each heartbeat (given to the real thread)
         self.node_info: Callable[[], dict[str, Any]] = dict
+        self.flushed = 0  # how many submitted ops Redis has applied (see flush())
 
     # ---- RedisThread ---------------------------------------------------------------------
     def start(self) -> None:
@@ -56,6 +57,10 @@ class FakeRedisThread:
     @property
     def waiting(self) -> int:
         return len(self.leased)
+
+    @property
+    def buffered_pushes(self) -> int:
+        return sum(isinstance(op, Push) for op in self.submitted[self.flushed:])
 
     @property
     def accepting_work(self) -> bool:
@@ -94,6 +99,10 @@ class FakeRedisThread:
         return Undelivered(None, list(self.undeliverable), 0)
 
     # ---- for the tests -------------------------------------------------------------------
+    def flush(self) -> None:
+        """Redis applied every op submitted so far."""
+        self.flushed = len(self.submitted)
+
     def ops(self, kind: type[OpT]) -> list[OpT]:
         """The submitted ops of one kind, in order."""
         return [op for op in self.submitted if isinstance(op, kind)]
@@ -147,7 +156,8 @@ def make_crawler(**settings: Any) -> Crawler:
 def make_scheduler(
     tmp_path: Path, thread: FakeRedisThread | None = None, **settings: Any
 ) -> tuple[ClusterScheduler, FakeRedisThread]:
-    """A ClusterScheduler of a fresh job in an in-memory Redis, opened on ``thread``."""
+    """A ClusterScheduler of a fresh job in an in-memory Redis, opened on ``thread``, with the
+    ``DUPEFILTER_CLASS`` of ``settings`` as ``from_crawler`` builds it."""
     crawler = make_crawler(**settings)
     assert crawler.spider is not None and crawler.request_fingerprinter is not None
     config = ClusterConfig.from_settings(crawler.settings, crawler.spider.name)
@@ -159,12 +169,15 @@ def make_scheduler(
         fake.node_info = node_info
         return fake
 
+    cluster = ClusterDupeFilter(crawler.request_fingerprinter, Counter(), config.local_seen_cache,
+                                debug=crawler.settings.getbool("DUPEFILTER_DEBUG"))
     scheduler = ClusterScheduler(
         crawler, config, store,
         RequestCodec(crawler.spider, config.max_request_bytes),
-        ClusterDupeFilter(crawler.request_fingerprinter, Counter(), config.local_seen_cache),
+        cluster,
         Spool(tmp_path / "spool", config.job),
         redis_thread=built,
+        df=project_dupefilter(crawler, cluster),
     )
     scheduler.open(crawler.spider)
     return scheduler, fake

@@ -6,12 +6,14 @@ from collections.abc import MutableMapping
 from typing import cast
 
 import pytest
+from scrapy.dupefilters import BaseDupeFilter
 from scrapy.settings import Settings
 from scrapy.utils.conf import build_component_list
 from scrapy.utils.misc import load_object
 
 from scrapy_clustersync import Addon
 from scrapy_clustersync.config import ConfigError
+from scrapy_clustersync.dupefilter import ClusterDupeFilter
 from scrapy_clustersync.extensions.lifecycle import NodeLifecycle
 from scrapy_clustersync.middlewares import ORDER, ClusterSpiderMiddleware
 from scrapy_clustersync.scheduler import ClusterScheduler
@@ -84,6 +86,22 @@ def test_a_scheduler_the_project_sets_wins_over_the_addons() -> None:
     settings = settings_after_addon(SCHEDULER=ProjectScheduler)
     # then the project's scheduler stays: the add-on sets its own at the lower "addon" priority
     assert settings["SCHEDULER"] is ProjectScheduler
+
+
+def test_the_addon_makes_the_clusters_dupefilter_the_dupefilter_class() -> None:
+    # given a project with the add-on and no DUPEFILTER_CLASS of its own
+    # when the add-on updates its settings
+    settings = settings_after_addon()
+    # then DUPEFILTER_CLASS names the cluster's filter, not Scrapy's per-process one
+    assert load_object(settings["DUPEFILTER_CLASS"]) is ClusterDupeFilter
+
+
+def test_a_dupefilter_class_the_project_sets_wins_over_the_addons() -> None:
+    # given a project that sets DUPEFILTER_CLASS to turn dedup off
+    # when the add-on updates its settings
+    settings = settings_after_addon(DUPEFILTER_CLASS="scrapy.dupefilters.BaseDupeFilter")
+    # then the project's class stays
+    assert load_object(settings["DUPEFILTER_CLASS"]) is BaseDupeFilter
 
 
 def test_a_bad_setting_stops_the_node_naming_it_before_anything_is_switched_on() -> None:

@@ -12,7 +12,7 @@ from scrapy.utils.request import RequestFingerprinter, RequestFingerprinterProto
 
 from scrapy_clustersync.dupefilter import ClusterDupeFilter, RecentFingerprints, cluster_fingerprint
 
-LOGGER = "scrapy_clustersync.dupefilter"
+LOGGER = "scrapy.dupefilters"  # Scrapy's own dupefilter logger
 
 
 class TextFingerprinter:
@@ -224,14 +224,20 @@ def test_without_dupefilter_debug_only_the_first_duplicate_is_logged_with_a_hint
     ]
 
 
-def test_with_dupefilter_debug_every_duplicate_is_logged(caplog: pytest.LogCaptureFixture) -> None:
-    # given a node with DUPEFILTER_DEBUG that sent two requests
+def test_with_dupefilter_debug_every_duplicate_is_logged_with_its_referer(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # given a node with DUPEFILTER_DEBUG that sent two requests, one found on a page
     dupes = dupefilter(debug=True)
-    requests = [sent_by_this_node(dupes, f"http://a/{i}") for i in (1, 2)]
+    requests = [sent_by_this_node(dupes, "http://a/1"),
+                sent_by_this_node(dupes, "http://a/2")]
+    requests[1].headers["Referer"] = "http://a/list"
     # when both come again
     with caplog.at_level(logging.DEBUG, logger=LOGGER):
         for request in requests:
             dupes.seen_here(dupes.fingerprint(request), request)
-    # then each is logged
-    assert filtered_logs(caplog) == ["Filtered duplicate request: <GET http://a/1>",
-                                     "Filtered duplicate request: <GET http://a/2>"]
+    # then each is logged as Scrapy's RFPDupeFilter logs it, with its referer
+    assert filtered_logs(caplog) == [
+        "Filtered duplicate request: <GET http://a/1> (referer: None)",
+        "Filtered duplicate request: <GET http://a/2> (referer: http://a/list)",
+    ]

@@ -114,3 +114,24 @@ def test_what_was_not_sent_is_handed_over_whole_for_the_spool() -> None:
     assert undelivered.pending == (call_id, in_doubt)
     assert list(undelivered.ops) == [*pushes(2, start=4), Release("e9")]
     assert undelivered.writes_seen == 12 and len(undelivered) == 7
+
+
+def test_pushes_wait_until_redis_applied_their_batch() -> None:
+    # given three pushes and an ack, in batches of two
+    stream, _ = stream_of([*pushes(3), Ack("e1")], batch_size=2)
+    assert stream.pushes_waiting == 3
+    # when Redis applies the first batch
+    stream.batch()
+    stream.confirmed()
+    # then only the pushes of the next batch still wait
+    assert stream.pushes_waiting == 1
+
+
+def test_a_push_redis_refused_no_longer_waits_once_set_aside() -> None:
+    # given one push, alone in its batch, that Redis refuses
+    stream, _ = stream_of(pushes(1))
+    stream.batch()
+    # when it is found to be the refused op (its dead letter takes its place)
+    refused = stream.refused()
+    # then it no longer counts as a push on its way to the queue
+    assert refused is not None and stream.pushes_waiting == 0
