@@ -76,7 +76,8 @@ class RedisThread(Protocol):
 
     @property
     def outcome(self) -> str | None:
-        """None while the node should run on; else the reason it must close with."""
+        """None while the node should run on; else why it ends: ``finished`` (the job is, and
+        the node did nothing since the heartbeat that said so) or ``clustersync_state_lost``."""
 
     @property
     def rollbacks(self) -> int:

@@ -73,13 +73,16 @@ class SyncWorker:
         #: since its last heartbeat starts its idle time again
         self._activity = 0
         self._activity_at_beat = 0
+        #: ``_activity`` when a heartbeat last reported the node idle (None: it reported busy)
+        self._idle_reported_at: int | None = None
         self._start_state = StartState(start_state)
         #: set by the reactor thread every few tenths of a second: a reactor stuck (a callback
         #: that blocks) for half a lease stops the heartbeat, so that the node's leases run out
         #: and other nodes crawl them, as if the node were dead
         self._reactor_tick = time.monotonic()
         self._rollbacks = 0
-        self._finished = False
+        #: ``_activity`` as it was when a heartbeat answered "finished"; None while not finished
+        self._finished_at: int | None = None
         self._state_lost: str | None = None
         self._away_since: float | None = None
         self._pending_lease: tuple[str, int] | None = None
@@ -132,9 +135,13 @@ class SyncWorker:
 
     @property
     def outcome(self) -> str | None:
+        """``finished`` holds only while the node has done nothing since the heartbeat that
+        answered it: a request scheduled after that snapshot (a spider_idle handler's, a
+        timer's) is not in Redis yet, so the node runs on and crawls it."""
         if self._state_lost is not None:
             return STATE_LOST
-        return FINISHED if self._finished else None
+        finished = self._finished_at is not None and self._finished_at == self._activity
+        return FINISHED if finished and self._node_idle else None
 
     @property
     def rollbacks(self) -> int:
@@ -263,12 +270,13 @@ class SyncWorker:
         now = time.monotonic()
         busy = False
         if now >= self._next_heartbeat and not closing:
-            self._next_heartbeat = now + self.config.heartbeat_interval_s
-            self._send_heartbeat(leaving=False)
+            self._beat(now)
         # a node with nothing left to crawl starves: its new work must reach Redis now
         if self._writes.due(now, urgent=closing or not self._prefetched):
             self._flush()
             busy = True
+        if not closing and self._turned_idle():
+            self._beat(now)  # the job may be finished now: say so without waiting an interval
         if not closing and self._lease_due(now):
             busy = self._lease() or busy
         if not closing:  # bloom-prepare: next Bloom layer ahead of need, one chunk per step
@@ -331,11 +339,26 @@ class SyncWorker:
             self._on_leased()
         return True
 
-    def _send_heartbeat(self, leaving: bool) -> None:
+    def _turned_idle(self) -> bool:
+        """Idle and quiet, and no heartbeat said so since the node last did something."""
+        return self._node_idle and self._quiet and self._idle_reported_at != self._activity
+
+    def _beat(self, now: float) -> None:
+        """Send the heartbeat; the next one is due in an interval, or sooner when the job is
+        finished then if nothing changes (a node that just turned idle has settled)."""
+        self._next_heartbeat = now + self.config.heartbeat_interval_s
+        wait_ms = self._send_heartbeat(leaving=False)
+        if wait_ms > 0:
+            self._next_heartbeat = min(self._next_heartbeat, now + wait_ms / 1000)
+
+    def _send_heartbeat(self, leaving: bool) -> int:
+        """Send the heartbeat; returns its ``finish_wait_ms`` (-1 if none was sent)."""
         if not leaving and self._reactor_stuck():
-            return
-        idle = self._node_idle and self._quiet
+            return -1
+        # activity first: anything the reactor does after this read voids a "finished" answer
+        # (see ``outcome``); anything before it shows as busy_since_last or as writes buffered
         activity = self._activity
+        idle = self._node_idle and self._quiet
         beat = self.store.heartbeat(
             self.epoch,
             ttl_ms=0 if leaving else int(self.config.lease_timeout_s * 1000),
@@ -349,9 +372,11 @@ class SyncWorker:
             take_start=True,  # any live node takes start() over from a node that is gone
         )
         self._activity_at_beat = activity
+        self._idle_reported_at = activity if idle else None
         self._start_state = StartState(beat.start, self._rollbacks)
-        if beat.finished and not leaving:
-            self._finished = True
+        if not leaving:
+            self._finished_at = activity if beat.finished and idle else None
+        return beat.finish_wait_ms
 
     def _reactor_stuck(self) -> bool:
         stuck_s = time.monotonic() - self._reactor_tick

@@ -183,3 +183,21 @@ def test_jobs_on_one_redis_do_not_touch_each_other(redis_server: RedisServer) ->
     assert lease_urls(two, epoch_two) == []
     two.purge()
     assert lease_urls(one, epoch_one) == ["http://a/1"]
+
+
+def test_a_heartbeat_says_how_long_until_the_job_is_finished_if_nothing_changes(
+    redis_server: RedisServer,
+) -> None:
+    a, epoch = joined(redis_server, "a")
+    a.flush(epoch, [StartDone()], new_call_id())
+
+    def beat(idle: bool) -> int:
+        return a.heartbeat(epoch, ttl_ms=10_000, lease_ms=1000, info={}, idle=idle,
+                           idle_after_ms=500, lease_ids=[]).finish_wait_ms
+
+    # a busy node: waiting does not finish the job
+    assert beat(False) == -1
+    # a node idle just now: finished in the rest of the idle wait
+    assert 400 <= beat(True) <= 500
+    time.sleep(0.55)
+    assert beat(True) == 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from scrapy.settings import Settings
 
@@ -61,3 +62,57 @@ def test_the_worker_allocates_the_next_bloom_layer_before_a_batch_needs_it(
         time.sleep(0.05)
     worker.close(unacked=[])
     assert store.status().dedup["prepared_bytes"] == second.bytes
+
+
+def _lone_node(redis_server: RedisServer, **settings: str) -> tuple[SyncWorker, JobStore]:
+    config = ClusterConfig.from_settings(
+        Settings({"CLUSTERSYNC_REDIS_URL": redis_server.url, **settings}), "job")
+    store = JobStore(make_client(redis_server.url), "job", config.node_id)
+    epoch = store.join(ttl_ms=60_000, claim=False)[0]  # start() ran elsewhere and is over
+    return SyncWorker(store, config, epoch, node_info=dict, on_leased=lambda: None), store
+
+
+def _wait_for(condition: Callable[[], bool], timeout_s: float) -> float:
+    """Wait until ``condition`` holds; returns how long it took."""
+    began = time.monotonic()
+    while not condition():
+        assert time.monotonic() - began < timeout_s, "timed out"
+        time.sleep(0.01)
+    return time.monotonic() - began
+
+
+def test_a_node_that_turns_idle_learns_the_job_is_finished_within_the_idle_wait(
+    redis_server: RedisServer,
+) -> None:
+    # given a lone node of an empty job, heartbeats 2 s apart and an idle wait of 0.3 s
+    worker, _ = _lone_node(redis_server, CLUSTERSYNC_HEARTBEAT_INTERVAL="2",
+                           CLUSTERSYNC_LEASE_TIMEOUT="60", CLUSTERSYNC_IDLE_CLOSE_AFTER="0.3")
+    worker.start()
+    time.sleep(0.2)  # its first heartbeat, busy, went out
+    # when its engine turns idle
+    worker.mark_idle()
+    # then it says so at once and asks again when the idle wait is over, not a heartbeat later
+    took_s = _wait_for(lambda: worker.outcome == "finished", 5)
+    worker.close(unacked=[])
+    assert 0.25 <= took_s < 1.0
+
+
+def test_a_request_scheduled_after_the_job_was_found_finished_is_crawled_not_dropped(
+    redis_server: RedisServer,
+) -> None:
+    # given a lone idle node told by its heartbeat that the job is finished
+    worker, store = _lone_node(redis_server, CLUSTERSYNC_HEARTBEAT_INTERVAL="0.1",
+                               CLUSTERSYNC_LEASE_TIMEOUT="60", CLUSTERSYNC_IDLE_CLOSE_AFTER="0.1")
+    worker.start()
+    worker.mark_idle()
+    _wait_for(lambda: worker.outcome == "finished", 5)
+    # when a spider_idle handler schedules a request (the reactor buffers a push)
+    worker.submit(Push(bytes([7]) * 20, 0, b"entry"))
+    worker.mark_busy()
+    # then the node no longer says finished, and the request comes back to it to crawl
+    assert worker.outcome is None
+    _wait_for(lambda: worker.waiting == 1, 5)
+    assert worker.outcome is None
+    entry = worker.take()
+    worker.close(unacked=[entry[0]] if entry else [])
+    assert entry is not None and entry[1] == b"entry"

@@ -22,11 +22,14 @@
 -- ARGV[9]  take_start     0|1     the node waits for start(): take the claim over if its
 --                                 holder is no longer alive
 -- ARGV[10..] lease ids this node holds, to renew
--- Returns {finished 0|1, queued, leased, live nodes, server ms, writes, start}; start is
--- "done" (start() exhausted), "mine" (this node holds the claim, perhaps just taken over),
--- "other" (another live node runs it) or "none" (nobody claimed it).
+-- Returns {finished 0|1, queued, leased, live nodes, server ms, writes, start, finish_wait};
+-- start is "done" (start() exhausted), "mine" (this node holds the claim, perhaps just taken
+-- over), "other" (another live node runs it) or "none" (nobody claimed it); finish_wait is
+-- how many ms from now the job is finished if nothing changes (0: it is), -1 if it cannot be
+-- by waiting (work is queued or leased, start() runs, a live node is busy).
 -- The job is finished when start() is done (or was never claimed), the queue is empty, no
--- lease is out and every live node has been idle for idle_after_ms.
+-- lease is out and every live node has been idle for idle_after_ms (idle: nothing buffered,
+-- prefetched or held; a node that worked since its last heartbeat starts its idle time again).
 -- Errors (before any change): CLUSTERSYNC_STATE_LOST, CLUSTERSYNC_WRONG_TYPE,
 -- CLUSTERSYNC_ROLLED_BACK <w> <e> (as flush).
 if redis.call('HGET', KEYS[1], 'epoch') ~= ARGV[1] then
@@ -88,16 +91,22 @@ local queued = redis.call('ZCARD', KEYS[7])
 local leased = redis.call('ZCARD', KEYS[5])
 local live = redis.call('ZRANGEBYSCORE', KEYS[2], now_ms, '+inf', 'LIMIT', 0, 100000)
 local idle_after = tonumber(ARGV[7])
-local finished = 1
-if idle_after <= 0 or queued > 0 or leased > 0 or (start ~= 'done' and start ~= 'none') then
-  finished = 0
-else
+
+-- every live node has to be idle; the wait only lets a node that just turned idle settle
+local function finish_wait()
+  if idle_after <= 0 or queued > 0 or leased > 0 or (start ~= 'done' and start ~= 'none') then
+    return -1
+  end
+  local wait = 0
   for _, other in ipairs(live) do
     local since = redis.call('HGET', KEYS[4], other)
-    if not since or now_ms - tonumber(since) < idle_after then
-      finished = 0
-      break
-    end
+    if not since then return -1 end
+    wait = math.max(wait, idle_after - (now_ms - tonumber(since)))
   end
+  return wait
 end
-return {finished, queued, leased, #live, now_ms, writes, start}
+
+local wait = finish_wait()
+local finished = 0
+if wait == 0 then finished = 1 end
+return {finished, queued, leased, #live, now_ms, writes, start, wait}

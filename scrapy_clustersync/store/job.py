@@ -56,6 +56,9 @@ class Heartbeat:
     server_ms: int
     #: "done", "mine" (this node holds the start() claim), "other" or "none"
     start: str = "none"
+    #: ms from now until the job is finished if nothing changes: 0 it is, -1 it cannot be by
+    #: waiting (work is queued or leased, start() runs, a live node is busy)
+    finish_wait_ms: int = -1
 
 
 @dataclass
@@ -298,7 +301,7 @@ class JobStore:
         args: list[Any] = [epoch, self.node_id, ttl_ms, lease_ms, format_node_record(info),
                            idle_flag, idle_after_ms, self._expected_writes(), int(take_start),
                            *lease_ids]
-        finished, queued, leased, live, now_ms, writes, start = self._run(
+        finished, queued, leased, live, now_ms, writes, start, wait_ms = self._run(
             self._heartbeat,
             [k.meta, k.nodes, k.node_info, k.idle, k.deadlines, k.leased, k.queue,
              k.last_call(self.node_id)],
@@ -306,7 +309,7 @@ class JobStore:
         )
         self._saw_writes(int(writes))
         return Heartbeat(bool(finished), int(queued), int(leased), int(live), int(now_ms),
-                         _text(start))
+                         _text(start), int(wait_ms))
 
     def status(self) -> JobStatus:
         k = self.keys

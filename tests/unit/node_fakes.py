@@ -128,14 +128,40 @@ class FakeScraper:
         pass
 
 
+class FakeNextCall:
+    """The engine's CallLaterOnce: counts how often the engine was woken."""
+
+    def __init__(self) -> None:
+        self.scheduled = 0
+
+    def schedule(self) -> None:
+        self.scheduled += 1
+
+
+class FakeSlot:
+    def __init__(self) -> None:
+        self.nextcall = FakeNextCall()
+
+
 class FakeEngine:
     def __init__(self) -> None:
         self.scraper = FakeScraper()
         self.spider: Spider | None = None
         self.closed_with: str | None = None
+        self._slot = FakeSlot()
+        #: what Scrapy's own idle test says: nothing downloading, scraping or left in start()
+        self.nothing_in_progress = True
+
+    def spider_is_idle(self) -> bool:
+        return self.nothing_in_progress
 
     async def close_spider_async(self, reason: str) -> None:
         self.closed_with = reason
+
+    @property
+    def woken(self) -> int:
+        """How often the engine was asked to run its loop (and so its idle test) now."""
+        return self._slot.nextcall.scheduled
 
 
 class ListingSpider(Spider):

@@ -15,7 +15,7 @@ def config(**settings: object) -> ClusterConfig:
 
 def test_defaults_need_no_tuning() -> None:
     cfg = config()
-    assert cfg.job == "spider" and cfg.idle_close_after_s == 10 and cfg.prefetch == 32
+    assert cfg.job == "spider" and cfg.idle_close_after_s == 0.5 and cfg.prefetch == 32
 
 
 @pytest.mark.parametrize(

@@ -37,7 +37,7 @@ def test_an_idle_node_stays_open_while_the_job_runs(tmp_path: Path) -> None:
 def test_an_idle_node_closes_once_the_job_is_finished(tmp_path: Path) -> None:
     lifecycle, _, thread = opened_lifecycle(tmp_path)
     thread.finished_with = "finished"
-    lifecycle.spider_idle()  # no exception: Scrapy closes the spider with "finished"
+    lifecycle.spider_idle()  # no exception: Scrapy closes the spider with its own reason
 
 
 def test_a_node_whose_job_is_gone_closes_with_the_reason_that_says_so(tmp_path: Path) -> None:
@@ -48,16 +48,72 @@ def test_a_node_whose_job_is_gone_closes_with_the_reason_that_says_so(tmp_path: 
     assert closing.value.reason == "clustersync_state_lost"
 
 
-def test_a_busy_node_is_closed_by_the_extension_when_the_job_is_finished(tmp_path: Path) -> None:
-    # given a node whose engine is busy, and a job the cluster finished
+def test_the_engine_finds_an_idle_node_idle_only_once_the_job_is_finished(
+    tmp_path: Path,
+) -> None:
+    # given a node with nothing in progress, in a job that other nodes still crawl
+    _, scheduler, thread = opened_lifecycle(tmp_path)
+    engine = fake_engine(scheduler)
+    # when the engine runs its idle test
+    idle_while_running = engine.spider_is_idle()
+    # then the spider is not idle (no spider_idle signal), but the node reports itself idle
+    assert idle_while_running is False
+    assert thread.idle is True
+    # and once the job is finished, the engine finds the spider idle
+    thread.finished_with = "finished"
+    assert engine.spider_is_idle() is True
+
+
+def test_a_busy_node_is_not_idle_even_when_the_job_is_finished(tmp_path: Path) -> None:
+    _, scheduler, thread = opened_lifecycle(tmp_path)
+    engine = fake_engine(scheduler)
+    engine.nothing_in_progress = False
+    thread.finished_with = "finished"
+    assert engine.spider_is_idle() is False
+    assert thread.idle is False
+
+
+def test_a_finished_job_wakes_the_engine_once_and_leaves_the_close_to_scrapy(
+    tmp_path: Path,
+) -> None:
+    # given a node whose job the cluster finished
     lifecycle, scheduler, thread = opened_lifecycle(tmp_path)
     engine = fake_engine(scheduler)
     engine.spider = scheduler.crawler.spider
     thread.finished_with = "finished"
+    # when the extension's loop checks the node three times
+    for _ in range(3):
+        lifecycle._check()
+    # then it woke the engine once (so spider_idle comes as often as in plain Scrapy) and did
+    # not close the spider itself: Scrapy does, with its reason or a CloseSpider's
+    assert engine.woken == 1
+    assert engine.closed_with is None
+
+
+def test_a_job_finished_again_after_the_node_found_more_work_wakes_the_engine_again(
+    tmp_path: Path,
+) -> None:
+    lifecycle, scheduler, thread = opened_lifecycle(tmp_path)
+    engine = fake_engine(scheduler)
+    thread.finished_with = "finished"
+    lifecycle._check()
+    thread.finished_with = None  # a spider_idle handler scheduled a request
+    lifecycle._check()
+    thread.finished_with = "finished"
+    lifecycle._check()
+    assert engine.woken == 2
+
+
+def test_a_busy_node_whose_job_is_gone_is_closed_by_the_extension(tmp_path: Path) -> None:
+    # given a node whose engine is busy, and a job that vanished from Redis
+    lifecycle, scheduler, thread = opened_lifecycle(tmp_path)
+    engine = fake_engine(scheduler)
+    engine.spider = scheduler.crawler.spider
+    thread.finished_with = "clustersync_state_lost"
     # when the extension's loop checks the node
     lifecycle._check()
-    # then it asks the engine to close the spider with reason finished
-    assert engine.closed_with == "finished"
+    # then it asks the engine to close the spider with that reason at once
+    assert engine.closed_with == "clustersync_state_lost"
 
 
 def test_an_extension_without_a_node_leaves_scrapy_alone(tmp_path: Path) -> None:
