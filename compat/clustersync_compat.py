@@ -34,7 +34,8 @@ ADDON_PRIORITY = 100
 FAST_SETTINGS: dict[str, Any] = {
     "CLUSTERSYNC_HEARTBEAT_INTERVAL": 0.1,
     "CLUSTERSYNC_LEASE_TIMEOUT": 5.0,
-    "CLUSTERSYNC_IDLE_CLOSE_AFTER": 0.0,
+    # short, but not 0: 0 means "never finish" (heartbeat.lua), and every crawl would hang
+    "CLUSTERSYNC_IDLE_CLOSE_AFTER": 0.1,
     # a Bloom filter sized for a test, not the 10 million URLs of the default
     "CLUSTERSYNC_BLOOM_CAPACITY": 100_000,
 }
