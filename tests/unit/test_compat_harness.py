@@ -1,0 +1,67 @@
+"""The `make compat` harness (compat/): which tests it names, how it reads Scrapy's tox.ini."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from compat.clustersync_compat import cluster_settings, job_name
+from compat.run import pytest_args
+from compat.sdist import tox_test_requirements
+from compat.selection import REQUIRED, SURVEY
+from compat.summary import required_outcomes
+
+
+def test_a_required_test_that_no_longer_exists_counts_as_not_run() -> None:
+    # given a report without the test a selector names (Scrapy renamed it)
+    outcomes = {"tests/test_engine.py::TestEngine::test_crawl": {"outcome": "passed"}}
+    # when the required outcomes are read
+    found = required_outcomes(outcomes, ["tests/test_engine.py::TestSpiderIdle::test_gone"])
+    # then it is "not run", never silently passed
+    assert found == {"tests/test_engine.py::TestSpiderIdle::test_gone": "not run"}
+
+
+def test_a_required_file_or_class_covers_each_of_its_tests_and_parametrizations() -> None:
+    # given outcomes of a parametrized test, a class and a test of another class
+    outcomes = {
+        "tests/a.py::T::test_x[one]": {"outcome": "passed"},
+        "tests/a.py::T::test_x[two]": {"outcome": "failed"},
+        "tests/a.py::T::test_xy": {"outcome": "failed"},
+    }
+    # when the test test_x is required
+    found = required_outcomes(outcomes, ["tests/a.py::T::test_x"])
+    # then both parametrizations count, and test_xy (another name) does not
+    assert found == {"tests/a.py::T::test_x[one]": "passed", "tests/a.py::T::test_x[two]": "failed"}
+
+
+def test_every_required_test_is_run_once_by_default() -> None:
+    # given the selection, when the default run's pytest arguments are made
+    args = pytest_args(required_only=False)
+    # then every survey module is there once, and each required test is in one of the arguments
+    assert sorted(set(args)) == sorted(args)
+    assert set(SURVEY) <= set(args)
+    assert all(any(r == a or r.startswith(f"{a}::") for a in args) for r in REQUIRED)
+
+
+def test_scrapys_test_requirements_are_read_from_its_tox_ini(tmp_path: Path) -> None:
+    # given a tox.ini shaped like Scrapy's
+    tox_ini = tmp_path / "tox.ini"
+    tox_ini.write_text(
+        "[test-requirements]\ndeps =\n    attrs\n    sybil >= 1.3.0  # why\n    pytest-twisted\n"
+        "[testenv]\ndeps =\n    {[test-requirements]deps}\n    pytest >= 8.4.1  # a pin\n"
+    )
+    # when its requirements are read
+    requirements = tox_test_requirements(tox_ini)
+    # then the packages and pins come out, without comments or tox references
+    assert requirements == ["attrs", "sybil >= 1.3.0", "pytest-twisted", "pytest >= 8.4.1"]
+
+
+def test_each_crawler_gets_a_valid_job_of_its_test_and_spider() -> None:
+    # given a spider name with characters a job name cannot hold, and one with none
+    # when the jobs are named, then they are valid job names of the test's prefix
+    assert job_name("compat7-abc123", "example.com/spider one") == (
+        "compat7-abc123.example.com_spider_one"
+    )
+    assert job_name("compat7-abc123", None) == "compat7-abc123.spider"
+    settings = cluster_settings("redis://127.0.0.1:1/0", "compat7-abc123.spider", "/tmp/s")
+    assert settings["CLUSTERSYNC_JOB"] == "compat7-abc123.spider"
+    assert settings["CLUSTERSYNC_HEARTBEAT_INTERVAL"] * 3 <= settings["CLUSTERSYNC_LEASE_TIMEOUT"]
