@@ -47,6 +47,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+DEFAULT_JOB = "default"
+
 
 class ClusterScheduler:
     """Scrapy's scheduler interface over the job's shared queue (see the module doc).
@@ -104,7 +106,10 @@ class ClusterScheduler:
     def from_crawler(cls, crawler: Crawler) -> Self:
         assert crawler.stats is not None
         settings = crawler.settings
-        config = ClusterConfig.from_settings(settings, crawler.spidercls.name)
+        # Scrapy cannot crawl a spider without a name, but its scheduler can be built for one
+        # (a crawler of the base Spider): such a job is "default" unless CLUSTERSYNC_JOB says
+        config = ClusterConfig.from_settings(
+            settings, getattr(crawler.spidercls, "name", None) or DEFAULT_JOB)
         client = make_client(config.redis_url, config.tls, config.socket_timeout_s)
         codec = RequestCodec(
             crawler.spider,  # None until the spider exists: open() sets it

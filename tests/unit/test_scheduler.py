@@ -234,3 +234,15 @@ def test_a_dont_filter_scrapy_reads_as_true_or_false_is_pushed_as_such(tmp_path:
         assert scheduler.enqueue_request(request)
     # then each push says 0 or 1, as Redis needs, and can be encoded
     assert [op.args()[4] for op in thread.ops(Push)] == [0, 1, 0]
+
+
+def test_a_scheduler_can_be_built_for_a_crawler_whose_spider_has_no_name() -> None:
+    # given a crawler of Scrapy's base Spider, as Scrapy's own scheduler tests build one
+    from scrapy import Spider
+    from scrapy.utils.test import get_crawler
+
+    crawler = get_crawler(Spider, {"CLUSTERSYNC_REDIS_URL": "redis://127.0.0.1:1/0"})
+    # when the scheduler is built from it
+    scheduler = ClusterScheduler.from_crawler(crawler)
+    # then it has a job of its own name rather than an AttributeError
+    assert scheduler.config.job == "default"
