@@ -40,7 +40,8 @@ class Undelivered:
 class RedisThread(Protocol):
     """What the reactor side of a node (the scheduler) may ask of the node's Redis thread.
 
-    Every method is called from the reactor thread and returns at once: none waits on Redis.
+    Every method is called from the reactor thread and returns at once (but ``await_lease``):
+    none waits on Redis.
     ``SyncWorker`` is the real one; unit tests hand the scheduler a fake.
     """
 
@@ -52,6 +53,10 @@ class RedisThread(Protocol):
 
     def take(self) -> tuple[str, bytes] | None:
         """The next leased entry (entry id, encoded request), or None if none is waiting."""
+
+    def await_lease(self, timeout_s: float) -> None:
+        """The one call that may wait: until a lease made after every push submitted so far
+        came back (or ``timeout_s``, or at once while Redis is away)."""
 
     @property
     def waiting(self) -> int:
@@ -91,7 +96,8 @@ class RedisThread(Protocol):
         """start() is exhausted on this node: record it in Redis."""
 
     def totals(self) -> dict[str, int]:
-        """What Redis did with this node's writes so far (pushed, filtered, released, ...)."""
+        """What Redis did with this node's writes so far (pushed, filtered, released, ...), and
+        how many leased entries were handed back untaken, outranked by a higher priority."""
 
     def close(self, unacked: list[str]) -> Undelivered:
         """Release ``unacked`` leases, flush everything, leave the job; return what is left."""

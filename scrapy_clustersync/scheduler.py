@@ -30,12 +30,13 @@ from .config import ClusterConfig, redact_url
 from .dupefilter import ClusterDupeFilter, NodeDedup, project_dupefilter
 from .joining import warn_of_risks
 from .nodeinfo import NodeInfo
+from .order import QueueOrder
 from .redisthread import RedisThread, RedisThreadFactory
 from .signals import node_opened
 from .spool import Spool
 from .startrun import StartRun
 from .store import JobStore, StoreError, make_client
-from .store.ops import Ack, DeadLetterEntry, Push, Release
+from .store.ops import Ack, DeadLetterEntry, Push, PushFlags, Release
 from .worker import SyncWorker
 
 if TYPE_CHECKING:
@@ -48,6 +49,9 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 DEFAULT_JOB = "default"
+#: how long next_request() may wait for the node's own new requests to come back leased, when
+#: the node has nothing else at all (see next_request)
+DEQUEUE_WAIT_S = 1.0
 
 
 class ClusterScheduler:
@@ -71,6 +75,7 @@ class ClusterScheduler:
         spool: Spool,
         redis_thread: RedisThreadFactory = SyncWorker,
         df: BaseDupeFilter | None = None,
+        order: QueueOrder | None = None,
     ) -> None:
         self.crawler = crawler
         self.config = config
@@ -80,6 +85,8 @@ class ClusterScheduler:
         #: whether a request is a duplicate on this node (``df``, then ``dupefilter``)
         self.dedup = NodeDedup(crawler, dupefilter, dupefilter if df is None else df)
         self.spool = spool
+        #: Scrapy's order within a priority, from the project's queue settings (order.py)
+        self.order = order or QueueOrder()
         self.stats = crawler.stats
         #: stats gathered on the hot path, added to the crawler's stats in publish_counts()
         self.counts = dupefilter.counts
@@ -124,7 +131,8 @@ class ClusterScheduler:
         spool = Spool(settings.get("CLUSTERSYNC_SPOOL_DIR") or ".clustersync-spool", config.job)
         store = JobStore(client, config.job, config.node_id, config.dedup)
         df = project_dupefilter(crawler, dupefilter)
-        return cls(crawler, config, store, codec, dupefilter, spool, df=df)
+        return cls(crawler, config, store, codec, dupefilter, spool, df=df,
+                   order=QueueOrder.from_settings(settings))
 
     @property
     def df(self) -> BaseDupeFilter:
@@ -317,7 +325,10 @@ class ClusterScheduler:
         # int(): Scrapy accepts any int-like priority (True, numpy ints), Redis takes a number;
         # a push without a fingerprint (dont_filter, read for its truth, or no dedup) skips
         # the job's dedup check
-        io.submit(Push(fingerprint, int(request.priority), blob, not fingerprint))
+        flags = self.order.flags(bool(request.meta.get("is_start_request")))
+        if not fingerprint:
+            flags |= PushFlags.DONT_FILTER
+        io.submit(Push(fingerprint, int(request.priority), blob, flags))
         io.mark_busy()
         self.counts["clustersync/enqueued"] += 1
         self._count("enqueued", "redis")
@@ -333,7 +344,12 @@ class ClusterScheduler:
         """The next request for the engine: one kept on this node, else the next leased one.
 
         None while the node is closing, while its writes wait for Redis (back-pressure) or
-        when nothing is leased yet (the engine asks again; new leases wake it).
+        when nothing is leased yet (the engine asks again; new leases wake it). A node that
+        downloads nothing and has nothing leased or kept, but requests of its own on their way
+        to Redis, waits for them (``DEQUEUE_WAIT_S`` at most, not at all while Redis is away),
+        as Scrapy's scheduler hands out a request as soon as it was enqueued: the node has no
+        download to serve meanwhile, and its callbacks, which would enqueue more, wait too, as
+        they do in Scrapy while the engine sends that request.
         """
         io = self.io
         if io is None:
@@ -347,6 +363,12 @@ class ClusterScheduler:
             return self.local.popleft()
         if not io.accepting_work:
             return None
+        # every request in flight is in the scraper: nothing downloads
+        if not io.waiting and io.buffered_pushes and len(self.inflight) == len(self.scraping):
+            io.await_lease(DEQUEUE_WAIT_S)
+        return self._next_leased(io)
+
+    def _next_leased(self, io: RedisThread) -> Request | None:
         while (entry := io.take()) is not None:
             entry_id, blob = entry
             try:
@@ -460,6 +482,7 @@ class ClusterScheduler:
             self._published.update(totals)
             self.counts["clustersync/pushed"] += delta["pushed"]
             self.counts["clustersync/released"] += delta["released"]
+            self.counts["clustersync/outranked"] += delta.get("outranked", 0)
             self.dupefilter.filtered_in_redis(delta["filtered"])
         for key, value in self.counts.items():
             if value:

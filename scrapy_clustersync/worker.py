@@ -26,10 +26,10 @@ from typing import Any
 
 from .config import ClusterConfig, redact_url
 from .redisthread import FINISHED, STATE_LOST, StartState, Undelivered
-from .store import JobStore, Op, StateLost, StoreError, StoreUnavailable
+from .store import JobStore, Leased, Op, StateLost, StoreError, StoreUnavailable
 from .store.errors import BadBatch, RolledBack
 from .store.job import new_call_id
-from .store.ops import StartDone
+from .store.ops import Release, StartDone
 from .writes import WriteStream
 
 logger = logging.getLogger(__name__)
@@ -66,7 +66,15 @@ class SyncWorker:
         #: what Redis did with this node's writes; only the Redis thread adds to it
         self._totals = {"pushed": 0, "filtered": 0, "released": 0, "set_aside": 0}
         self._writes = WriteStream(config.batch_size, wake=self._wake_up)
-        self._prefetched: deque[tuple[str, bytes]] = deque()  # Redis thread appends, reactor pops
+        #: leased entries, each with the pushes Redis had applied when it was leased (see take);
+        #: the Redis thread appends, the reactor pops
+        self._prefetched: deque[tuple[Leased, int]] = deque()
+        #: the reactor waits (``await_lease``) for a lease made after its first n pushes
+        self._lease_wanted_after = 0
+        self._covered_by_lease = 0  # pushes Redis had applied when the last lease was made
+        self._lease_made = threading.Condition()
+        #: leased entries handed back untaken: a push of a higher priority came after them
+        self.outranked = 0
         self._held: set[str] = set()  # lease ids of this node, owned by the Redis thread
         self._node_idle = False  # set by the reactor thread
         #: bumped by the reactor thread whenever the node does something; a node that worked
@@ -85,7 +93,7 @@ class SyncWorker:
         self._finished_at: int | None = None
         self._state_lost: str | None = None
         self._away_since: float | None = None
-        self._pending_lease: tuple[str, int] | None = None
+        self._pending_lease: tuple[str, int, int] | None = None  # call id, count, pushes covered
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._next_heartbeat = 0.0
@@ -103,12 +111,33 @@ class SyncWorker:
         self._writes.submit(op)
 
     def take(self) -> tuple[str, bytes] | None:
-        if not self._prefetched:
-            return None
-        entry = self._prefetched.popleft()
-        if len(self._prefetched) == self._low_water:
-            self._wake.set()  # lease more before the buffer runs dry
-        return entry
+        """The next leased entry. One leased before Redis had a later push of this node with a
+        higher priority is handed back instead (the release follows that push, so the next lease
+        has the push first): prefetching never reorders priorities against a single Scrapy."""
+        recent = self._writes.recent_pushes
+        while self._prefetched:
+            entry, covered = self._prefetched.popleft()
+            if len(self._prefetched) <= self._low_water:
+                self._wake.set()  # lease more before the buffer runs dry
+            if recent.highest_after(covered) > entry.priority:
+                self.outranked += 1
+                self.submit(Release(entry.entry_id))
+                continue
+            return entry.entry_id, entry.blob
+        return None
+
+    def await_lease(self, timeout_s: float) -> None:
+        """Wait (blocking the caller) until a lease made after every push submitted so far came
+        back, or ``timeout_s``; at once while Redis is away."""
+        wanted = self._writes.pushes_submitted
+        self._lease_wanted_after = wanted
+        self._wake.set()
+        with self._lease_made:
+            self._lease_made.wait_for(
+                lambda: bool(self._prefetched) or self._covered_by_lease >= wanted
+                or self._away_since is not None or self._state_lost is not None,
+                timeout_s,
+            )
 
     @property
     def waiting(self) -> int:
@@ -156,7 +185,7 @@ class SyncWorker:
         self._start_state = StartState("done", self._rollbacks)
 
     def totals(self) -> dict[str, int]:
-        return dict(self._totals)
+        return {**self._totals, "outranked": self.outranked}
 
     def figures(self) -> dict[str, Any]:
         """What the node record shows of this thread (see nodeinfo.py)."""
@@ -171,7 +200,7 @@ class SyncWorker:
         if reachable and self._pending_lease is not None:
             self._guard(self._lease)  # learn what a call whose answer was lost leased
         # list(): one atomic copy, in case a late lease answer still lands
-        self._writes.release([entry_id for entry_id, _ in list(self._prefetched)])
+        self._writes.release([entry.entry_id for entry, _ in list(self._prefetched)])
         self._prefetched.clear()
         self._writes.release(unacked)
         if reachable:
@@ -271,8 +300,11 @@ class SyncWorker:
         busy = False
         if now >= self._next_heartbeat and not closing:
             self._beat(now)
-        # a node with nothing left to crawl starves: its new work must reach Redis now
-        if self._writes.due(now, urgent=closing or not self._prefetched):
+        # a node with nothing left to crawl starves: its new work must reach Redis now; and a
+        # lease comes after every write made before it (a request handed back, a new push), so
+        # that it hands out the queue's order, not one of a moment ago
+        lease_due = not closing and self._lease_due(now)
+        if self._writes.due(now, urgent=closing or lease_due or not self._prefetched):
             self._flush()
             busy = True
         if not closing and self._turned_idle():
@@ -312,7 +344,12 @@ class SyncWorker:
         self._writes.set_aside(op, str(exc))
 
     def _lease_due(self, now: float) -> bool:
-        return now >= self._next_lease and self._lease_wanted()
+        return (now >= self._next_lease or self._awaited()) and self._lease_wanted()
+
+    def _awaited(self) -> bool:
+        """The reactor waits for a lease, and every push it waits for is in Redis now."""
+        wanted = self._lease_wanted_after
+        return self._covered_by_lease < wanted <= self._writes.pushes_settled
 
     def _lease_wanted(self) -> bool:
         if self._state_lost or not self.accepting_work:
@@ -321,20 +358,24 @@ class SyncWorker:
 
     def _lease(self) -> bool:
         if self._pending_lease is None:
-            self._pending_lease = (new_call_id(), self.config.prefetch - len(self._prefetched))
-        call_id, count = self._pending_lease
+            self._pending_lease = (new_call_id(), self.config.prefetch - len(self._prefetched),
+                                   self._writes.pushes_settled)
+        call_id, count, covered = self._pending_lease
         lease_ms = int(self.config.lease_timeout_s * 1000)
         entries = self.store.lease(self.epoch, count, lease_ms, call_id)
         self._pending_lease = None
+        was_empty = not self._prefetched
+        self._held.update(entry.entry_id for entry in entries)
+        self._prefetched.extend((entry, covered) for entry in entries)
+        with self._lease_made:
+            self._covered_by_lease = covered
+            self._lease_made.notify_all()
         if not entries:
             backoff_s = self._empty_backoff_s * 2 or 0.05
             self._empty_backoff_s = min(EMPTY_QUEUE_BACKOFF_MAX_S, backoff_s)
             self._next_lease = time.monotonic() + self._empty_backoff_s
             return False
         self._empty_backoff_s = 0.0
-        was_empty = not self._prefetched
-        self._held.update(entry_id for entry_id, _ in entries)
-        self._prefetched.extend(entries)
         if was_empty:
             self._on_leased()
         return True
@@ -422,7 +463,7 @@ class SyncWorker:
         anew. Entry ids never repeat (see flush.lua), so no late op touches another request.
         """
         self._rollbacks += 1
-        not_started = {entry_id for entry_id, _ in list(self._prefetched)}  # reactor pops
+        not_started = {entry.entry_id for entry, _ in list(self._prefetched)}  # reactor pops
         voided = self._writes.void(self._held - not_started)
         self._next_heartbeat = 0.0
         logger.critical(

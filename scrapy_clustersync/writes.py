@@ -27,6 +27,33 @@ from .store.ops import Ack, Push, Release, dead_letter_for
 FLUSH_LINGER_S = 0.05
 
 
+class RecentPushes:
+    """The priorities of a node's recent pushes, numbered in the order they were submitted.
+
+    A lease call made when Redis had applied the node's first ``covered`` pushes hands out
+    entries in the right order against those, not against later ones: ``highest_after(covered)``
+    is the highest priority among the later pushes. The reactor thread alone uses it, asking
+    with a ``covered`` that never decreases (leases come in order), so it keeps only the pushes
+    that can still be the answer: a sliding-window maximum, one entry per run of priorities.
+    """
+
+    def __init__(self) -> None:
+        self._window: deque[tuple[int, int]] = deque()  # (number, priority), priority falling
+
+    def add(self, number: int, priority: int) -> None:
+        window = self._window
+        while window and window[-1][1] <= priority:
+            window.pop()
+        window.append((number, priority))
+
+    def highest_after(self, covered: int) -> float:
+        """The highest priority among pushes numbered above ``covered`` (-inf: none)."""
+        window = self._window
+        while window and window[0][0] <= covered:
+            window.popleft()
+        return window[0][1] if window else float("-inf")
+
+
 class WriteStream:
     """The ordered write buffer between the reactor thread and the Redis thread.
 
@@ -47,11 +74,13 @@ class WriteStream:
         # only its own counter, so their difference needs no lock
         self._pushes_submitted = 0
         self._pushes_settled = 0
+        self.recent_pushes = RecentPushes()  # the reactor's
 
     # ---- reactor thread ------------------------------------------------------------------
     def submit(self, op: Op) -> None:
         if isinstance(op, Push):
             self._pushes_submitted += 1
+            self.recent_pushes.add(self._pushes_submitted, op.priority)
         self._ops.append(op)
         if self._oldest_at is None:
             self._oldest_at = time.monotonic()
@@ -64,7 +93,16 @@ class WriteStream:
         """Pushes not yet applied (queued or filtered) or set aside by Redis."""
         return self._pushes_submitted - self._pushes_settled
 
+    @property
+    def pushes_submitted(self) -> int:
+        return self._pushes_submitted
+
     # ---- Redis thread --------------------------------------------------------------------
+    @property
+    def pushes_settled(self) -> int:
+        """How many of the first pushes Redis applied (or set aside): always a prefix."""
+        return self._pushes_settled
+
     def __len__(self) -> int:
         """Ops not yet in Redis, including a batch whose call is under way or being retried."""
         pending = self._pending

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from scrapy_clustersync.store import JobStore, Push, make_client
+from scrapy_clustersync.store import JobStore, Push, PushFlags, make_client
 from scrapy_clustersync.store.job import new_call_id
 from testkit.redis_server import RedisServer
 
@@ -19,7 +19,8 @@ def test_an_undecodable_queue_entry_is_dead_lettered_and_the_crawl_completes(
     web = site(100)
     store = JobStore(make_client(redis_server.url), "site", "test")
     epoch = store.ensure_job()
-    store.flush(epoch, [Push(b"", 100, b"\xc1 not an envelope", dont_filter=True)], new_call_id())
+    undecodable = Push(b"", 100, b"\xc1 not an envelope", flags=PushFlags.DONT_FILTER)
+    store.flush(epoch, [undecodable], new_call_id())
     # when a node crawls the job
     node = start_node("node1", redis_server.url, web.start_url, tmp_path)
     wait_all([node])

@@ -95,7 +95,7 @@ def test_two_processes_pushing_the_same_10000_urls_queue_each_exactly_once(
         assert worker.exitcode == 0
     store, epoch = bloom_store(redis_server.url, capacity=1000, error=1e-9)
     codec = RequestCodec(None, 1 << 16)
-    queued = [codec.decode(blob).url for _, blob in store.lease(epoch, 20_000, 60_000, "x")]
+    queued = [codec.decode(blob).url for _, blob, _ in store.lease(epoch, 20_000, 60_000, "x")]
     assert len(queued) == 10_000 and len(set(queued)) == 10_000
 
 

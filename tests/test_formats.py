@@ -40,7 +40,7 @@ def leased_entry(store: JobStore, epoch: str, priority: int = 0) -> tuple[str, b
     """Push one request and lease it: (entry id, encoded request)."""
     store.flush(epoch, [Push(b"\x03" * 20, priority, CODEC.encode(Request("http://a/1")))],
                 new_call_id())
-    [(entry_id, blob)] = store.lease(epoch, 1, 60_000, new_call_id())
+    [(entry_id, blob, _)] = store.lease(epoch, 1, 60_000, new_call_id())
     return entry_id, blob
 
 

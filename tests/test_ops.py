@@ -30,6 +30,7 @@ from scrapy_clustersync.store.ops import (
     Op,
     OpDecodeError,
     Push,
+    PushFlags,
     Release,
     StartDone,
     dead_letter_for,
@@ -40,8 +41,8 @@ from testkit.redis_server import RedisServer
 
 CODEC = RequestCodec(None, max_bytes=1 << 20)
 FINGERPRINT = b"\x05" * 20
-PUSH = Push(FINGERPRINT, -3, CODEC.encode(Request("http://a/page")), dont_filter=False)
-PUSH_AGAIN = Push(b"", 7, CODEC.encode(Request("http://a/again")), dont_filter=True)
+PUSH = Push(FINGERPRINT, -3, CODEC.encode(Request("http://a/page")))
+PUSH_AGAIN = Push(b"", 7, CODEC.encode(Request("http://a/again")), flags=PushFlags.DONT_FILTER)
 ACK = Ack("00000000000000011234abcd")
 RELEASE = Release("00000000000000021234abcd")
 DEAD = DeadLetterEntry("00000000000000031234abcd", "cannot be decoded")
@@ -112,7 +113,7 @@ def test_a_push_describes_itself_by_its_url_and_an_unreadable_one_says_so() -> N
     (["P", FINGERPRINT, 0, b"blob"], "op 'P' has 3 fields, not 4"),
     (["S", "extra"], "op 'S' has 1 fields, not 0"),
     (["P", "text, not bytes", 0, b"blob", 0], "field fingerprint is 'text, not bytes'"),
-    (["P", FINGERPRINT, 0, b"blob", 2], "field dont_filter is 2, not of type bool"),
+    (["P", FINGERPRINT, 0, b"blob", "2"], "field flags is '2', not of type int"),
     (["D", "e1", b"reason as bytes"], "field reason is b'reason as bytes', not of type str"),
 ])
 def test_arguments_that_are_no_op_of_this_version_are_refused_with_the_reason(
@@ -148,13 +149,13 @@ def test_a_batch_with_every_kind_of_op_is_applied_in_order(
     store, epoch = joined(redis_server, dedup)
     pushes = [Push(bytes([i]) * 20, 0, CODEC.encode(Request(f"http://a/{i}"))) for i in range(3)]
     store.flush(epoch, pushes, new_call_id())
-    acked, released, dead = (entry_id for entry_id, _ in store.lease(epoch, 3, 60_000,
+    acked, released, dead = (entry_id for entry_id, _, _ in store.lease(epoch, 3, 60_000,
                                                                       new_call_id()))
     # when one batch holds every kind of op, pushes between and after the others
     batch: list[Op] = [Push(b"\x09" * 20, 1, b"new"), Ack(acked), Release(released),
                        DeadLetterEntry(dead, "undecodable"), Push(b"\x09" * 20, 1, b"dup"),
                        DeadLetterWrite("refused by Redis: test", b"record"), StartDone(),
-                       Push(b"", 2, b"forced", dont_filter=True)]
+                       Push(b"", 2, b"forced", flags=PushFlags.DONT_FILTER)]
     result = store.flush(epoch, batch, new_call_id())
     # then each op did its part, read at the right place in the arguments
     figures = (result.pushed, result.filtered, result.acked, result.released, result.dead)
@@ -168,7 +169,7 @@ def test_a_batch_with_every_kind_of_op_is_applied_in_order(
     (RawOp("Q", "e1"), "unknown opcode Q"),
     (RawOp("D", "e1"), "missing fields"),
     (RawOp("A", ""), "empty entry id"),
-    (RawOp("P", FINGERPRINT, 0, b"blob", 2), "dont_filter must be 0 or 1"),
+    (RawOp("P", FINGERPRINT, 0, b"blob", 8), "flags must be an integer from 0 to 7"),
     (RawOp("P", FINGERPRINT, "inf", b"blob", 0), "priority is not a finite number"),
     (RawOp("P", b"short", 0, b"blob", 0), "fingerprint of 5 bytes, not 20"),
 ])
@@ -196,7 +197,7 @@ def test_a_spool_file_with_an_op_that_does_not_decode_is_kept_aside_and_nothing_
 ) -> None:
     # given a spool file of this format whose second batch holds an op this version cannot read
     store, epoch = joined(redis_server, DedupSettings("exact"))
-    good = Push(b"", 0, CODEC.encode(Request("http://a/1")), dont_filter=True).args()
+    good = Push(b"", 0, CODEC.encode(Request("http://a/1")), flags=PushFlags.DONT_FILTER).args()
     data = {"format": SPOOL_FORMAT, "job": "job", "node": "n1", "epoch": epoch,
             "writes_seen": 0, "batches": [["c1", [good]], ["c2", [good, bad_op]]]}
     (tmp_path / "job").mkdir()

@@ -109,7 +109,7 @@ def queued_urls(store: JobStore) -> Counter[str]:
 def leased_urls(store: JobStore, epoch: str) -> Counter[str]:
     """Lease everything queued (as ``store``'s node) and count the URLs."""
     leased = store.lease(epoch, 1000, 60_000, new_call_id())
-    return Counter(CODEC.decode(blob).url for _, blob in leased)
+    return Counter(CODEC.decode(blob).url for _, blob, _ in leased)
 
 
 def job_keys(store: JobStore) -> dict[bytes, bytes | None]:
@@ -230,7 +230,7 @@ def test_a_malformed_push_goes_to_the_dead_letters_and_the_rest_is_applied_once(
     store = RecordingStore(make_client(redis_server.url), JOB, config.node_id, config.dedup)
     epoch = store.join(ttl_ms=60_000)[0]
     store.flush(epoch, [push("http://a/done")], new_call_id())
-    [(done_id, _)] = store.lease(epoch, 1, 60_000, new_call_id())
+    [(done_id, _, _)] = store.lease(epoch, 1, 60_000, new_call_id())
     bad = push("http://a/c", fingerprint=b"\x07" * 8)
     stream: list[Op] = [push("http://a/a", dont_filter=True), push("http://a/b"), bad, push("http://a/d"),
               Ack(done_id)]
@@ -328,7 +328,7 @@ def test_a_spooled_batch_that_redis_applied_before_its_answer_was_lost_is_not_ap
     # given node n1 whose last flush ran in Redis but whose answer never came back ...
     store, epoch = joined(redis_server, "n1")
     store.flush(epoch, [push("http://a/broken")], new_call_id())
-    [(broken_id, _)] = store.lease(epoch, 1, 60_000, new_call_id())
+    [(broken_id, _, _)] = store.lease(epoch, 1, 60_000, new_call_id())
     confirmed_writes = store.writes_seen or 0
     in_doubt: list[Op] = [push("http://a/again1", dont_filter=True),
                 push("http://a/again2", dont_filter=True), push("http://a/new"),
@@ -360,7 +360,7 @@ def test_spooled_releases_put_the_leases_back_in_the_queue_at_once(
     store, epoch = joined(redis_server, "n1")
     store.flush(epoch, [push(f"http://a/{i}") for i in range(3)], new_call_id())
     leases = store.lease(epoch, 3, 60_000, new_call_id())
-    undelivered = Undelivered(ops=[Release(entry_id) for entry_id, _ in leases],
+    undelivered = Undelivered(ops=[Release(entry_id) for entry_id, _, _ in leases],
                               writes_seen=store.writes_seen or 0)
     Spool(tmp_path, JOB).save("n1", epoch, undelivered, batch_size=100)
     # when the next node replays the spool
@@ -570,7 +570,7 @@ def test_purge_unlinks_every_key_of_the_job_bloom_chunks_included(
     # given a job with a two-layer Bloom filter, leases, dead letters and a node's call record
     store, epoch = joined(redis_server, dedup=DedupSettings("bloom", 20, 0.01))
     store.flush(epoch, [push(f"http://a/{i}") for i in range(30)], new_call_id())
-    [(entry_id, _)] = store.lease(epoch, 1, 60_000, new_call_id())
+    [(entry_id, _, _)] = store.lease(epoch, 1, 60_000, new_call_id())
     store.flush(epoch, [DeadLetterEntry(entry_id, "undecodable")], new_call_id())
     store.lease(epoch, 5, 60_000, new_call_id())
     keys = job_keys(store)

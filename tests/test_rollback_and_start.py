@@ -13,7 +13,7 @@ from test_store import joined, push_op
 
 from scrapy_clustersync.config import ClusterConfig
 from scrapy_clustersync.extensions.lifecycle import NodeLifecycle
-from scrapy_clustersync.store import Ack, JobStore, Push, StartDone, make_client
+from scrapy_clustersync.store import Ack, JobStore, Push, PushFlags, StartDone, make_client
 from scrapy_clustersync.store.errors import RolledBack
 from scrapy_clustersync.store.job import new_call_id
 from scrapy_clustersync.worker import SyncWorker
@@ -55,13 +55,13 @@ def test_entry_ids_are_never_reused_after_redis_came_back_older(
     store, epoch = joined(redis)
     redis.client().save()
     store.flush(epoch, [push_op("http://a/lost")], new_call_id())
-    [(lost_id, _)] = store.lease(epoch, 1, 10_000, new_call_id())
+    [(lost_id, _, _)] = store.lease(epoch, 1, 10_000, new_call_id())
     redis.restart(crash=True)
     other = JobStore(make_client(redis.url), "job", "n2")
     other.join(ttl_ms=10_000)
     # when another node pushes a new request (the entry sequence runs again)
     other.flush(epoch, [push_op("http://a/new")], new_call_id())
-    [(new_id, _)] = other.lease(epoch, 1, 10_000, new_call_id())
+    [(new_id, _, _)] = other.lease(epoch, 1, 10_000, new_call_id())
     # then it has another id, so a late ack of the lost entry cannot delete it
     assert new_id != lost_id
     other.flush(epoch, [Ack(lost_id)], new_call_id())
@@ -85,13 +85,14 @@ def test_after_a_rollback_the_acks_of_requests_under_way_become_releases(
     worker, store, epoch = make_worker(redis)
     store.flush(epoch, [push_op("http://a/parent")], new_call_id())
     redis.client().save()
-    [(parent, _)] = store.lease(epoch, 1, 60_000, new_call_id())
+    [(parent, _, _)] = store.lease(epoch, 1, 60_000, new_call_id())
     worker._held.add(parent)
     store.flush(epoch, [push_op("http://a/child")], new_call_id())
     # when Redis comes back from the snapshot (the lease and the child are gone) ...
     redis.restart(crash=True)
     worker.start()
-    worker.submit(Push(b"x" * 20, 0, b"", dont_filter=True))  # any write: it finds the rollback
+    # any write: it finds the rollback
+    worker.submit(Push(b"x" * 20, 0, b"", flags=PushFlags.DONT_FILTER))
     time.sleep(1.0)
     # ... and the node acks the parent afterwards
     worker.submit(Ack(parent))

@@ -14,6 +14,7 @@ from scrapy_clustersync.store import (
     DeadLetterEntry,
     JobStore,
     Push,
+    PushFlags,
     StartDone,
     StateLost,
     make_client,
@@ -39,7 +40,31 @@ def joined(redis_server: RedisServer, node: str = "n1", job: str = "job") -> tup
 
 def lease_urls(store: JobStore, epoch: str, count: int = 100, lease_ms: int = 10_000) -> list[str]:
     leased = store.lease(epoch, count, lease_ms, new_call_id())
-    return [CODEC.decode(blob).url for _, blob in leased]
+    return [CODEC.decode(blob).url for _, blob, _ in leased]
+
+
+def test_within_a_priority_the_order_is_scrapys_lifo_or_fifo_others_before_start_requests(
+    redis_server: RedisServer,
+) -> None:
+    # given pushes of one priority, as a node of default Scrapy settings makes them: other
+    # requests LIFO, start requests FIFO; and one push of a higher priority
+    store, epoch = joined(redis_server)
+    lifo, start = PushFlags.LIFO, PushFlags.START
+    ops = [flagged("http://a/start1", start), flagged("http://a/child1", lifo),
+           flagged("http://a/start2", start), flagged("http://a/child2", lifo),
+           flagged("http://a/high", lifo, priority=1), flagged("http://a/fifo", PushFlags(0))]
+    store.flush(epoch, ops, new_call_id())
+    # then the queue gives the higher priority first, then the others newest first, then the
+    # start requests oldest first, as Scrapy's scheduler does (a FIFO push, from a node of other
+    # settings, comes before the LIFO ones of its priority and kind)
+    assert lease_urls(store, epoch) == [
+        "http://a/high", "http://a/fifo", "http://a/child2", "http://a/child1",
+        "http://a/start1", "http://a/start2"]
+
+
+def flagged(url: str, flags: PushFlags, priority: int = 0) -> Push:
+    request = Request(url, priority=priority)
+    return Push(FINGERPRINTER.fingerprint(request), priority, CODEC.encode(request), flags)
 
 
 def test_higher_priority_first_and_fifo_among_equals(redis_server: RedisServer) -> None:
@@ -103,7 +128,7 @@ def test_a_late_ack_of_a_reclaimed_request_removes_it_from_the_queue(
 ) -> None:
     store, epoch = joined(redis_server)
     store.flush(epoch, [push_op("http://a/slow")], new_call_id())
-    [(entry_id, _)] = store.lease(epoch, 1, 100, new_call_id())
+    [(entry_id, _, _)] = store.lease(epoch, 1, 100, new_call_id())
     time.sleep(0.2)
     store.lease(epoch, 0, 100, new_call_id())  # reclaims the expired lease into the queue
     assert store.status().queued == 1
@@ -115,7 +140,7 @@ def test_a_late_ack_of_a_reclaimed_request_removes_it_from_the_queue(
 def test_heartbeat_renews_leases_of_a_live_node(redis_server: RedisServer) -> None:
     store, epoch = joined(redis_server, "n1")
     store.flush(epoch, [push_op("http://a/1")], new_call_id())
-    [(entry_id, _)] = store.lease(epoch, 1, 300, new_call_id())
+    [(entry_id, _, _)] = store.lease(epoch, 1, 300, new_call_id())
     for _ in range(4):
         time.sleep(0.15)
         store.heartbeat(epoch, ttl_ms=10_000, lease_ms=300, info={}, idle=False,
@@ -127,7 +152,7 @@ def test_heartbeat_renews_leases_of_a_live_node(redis_server: RedisServer) -> No
 def test_undecodable_entry_goes_to_dead_letters_with_its_reason(redis_server: RedisServer) -> None:
     store, epoch = joined(redis_server)
     store.flush(epoch, [push_op("http://a/1")], new_call_id())
-    [(entry_id, blob)] = store.lease(epoch, 1, 10_000, new_call_id())
+    [(entry_id, blob, _)] = store.lease(epoch, 1, 10_000, new_call_id())
     store.flush(epoch, [DeadLetterEntry(entry_id, "not a msgpack envelope")], new_call_id())
     [letter] = store.dead_letters()
     assert (letter.entry_id, letter.reason, letter.entry) == (entry_id, "not a msgpack envelope",

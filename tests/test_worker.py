@@ -29,7 +29,7 @@ def test_close_hands_back_what_a_lease_call_with_a_lost_answer_took(
     worker = SyncWorker(store, config, epoch, node_info=dict, on_leased=lambda: None)
     lost_call = new_call_id()
     store.lease(epoch, 5, 60_000, lost_call)
-    worker._pending_lease = (lost_call, 5)
+    worker._pending_lease = (lost_call, 5, 0)
     worker._next_lease = float("inf")  # the thread does not retry it before the node closes
     # when the node closes
     worker.start()
@@ -116,3 +116,28 @@ def test_a_request_scheduled_after_the_job_was_found_finished_is_crawled_not_dro
     entry = worker.take()
     worker.close(unacked=[entry[0]] if entry else [])
     assert entry is not None and entry[1] == b"entry"
+
+
+def test_a_higher_priority_push_is_handed_out_before_entries_leased_ahead_of_it(
+    redis_server: RedisServer,
+) -> None:
+    # given a node that leased two entries of priority 0 ahead of need
+    worker, store = _lone_node(redis_server, CLUSTERSYNC_PREFETCH="4")
+    epoch = worker.epoch
+    store.flush(epoch, [Push(bytes([i]) * 20, 0, f"low {i}".encode()) for i in (1, 2)],
+                new_call_id())
+    worker.start()
+    _wait_for(lambda: worker.waiting == 2, 5)
+    # when the node pushes a request of priority 5 and the engine asks for work
+    worker.submit(Push(bytes([9]) * 20, 5, b"high"))
+    first = worker.take()
+    worker.await_lease(5.0)
+    taken: list[tuple[str, bytes]] = []
+    while (entry := worker.take()) is not None:
+        taken.append(entry)
+    # then the high-priority request comes first, as in a single Scrapy process, and the
+    # entries leased ahead of it follow, handed back and leased again, none lost
+    assert first is None
+    assert [blob for _, blob in taken] == [b"high", b"low 1", b"low 2"]
+    assert worker.outranked == 2
+    worker.close(unacked=[entry_id for entry_id, _ in taken])

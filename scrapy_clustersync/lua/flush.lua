@@ -24,7 +24,8 @@
 -- ARGV[8..] per described layer: bits, hashes, bits per chunk, chunks, capacity (LAYOUT below)
 -- ARGV[8 + 5*described ..] ops, each an opcode followed by its fields (OP_FIELDS below counts
 --                         them; store/ops.py has a record for each opcode):
---   P fingerprint priority blob dont_filter(0|1)   push unless the fingerprint was seen
+--   P fingerprint priority blob flags(0..7)        push unless the fingerprint was seen (flags:
+--                                                  1 no dedup, 2 start request, 4 LIFO)
 --   A id                                           ack: the request is done
 --   N id                                           release this node's lease back to the queue
 --   D id reason                                    dead-letter a leased entry
@@ -43,9 +44,12 @@
 --                                   chunks exist: this script never allocates a layer (that
 --                                   would block Redis for the whole layer and escape maxmemory);
 --                                   the caller allocates it with bloom_prepare.lua, calls again
--- Entry ids are "<seq, 16 hex digits><first 8 characters of the call id>": the sequence keeps
--- FIFO order among equal priorities, the call id keeps ids unique even when Redis came back
--- older and the sequence runs again.
+-- Entry ids are "<kind><order, 16 hex digits><first 8 characters of the call id>". Equal queue
+-- scores (priorities) sort by id, so the id is Scrapy's order within a priority: kind 0 (other
+-- requests) before kind 1 (start requests, flag 2), as Scrapy's start queues; then the order,
+-- the job's sequence for FIFO or LIFO_BASE minus it for LIFO (flag 4), so the newest comes
+-- first. The call id keeps ids unique even when Redis came back older and the sequence runs
+-- again.
 if redis.call('HGET', KEYS[1], 'epoch') ~= ARGV[1] then
   return redis.error_reply('CLUSTERSYNC_STATE_LOST job epoch missing or changed')
 end
@@ -228,10 +232,11 @@ local function check_op(op, f, number)
   if f + count - 1 > #ARGV then return bad_op(number, 'missing fields') end
   if op == 'P' then
     local prio = tonumber(ARGV[f + 1])
-    if ARGV[f + 3] ~= '0' and ARGV[f + 3] ~= '1' then
-      return bad_op(number, 'dont_filter must be 0 or 1')
+    local flags = tonumber(ARGV[f + 3])
+    if not flags or flags ~= math.floor(flags) or flags < 0 or flags > 7 then
+      return bad_op(number, 'flags must be an integer from 0 to 7')
     end
-    if ARGV[f + 3] == '0' and #ARGV[f] ~= 20 then
+    if flags % 2 == 0 and #ARGV[f] ~= 20 then
       return bad_op(number, 'fingerprint of ' .. #ARGV[f] .. ' bytes, not 20')
     end
     if not prio or prio ~= prio or prio == math.huge or prio == -math.huge then
@@ -264,11 +269,18 @@ end
 
 -- ---- ops --------------------------------------------------------------------------------------
 local id_tail = string.sub(ARGV[2], 1, 8)
+local LIFO_BASE = 9007199254740992  -- 2^53: every sequence number below it is exact
+local function entry_id(flags, seq)
+  local kind = math.floor(flags / 2) % 2
+  local order = seq
+  if math.floor(flags / 4) % 2 == 1 then order = LIFO_BASE - seq end
+  return kind .. string.format('%016x', order) .. id_tail
+end
 local function apply_op(op, f)
   if op == 'P' then
-    local fp, prio, blob, dont_filter = ARGV[f], ARGV[f + 1], ARGV[f + 2], ARGV[f + 3]
-    if dont_filter == '1' or is_new(fp) then
-      local id = string.format('%016x', redis.call('HINCRBY', KEYS[1], 'seq', 1)) .. id_tail
+    local fp, prio, blob, flags = ARGV[f], ARGV[f + 1], ARGV[f + 2], tonumber(ARGV[f + 3])
+    if flags % 2 == 1 or is_new(fp) then
+      local id = entry_id(flags, redis.call('HINCRBY', KEYS[1], 'seq', 1))
       redis.call('HSET', KEYS[3], id, blob)
       redis.call('ZADD', KEYS[2], -tonumber(prio), id)
       pushed = pushed + 1

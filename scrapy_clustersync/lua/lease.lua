@@ -16,7 +16,8 @@
 -- ARGV[5]  lease_ms     int     lease duration in milliseconds
 -- ARGV[6]  reclaim_max  int     how many expired leases to return at most in this call
 -- ARGV[7]  writes       int     the node's write counter as it last saw it; -1 = do not check
--- Returns a flat array: the node's write counter, then id1, blob1, id2, blob2, ...
+-- Returns a flat array: the node's write counter, then id1, blob1, score1, id2, blob2, ...
+-- (the queue score is -priority: the node keeps Scrapy's order across priorities)
 -- Errors (before any change): CLUSTERSYNC_STATE_LOST, CLUSTERSYNC_WRONG_TYPE,
 -- CLUSTERSYNC_ROLLED_BACK <w> <e> (as flush).
 if redis.call('HGET', KEYS[1], 'epoch') ~= ARGV[1] then
@@ -36,6 +37,7 @@ local function lease_one(id, score, deadline)
   redis.call('HSET', KEYS[5], id, lease_value(score, node))
   out[#out + 1] = id
   out[#out + 1] = blob or ''
+  out[#out + 1] = tostring(score)
 end
 
 local t = redis.call('TIME')

@@ -5,11 +5,11 @@ from __future__ import annotations
 from .client import make_client
 from .errors import StateLost, StoreError, StoreUnavailable
 from .formats import DeadLetter
-from .job import FlushResult, JobStatus, JobStore
-from .ops import Ack, DeadLetterEntry, DeadLetterWrite, Op, Push, Release, StartDone
+from .job import FlushResult, JobStatus, JobStore, Leased
+from .ops import Ack, DeadLetterEntry, DeadLetterWrite, Op, Push, PushFlags, Release, StartDone
 
 __all__ = [
     "Ack", "DeadLetter", "DeadLetterEntry", "DeadLetterWrite", "FlushResult", "JobStatus",
-    "JobStore", "Op", "Push", "Release", "StartDone", "StateLost", "StoreError",
-    "StoreUnavailable", "make_client",
+    "JobStore", "Leased", "Op", "Push", "PushFlags", "Release", "StartDone", "StateLost",
+    "StoreError", "StoreUnavailable", "make_client",
 ]

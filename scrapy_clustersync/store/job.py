@@ -6,7 +6,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib import resources
-from typing import Any
+from typing import Any, NamedTuple
 
 import redis
 
@@ -33,6 +33,14 @@ def _load_lua(name: str) -> str:
 
 def new_call_id() -> str:
     return uuid.uuid4().hex[: CALL_ID_BYTES * 2]
+
+
+class Leased(NamedTuple):
+    """One entry leased to the node: its id, its encoded request and its priority."""
+
+    entry_id: str
+    blob: bytes
+    priority: float
 
 
 @dataclass(frozen=True)
@@ -265,8 +273,8 @@ class JobStore:
     def _bloom_params(self) -> BloomParams:
         return BloomParams(self.dedup.bloom_capacity, self.dedup.bloom_error_rate)
 
-    def lease(self, epoch: str, count: int, lease_ms: int, call_id: str) -> list[tuple[str, bytes]]:
-        """Lease up to ``count`` entries; returns (entry id, encoded request) pairs."""
+    def lease(self, epoch: str, count: int, lease_ms: int, call_id: str) -> list[Leased]:
+        """Lease up to ``count`` entries, in the queue's order."""
         k = self.keys
         writes, *flat = self._run(
             self._lease,
@@ -275,7 +283,8 @@ class JobStore:
              self._expected_writes()],
         )
         self._saw_writes(int(writes))
-        return [(_text(flat[i]), _raw(flat[i + 1])) for i in range(0, len(flat), 2)]
+        return [Leased(_text(flat[i]), _raw(flat[i + 1]), -float(flat[i + 2]))
+                for i in range(0, len(flat), 3)]
 
     def heartbeat(
         self,

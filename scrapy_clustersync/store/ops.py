@@ -11,6 +11,7 @@ No Redis here: the store sends ``args()``, nothing else looks inside an op.
 
 from __future__ import annotations
 
+import enum
 import typing
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
@@ -43,28 +44,51 @@ class _WriteOp:
         return None
 
 
+class PushFlags(enum.IntFlag):
+    """How a push is queued (its ``flags`` field; flush.lua reads the same bits)."""
+
+    #: no dedup check and no add (``dont_filter``, or dedup turned off)
+    DONT_FILTER = 1
+    #: a start request: after the other requests of its priority, as Scrapy's start queues
+    START = 2
+    #: newest first among the requests of its priority and kind (Scrapy's LIFO queues)
+    LIFO = 4
+
+
+ALL_PUSH_FLAGS = int(PushFlags.DONT_FILTER | PushFlags.START | PushFlags.LIFO)
+
+
 @dataclass(frozen=True)
 class Push(_WriteOp):
     """Queue the encoded ``request`` unless its ``fingerprint`` was seen (opcode ``P``).
 
     ``fingerprint``: the 20-byte cluster fingerprint, added to the job's dedup record; ``b""``
-    with ``dont_filter`` (no dedup check, no add). ``priority``: higher is leased first.
+    with ``PushFlags.DONT_FILTER`` (no dedup check, no add). ``priority``: higher is leased
+    first. ``flags``: ``PushFlags``; a spool file of an older version holds 0 or 1 (dont_filter)
+    there, which reads the same.
     """
 
     OPCODE: ClassVar[str] = "P"
     fingerprint: bytes
     priority: int
     request: bytes
-    dont_filter: bool = False
+    flags: int = 0
 
     def __post_init__(self) -> None:
-        # made a bool here, on the thread that makes the op: args() runs on the Redis thread,
+        # made an int here, on the thread that makes the op: args() runs on the Redis thread,
         # where a value it cannot encode would hold back every later write
-        object.__setattr__(self, "dont_filter", bool(self.dont_filter))
+        flags = int(self.flags)
+        if flags < 0 or flags & ~ALL_PUSH_FLAGS:
+            raise ValueError(f"push flags {flags!r} are not a combination of PushFlags")
+        object.__setattr__(self, "flags", flags)
+
+    @property
+    def dont_filter(self) -> bool:
+        """The push skips the job's dedup check."""
+        return bool(self.flags & PushFlags.DONT_FILTER)
 
     def args(self) -> list[Arg]:
-        return [self.OPCODE, self.fingerprint, self.priority, self.request,
-                int(self.dont_filter)]
+        return [self.OPCODE, self.fingerprint, self.priority, self.request, self.flags]
 
     def describe(self) -> str:
         """A short, readable form for the log: the request's URL first."""

@@ -17,6 +17,7 @@ from twisted.internet.defer import Deferred
 from scrapy_clustersync.codec import RequestCodec
 from scrapy_clustersync.config import ClusterConfig
 from scrapy_clustersync.dupefilter import ClusterDupeFilter, project_dupefilter
+from scrapy_clustersync.order import QueueOrder
 from scrapy_clustersync.redisthread import RedisThread, StartState, Undelivered
 from scrapy_clustersync.scheduler import ClusterScheduler
 from scrapy_clustersync.spool import Spool
@@ -43,6 +44,7 @@ class FakeRedisThread:
         #: what the node reports of itself in each heartbeat (given to the real thread)
         self.node_info: Callable[[], dict[str, Any]] = dict
         self.flushed = 0  # how many submitted ops Redis has applied (see flush())
+        self.awaited: list[float] = []  # await_lease() calls, with their timeouts
 
     # ---- RedisThread ---------------------------------------------------------------------
     def start(self) -> None:
@@ -53,6 +55,9 @@ class FakeRedisThread:
 
     def take(self) -> tuple[str, bytes] | None:
         return self.leased.popleft() if self.leased else None
+
+    def await_lease(self, timeout_s: float) -> None:
+        self.awaited.append(timeout_s)
 
     @property
     def waiting(self) -> int:
@@ -204,6 +209,7 @@ def make_scheduler(
         Spool(tmp_path / "spool", config.job),
         redis_thread=built,
         df=project_dupefilter(crawler, cluster),
+        order=QueueOrder.from_settings(crawler.settings),
     )
     scheduler.open(crawler.spider)
     return scheduler, fake

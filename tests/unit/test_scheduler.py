@@ -10,7 +10,7 @@ from scrapy.exceptions import CloseSpider
 from twisted.python.failure import Failure
 
 from scrapy_clustersync.codec import LEASE_META_KEY
-from scrapy_clustersync.scheduler import ClusterScheduler
+from scrapy_clustersync.scheduler import DEQUEUE_WAIT_S, ClusterScheduler
 from scrapy_clustersync.store import Ack, DeadLetterEntry, Push, Release
 
 from .node_fakes import FakeRedisThread, fake_engine, make_scheduler
@@ -232,8 +232,9 @@ def test_a_dont_filter_scrapy_reads_as_true_or_false_is_pushed_as_such(tmp_path:
         request = Request(url, dont_filter=dont_filter)  # type: ignore[arg-type]
         # when they are enqueued
         assert scheduler.enqueue_request(request)
-    # then each push says 0 or 1, as Redis needs, and can be encoded
-    assert [op.args()[4] for op in thread.ops(Push)] == [0, 1, 0]
+    # then each push says whether it skips dedup, as an int Redis reads, and can be encoded
+    assert [op.dont_filter for op in thread.ops(Push)] == [False, True, False]
+    assert all(isinstance(op.args()[4], int) for op in thread.ops(Push))
 
 
 def test_a_scheduler_can_be_built_for_a_crawler_whose_spider_has_no_name() -> None:
@@ -246,3 +247,25 @@ def test_a_scheduler_can_be_built_for_a_crawler_whose_spider_has_no_name() -> No
     scheduler = ClusterScheduler.from_crawler(crawler)
     # then it has a job of its own name rather than an AttributeError
     assert scheduler.config.job == "default"
+
+
+def test_a_node_with_nothing_to_download_waits_for_its_own_new_requests(tmp_path: Path) -> None:
+    # given a node that has just enqueued a request and holds nothing else
+    scheduler, thread = make_scheduler(tmp_path)
+    scheduler.enqueue_request(Request("http://a/1"))
+    # when the engine asks for the next request
+    scheduler.next_request()
+    # then the node waits for it (as Scrapy hands it out at once), a bounded time
+    assert thread.awaited == [DEQUEUE_WAIT_S]
+
+
+def test_a_node_that_downloads_never_waits_for_redis(tmp_path: Path) -> None:
+    # given a node downloading a leased request, with a new request of its own in transit
+    scheduler, thread = make_scheduler(tmp_path)
+    lease_to(scheduler, thread, "http://a/1", "e1")
+    assert scheduler.next_request() is not None
+    scheduler.enqueue_request(Request("http://a/2"))
+    # when the engine asks for more
+    assert scheduler.next_request() is None
+    # then it was not held up: the download goes on while the request travels
+    assert thread.awaited == []
