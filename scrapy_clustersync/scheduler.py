@@ -294,9 +294,15 @@ class ClusterScheduler:
         self.counts["scheduler/unserializable"] += 1
         if refusal.kind not in self._kinds_kept:
             self._kinds_kept.add(refusal.kind)
-            logger.warning("clustersync: %s It is crawled on this node only and is not crash-safe "
-                           "(lost if the node stops first); further requests with %s are not "
-                           "warned about (see scheduler/unserializable).", refusal, refusal.kind)
+            # Scrapy's own wording (core/scheduler.py), so that what users grep for still matches
+            logger.warning(
+                "Unable to serialize request: %(request)s - reason: %(reason)s - it is crawled on "
+                "this node only and is not crash-safe (lost if the node stops first); no more "
+                "requests with %(kind)s will be logged (stats being collected: "
+                "scheduler/unserializable)",
+                {"request": request, "reason": refusal.reason, "kind": refusal.kind},
+                extra={"spider": self.crawler.spider},
+            )
 
     def _buffer(self, request: Request) -> tuple[bool, UnencodableRequest | None]:
         """Buffer ``request``; returns (buffered, why it cannot be encoded, if so)."""
