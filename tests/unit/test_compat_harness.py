@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from compat.clustersync_compat import cluster_settings, job_name
+from compat.clustersync_compat import cluster_settings, job_name, job_scope
 from compat.run import pytest_args
 from compat.sdist import tox_test_requirements
 from compat.selection import REQUIRED, SURVEY
@@ -58,10 +58,18 @@ def test_scrapys_test_requirements_are_read_from_its_tox_ini(tmp_path: Path) -> 
 def test_each_crawler_gets_a_valid_job_of_its_test_and_spider() -> None:
     # given a spider name with characters a job name cannot hold, and one with none
     # when the jobs are named, then they are valid job names of the test's prefix
-    assert job_name("compat7-abc123", "example.com/spider one") == (
-        "compat7-abc123.example.com_spider_one"
+    assert job_name("compat7-abc123", "example.com/spider one", "crawler3") == (
+        "compat7-abc123.example.com_spider_one.crawler3"
     )
-    assert job_name("compat7-abc123", None) == "compat7-abc123.spider"
+    assert job_name("compat7-abc123", None, "crawler4") == "compat7-abc123.spider.crawler4"
     settings = cluster_settings("redis://127.0.0.1:1/0", "compat7-abc123.spider", "/tmp/s")
     assert settings["CLUSTERSYNC_JOB"] == "compat7-abc123.spider"
     assert settings["CLUSTERSYNC_HEARTBEAT_INTERVAL"] * 3 <= settings["CLUSTERSYNC_LEASE_TIMEOUT"]
+
+
+def test_crawlers_share_a_job_only_through_one_jobdir_as_scrapy_crawlers_share_state() -> None:
+    # given crawlers without a JOBDIR, then each has a job of its own (a fresh crawl)
+    assert job_scope(None, 1) != job_scope(None, 2)
+    # given crawlers of one JOBDIR, then they share their job (a resumed crawl), and crawlers
+    # of another JOBDIR do not
+    assert job_scope("/tmp/a", 1) == job_scope("/tmp/a", 2) != job_scope("/tmp/b", 3)
