@@ -4,15 +4,17 @@ Loaded with ``-p clustersync_compat`` by `compat/run.py`, which puts this direct
 PYTHONPATH and the Redis to use in ``CLUSTERSYNC_COMPAT_REDIS_URL``. It patches
 ``Crawler.__init__`` (the one place every crawler of those tests goes through, ``get_crawler``,
 ``CrawlerRunner``, ``CrawlerProcess`` and test subclasses alike) to add the add-on and its
-settings; the settings a test gives itself still win. Each test gets its own job name, so no
-test sees another's queue; two crawlers of one spider in one test share a job (a reopened
-scheduler finds what the first left, as with Scrapy's JOBDIR). Test modules that build Scrapy's
-``Scheduler`` class by name get the cluster scheduler instead. Every outcome, with a one-line
-reason, goes to the JSON file named by ``CLUSTERSYNC_COMPAT_REPORT``.
+settings; the settings a test gives itself still win. Each crawler gets a job of its own, so it
+starts afresh as a Scrapy crawler does; only crawlers of one test, spider and ``JOBDIR`` share a
+job (a reopened scheduler finds what the first left, as Scrapy's does in that JOBDIR; a cluster
+keeps a job's queue and dedup record in Redis, never deleted by a node). Test modules that build
+Scrapy's ``Scheduler`` class by name get the cluster scheduler instead. Every outcome, with a
+one-line reason, goes to the JSON file named by ``CLUSTERSYNC_COMPAT_REPORT``.
 """
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import os
@@ -42,14 +44,24 @@ FAST_SETTINGS: dict[str, Any] = {
 
 _UNSAFE_IN_JOB = re.compile(r"[^A-Za-z0-9_.:-]")
 _test_numbers = itertools.count(1)
+_crawler_numbers = itertools.count(1)
 _job_prefix = "compat-outside-a-test"
 _outcomes: dict[str, dict[str, str]] = {}
 
 
-def job_name(prefix: str, spider_name: str | None) -> str:
-    """The job of a crawler: the current test's prefix and the spider's name, made valid."""
-    spider = _UNSAFE_IN_JOB.sub("_", spider_name or "spider")
-    return f"{prefix}.{spider}"[:200]
+def job_name(prefix: str, spider_name: str | None, scope: str) -> str:
+    """The job of a crawler: the current test's prefix, the spider's name (made valid) and the
+    crawler's ``scope`` (``job_scope``)."""
+    spider = _UNSAFE_IN_JOB.sub("_", spider_name or "spider")[:120]
+    return f"{prefix}.{spider}.{scope}"
+
+
+def job_scope(jobdir: str | None, crawler_number: int) -> str:
+    """Which crawlers of a test and spider share a job: those of one ``JOBDIR`` (where Scrapy
+    keeps a crawl's state between runs); without one, each crawler has a job of its own."""
+    if jobdir:
+        return "jobdir-" + hashlib.sha1(jobdir.encode()).hexdigest()[:8]
+    return f"crawler{crawler_number}"
 
 
 def cluster_settings(redis_url: str, job: str, spool_dir: str) -> dict[str, Any]:
@@ -67,7 +79,8 @@ def _switch_on_addon(crawler: Any) -> None:
     if settings.frozen:  # the test froze them itself: leave that crawler as the test made it
         return
     settings.set_in_component_priority_dict("ADDONS", ADDON_PATH, ADDON_PRIORITY)
-    job = job_name(_job_prefix, getattr(crawler.spidercls, "name", None))
+    scope = job_scope(settings.get("JOBDIR"), next(_crawler_numbers))
+    job = job_name(_job_prefix, getattr(crawler.spidercls, "name", None), scope)
     spool_dir = os.environ.get(SPOOL_DIR_ENV) or ".clustersync-spool"
     for name, value in cluster_settings(os.environ[REDIS_URL_ENV], job, spool_dir).items():
         if settings.getpriority(name) is None:

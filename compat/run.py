@@ -4,7 +4,8 @@ Steps: download the sdist of the Scrapy installed in this environment, extract i
 build a separate virtualenv with this package (editable), that Scrapy and Scrapy's test
 requirements, start a redis-server of our own on a free port, run pytest with the plugin
 compat/clustersync_compat.py and print what passed. Everything lands in .compat/ (gitignored)
-and is reused by the next run. Exit status 0 only if every test of ``REQUIRED`` passed.
+and is reused by the next run. Exit status 0 only if every test of ``REQUIRED`` passed and no
+test of ``DIFFERENCES`` did (see summary.py).
 """
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ from pathlib import Path
 from testkit.redis_server import RedisServer
 
 from .sdist import download, extract_tests, tox_test_requirements
-from .selection import REQUIRED, SURVEY
-from .summary import print_summary
+from .selection import DIFFERENCES, REQUIRED, SURVEY
+from .summary import load_outcomes, print_summary
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 COMPAT_DIR = PROJECT_ROOT / "compat"
@@ -49,16 +50,20 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     with RedisServer(CACHE_DIR / "run" / "redis") as redis:
         run_pytest(python, scrapy_tests, selected, redis.url, report)
-    print_summary(report, REQUIRED, time.monotonic() - started)
-    return 0 if _required_passed(report) else 1
+    problems = print_summary(load_outcomes(report), REQUIRED, DIFFERENCES,
+                             time.monotonic() - started,
+                             differences_were_run=not args.required_only)
+    return 1 if problems else 0
 
 
 def pytest_args(required_only: bool) -> list[str]:
-    """The node ids to give pytest: the survey modules and any required test not in them."""
+    """The node ids to give pytest: the survey modules and any required test or difference
+    not in them."""
     if required_only:
         return list(REQUIRED)
     files = set(SURVEY)
-    return list(SURVEY) + [test for test in REQUIRED if test.split("::")[0] not in files]
+    named = [*REQUIRED, *DIFFERENCES]
+    return list(SURVEY) + [test for test in named if test.split("::")[0] not in files]
 
 
 def compat_venv(scrapy_version: str, requirements: list[str]) -> Path:
@@ -111,17 +116,11 @@ def run_pytest(
             os.killpg(process.pid, signal.SIGKILL)
 
 
-def _required_passed(report: Path) -> bool:
-    from .summary import load_outcomes, required_outcomes
-
-    outcomes = required_outcomes(load_outcomes(report), REQUIRED)
-    return bool(outcomes) and all(o == "passed" for o in outcomes.values())
-
-
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument(
-        "--required-only", action="store_true", help="only the tests issue 8 names (REQUIRED)"
+        "--required-only", action="store_true",
+        help="only the tests of REQUIRED (DIFFERENCES are then not checked)"
     )
     parser.add_argument("pytest_args", nargs="*", help="more arguments for pytest, after --")
     return parser.parse_args(argv)

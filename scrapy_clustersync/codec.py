@@ -32,8 +32,9 @@ if TYPE_CHECKING:
 
 ENVELOPE_VERSION = 2
 READABLE_VERSIONS = frozenset({1, 2})
-#: Meta keys this package sets on a leased request; they never travel to Redis.
-LEASE_META_KEY = "clustersync_lease"
+#: Meta keys this package sets on a leased request; they never travel to Redis. Private (the
+#: leading underscore): a spider must not copy one into a new request by hand (README).
+LEASE_META_KEY = "_clustersync_lease"
 LOCAL_META_KEYS = frozenset({LEASE_META_KEY})
 _MICROSECOND = dt.timedelta(microseconds=1)
 
@@ -57,12 +58,14 @@ class Ext(IntEnum):
 class UnencodableRequest(ValueError):
     """The request cannot be stored in Redis; the message names the request and the field.
 
+    ``reason`` is the message without the request (what is wrong and what to do about it);
     ``kind`` names what is wrong in a few words (the same for every request with the same
     problem), so that a node can warn once per kind.
     """
 
-    def __init__(self, message: str, kind: str) -> None:
-        super().__init__(message)
+    def __init__(self, request: Request, reason: str, kind: str) -> None:
+        super().__init__(f"{request!r} cannot be queued: {reason}")
+        self.reason = reason
         self.kind = kind
 
 
@@ -103,13 +106,13 @@ class RequestCodec:
         try:
             blob = self._pack([ENVELOPE_VERSION, data])
         except UnencodableRequest as exc:  # a nested request that cannot travel
-            raise UnencodableRequest(f"{request!r} cannot be queued, for a request it holds: {exc}",
+            raise UnencodableRequest(request, f"it holds a request that cannot travel: {exc}",
                                      exc.kind) from None
         except (TypeError, ValueError, OverflowError):
             raise self._describe_bad_field(request, data) from None
         if len(blob) > self.max_bytes:
             raise UnencodableRequest(
-                f"{request!r} cannot be queued: it encodes to {len(blob)} bytes, over "
+                request, f"it encodes to {len(blob)} bytes, over "
                 f"CLUSTERSYNC_MAX_REQUEST_BYTES ({self.max_bytes}). Keep large data out of "
                 "meta/cb_kwargs/body or raise the limit.",
                 "requests over CLUSTERSYNC_MAX_REQUEST_BYTES",
@@ -122,14 +125,14 @@ class RequestCodec:
             data = self._fast_dict(request) or request.to_dict(spider=self.spider)
         except ValueError as exc:  # a callback that is not a method of the spider
             raise UnencodableRequest(
-                f"{request!r} cannot be queued: {exc}. Callbacks and errbacks must be methods of "
+                request, f"{exc}. Callbacks and errbacks must be methods of "
                 "the spider so that another node can resolve them by name.",
                 "callbacks that are not spider methods (lambda, functools.partial, function)",
             ) from None
         class_path = data.get("_class")
         if class_path is not None and not self._class_allowed(class_path, Request):
             raise UnencodableRequest(
-                f"{request!r} cannot be queued: request class {class_path!r} is not allowed. "
+                request, f"request class {class_path!r} is not allowed. "
                 "Add it to CLUSTERSYNC_REQUEST_CLASSES on every node.",
                 f"request class {class_path}",
             )
@@ -195,16 +198,16 @@ class RequestCodec:
                 problem = self._problem_with(key) or self._problem_with(value)
                 if problem is not None:
                     return UnencodableRequest(
-                        f"{request!r} cannot be queued: {field}[{key!r}] holds "
+                        request, f"{field}[{key!r}] holds "
                         f"{problem.kind.replace('values', 'a value', 1)}, which cannot be sent "
                         f"to other nodes. {problem.advice}", problem.kind)
         for key, value in data.items():
             problem = self._problem_with(value)
             if problem is not None:
                 return UnencodableRequest(
-                    f"{request!r} cannot be queued: field {key!r} holds {problem.kind}, which "
+                    request, f"field {key!r} holds {problem.kind}, which "
                     "cannot be encoded.", problem.kind)
-        return UnencodableRequest(f"{request!r} cannot be queued: it cannot be encoded.",
+        return UnencodableRequest(request, "it cannot be encoded.",
                                   "requests that cannot be encoded")
 
     def _problem_with(self, value: object) -> _CannotTravel | None:

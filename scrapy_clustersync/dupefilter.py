@@ -1,6 +1,7 @@
 """Dedup, cluster-wide: the authoritative check runs in Redis, atomically with the push.
 
-Every request fingerprint comes from Scrapy's own ``crawler.request_fingerprinter``. The flush
+Every request fingerprint comes from Scrapy's own ``crawler.request_fingerprinter``
+(``crawlerparts.CrawlerFingerprinter``). The flush
 script adds the fingerprint to the job's shared record and queues the request only if it was
 new, in one step, so two nodes can never both queue the same URL. This module keeps the node's
 side of it: the fingerprints this node already sent (a bounded cache that saves Redis the work
@@ -21,6 +22,7 @@ from scrapy.utils.misc import build_from_crawler, load_object
 from scrapy.utils.request import referer_str
 
 from .config import DEFAULTS
+from .crawlerparts import CrawlerFingerprinter
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider
@@ -103,10 +105,9 @@ class ClusterDupeFilter(BaseDupeFilter):
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
         settings = crawler.settings
-        assert crawler.request_fingerprinter is not None
         cache_size = settings.getint("CLUSTERSYNC_LOCAL_SEEN_CACHE",
                                      int(DEFAULTS["CLUSTERSYNC_LOCAL_SEEN_CACHE"]))
-        return cls(crawler.request_fingerprinter, Counter(), cache_size,
+        return cls(CrawlerFingerprinter(crawler), Counter(), cache_size,
                    debug=settings.getbool("DUPEFILTER_DEBUG"))
 
     def request_seen(self, request: Request) -> bool:

@@ -27,6 +27,7 @@ from scrapy.utils.defer import deferred_from_coro
 
 from .codec import LEASE_META_KEY, RequestCodec, UndecodableEntry, UnencodableRequest
 from .config import ClusterConfig, redact_url
+from .crawlerparts import CrawlerFingerprinter, started_part
 from .dupefilter import ClusterDupeFilter, NodeDedup, project_dupefilter
 from .joining import warn_of_risks
 from .nodeinfo import NodeInfo
@@ -123,9 +124,10 @@ class ClusterScheduler:
             config.max_request_bytes,
             settings.getlist("CLUSTERSYNC_REQUEST_CLASSES"),
         )
-        assert crawler.request_fingerprinter is not None
+        # the crawler's own fingerprinter, read when first needed: Scrapy sets it when the crawl
+        # starts, and a scheduler may be built (and opened) for a crawler that never starts one
         dupefilter = ClusterDupeFilter(
-            crawler.request_fingerprinter, Counter(), config.local_seen_cache,
+            CrawlerFingerprinter(crawler), Counter(), config.local_seen_cache,
             debug=settings.getbool("DUPEFILTER_DEBUG"),
         )
         spool = Spool(settings.get("CLUSTERSYNC_SPOOL_DIR") or ".clustersync-spool", config.job)
@@ -211,14 +213,18 @@ class ClusterScheduler:
             self.counts["clustersync/spool_replayed"] += sent
 
     def _watch_scraper(self) -> None:
-        """Learn when Scrapy has finished with each response or failure (see the module doc)."""
-        engine: Any = self.crawler.engine
-        scraper: Any = getattr(engine, "scraper", None)
-        enqueue_scrape = getattr(scraper, "enqueue_scrape", None)
-        if enqueue_scrape is None:  # pragma: no cover - every supported Scrapy has it
-            logger.warning("clustersync: this Scrapy has no Scraper.enqueue_scrape; requests "
-                           "are acked when the node goes idle")
+        """Learn when Scrapy has finished with each response or failure (see the module doc).
+
+        A scheduler opened without a crawl (no engine yet, or a test's ``Mock``) has no scraper
+        to watch: its leased requests are acked when the node goes idle.
+        """
+        scraper: Any = getattr(started_part(self.crawler, "engine"), "scraper", None)
+        # looked up on the class: a Mock's attributes are made up on the instance
+        if not callable(getattr(type(scraper), "enqueue_scrape", None)):
+            logger.debug("clustersync: no Scrapy scraper to watch; leased requests are acked "
+                         "when the node goes idle")
             return
+        enqueue_scrape = scraper.enqueue_scrape
 
         def watched(result: Any, request: Request, *args: Any, **kwargs: Any) -> Any:
             token = request.meta.get(LEASE_META_KEY)
@@ -302,9 +308,15 @@ class ClusterScheduler:
         self.counts["scheduler/unserializable"] += 1
         if refusal.kind not in self._kinds_kept:
             self._kinds_kept.add(refusal.kind)
-            logger.warning("clustersync: %s It is crawled on this node only and is not crash-safe "
-                           "(lost if the node stops first); further requests with %s are not "
-                           "warned about (see scheduler/unserializable).", refusal, refusal.kind)
+            # Scrapy's own wording (core/scheduler.py), so that what users grep for still matches
+            logger.warning(
+                "Unable to serialize request: %(request)s - reason: %(reason)s - it is crawled on "
+                "this node only and is not crash-safe (lost if the node stops first); no more "
+                "requests with %(kind)s will be logged (stats being collected: "
+                "scheduler/unserializable)",
+                {"request": request, "reason": refusal.reason, "kind": refusal.kind},
+                extra={"spider": self.crawler.spider},
+            )
 
     def _buffer(self, request: Request) -> tuple[bool, UnencodableRequest | None]:
         """Buffer ``request``; returns (buffered, why it cannot be encoded, if so)."""
@@ -469,7 +481,7 @@ class ClusterScheduler:
     def wake_engine(self) -> None:
         # Scrapy polls next_request() only when a request finishes or every 5 s; new work that
         # arrives while the node waits must start now. The slot is private, hence the care.
-        slot: Any = getattr(self.crawler.engine, "_slot", None)
+        slot: Any = getattr(started_part(self.crawler, "engine"), "_slot", None)
         nextcall = getattr(slot, "nextcall", None)
         if nextcall is not None:
             nextcall.schedule()

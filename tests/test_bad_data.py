@@ -60,9 +60,9 @@ def test_a_request_with_unencodable_meta_is_crawled_on_its_node_with_a_clear_war
     wait_all([node])
     # then the warning names the request and the meta key, and the whole site is crawled
     log = node.log()
-    assert "<GET http://127.0.0.1:" in log and "/page/0.html?handle> cannot be queued" in log
-    assert "meta['db_handle'] holds a value of type object" in log
-    assert "It is crawled on this node only and is not crash-safe" in log
+    assert "Unable to serialize request: <GET http://127.0.0.1:" in log
+    assert "/page/0.html?handle> - reason: meta['db_handle'] holds a value of type object" in log
+    assert "it is crawled on this node only and is not crash-safe" in log
     assert missing_pages(web) == []
     assert node.finish_reason() == "finished"
 

@@ -21,6 +21,7 @@ from scrapy.exceptions import CloseSpider, DontCloseSpider
 from scrapy.utils.defer import deferred_from_coro
 from twisted.internet.task import LoopingCall
 
+from ..crawlerparts import started_part
 from ..redisthread import FINISHED
 from ..signals import node_opened
 
@@ -59,7 +60,7 @@ class NodeLifecycle:
 
     def node_opened(self, scheduler: ClusterScheduler) -> None:
         self.node = scheduler
-        engine: Any = getattr(self.crawler, "engine", None)
+        engine: Any = started_part(self.crawler, "engine")  # none: a scheduler opened alone
         spider_is_idle = getattr(engine, "spider_is_idle", None)
         if spider_is_idle is not None:
             engine.spider_is_idle = self._idle_when_finished(scheduler, spider_is_idle)

@@ -86,9 +86,11 @@ def test_each_kind_of_request_that_cannot_travel_is_warned_about_once(
             scheduler.enqueue_request(Request(f"http://a/l{n}", callback=A_LAMBDA))
         for n in range(2):
             scheduler.enqueue_request(Request(f"http://a/b{n}", method="POST", body=b"x" * 4096))
-    # then there is one warning per kind, saying the request is not crash-safe, and all five
-    # are counted and crawled here
+    # then there is one warning per kind, in Scrapy's words for a request it cannot
+    # serialize, saying the request is not crash-safe, and all five are counted and crawled here
     [callbacks, size] = warnings_of(caplog)
+    assert callbacks.startswith("Unable to serialize request: <GET http://a/l0> - reason: ")
+    assert size.startswith("Unable to serialize request: <POST http://a/b0> - reason: ")
     assert "http://a/l0" in callbacks and "must be methods of the spider" in callbacks
     assert "http://a/b0" in size and "CLUSTERSYNC_MAX_REQUEST_BYTES" in size
     assert all("not crash-safe" in warning for warning in (callbacks, size))
