@@ -42,6 +42,11 @@ SPIDERS = '''
              "price": Decimal("19.99"), "big": 2**80, "negative": -2**70, "raw": b"\\x00\\xff"}
 
 
+    class Product(scrapy.Item):
+        name = scrapy.Field()
+        price = scrapy.Field()
+
+
     def where(url):
         """The path and query of ``url``: what the site saw."""
         parts = urlsplit(url)
@@ -53,7 +58,10 @@ SPIDERS = '''
         if isinstance(value, (set, frozenset)):
             return f"{type(value).__name__} {sorted(value)!r}"
         if isinstance(value, scrapy.Request):
-            return f"{type(value).__name__} {where(value.url)} {value.callback.__name__}"
+            return (f"{type(value).__name__} {where(value.url)} {value.callback.__name__} "
+                    f"{value.priority} {typed(value.meta.get('price'))}")
+        if isinstance(value, scrapy.Item):
+            return f"{type(value).__name__} {sorted((k, typed(v)) for k, v in value.items())!r}"
         return f"{type(value).__name__} {value!r}"
 
 
@@ -93,13 +101,15 @@ SPIDERS = '''
 
         def parse(self, response):
             for href in response.css("a::attr(href)").getall():
-                nested = scrapy.Request(response.urljoin(href) + "?nested", callback=self.parse)
-                meta = dict(TYPED, item=scrapy.Item(), nested=nested)
+                nested = scrapy.Request(response.urljoin(href) + "?nested", callback=self.parse,
+                                        meta={"price": TYPED["price"]}, priority=3)
+                product = Product(name="pen", price=TYPED["price"])
+                meta = dict(TYPED, item=scrapy.Item(), product=product, nested=nested)
                 yield response.follow(href, callback=self.typed, meta=meta,
                                       cb_kwargs={"pair": (4, 5), "when": TYPED["when"]})
 
         def typed(self, response, pair, when):
-            keys = [*TYPED, "item", "nested"]
+            keys = [*TYPED, "item", "product", "nested"]
             yield {"page": where(response.url), "meta": {k: typed(response.meta[k]) for k in keys},
                    "cb_kwargs": [typed(pair), typed(when)]}
             yield from self.parse(response)
@@ -148,13 +158,15 @@ SPIDERS = '''
 
 
     class DontFilter(Base):
-        """Asks for every link of the start page twice: once with dont_filter, once without."""
+        """Asks for every link of the start page three times: with dont_filter (fetched, its
+        fingerprint not kept), then twice without (the first fetched, the second filtered)."""
 
         name = "dont_filter"
 
         def parse(self, response):
             for href in response.css("a::attr(href)").getall():
                 yield response.follow(href, callback=self.leaf, dont_filter=True)
+                yield response.follow(href, callback=self.leaf)
                 yield response.follow(href, callback=self.leaf)
 
         def leaf(self, response):
@@ -345,7 +357,11 @@ class Case:
 
 CASES = [
     Case("listing_of_hundreds_of_items", "listing"),
-    Case("meta_and_cb_kwargs_scrapy_accepts", "typed_meta"),
+    # and none of them stays on its node: all travel through Redis (an Item class of the
+    # project's own is allowed to, as the README says)
+    Case("meta_and_cb_kwargs_scrapy_accepts", "typed_meta",
+         {"CLUSTERSYNC_REQUEST_CLASSES": "example.spiders.parity.Product"},
+         stats=(*STATS, "scheduler/unserializable")),
     Case("unserializable_request_kept_in_memory", "unserializable",
          stats=STATS + MEMORY_STATS, jobdir=True),
     Case("base_dupefilter_fetches_duplicates", "follow",
