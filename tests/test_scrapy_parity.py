@@ -260,6 +260,16 @@ SPIDERS = '''
             return 0
 
 
+    class TreeStarts(Tree):
+        """Starts from the root's children, three start requests."""
+
+        name = "tree_starts"
+
+        async def start(self):
+            for k in range(3):
+                yield scrapy.Request(f"{self.site}/tree/0.{k}.html")
+
+
     class TreePriorities(Tree):
         """Each page's children get rising priorities: the last one yielded is the most urgent."""
 
@@ -312,6 +322,12 @@ def child_index_priority(requests: list[str]) -> str:
     index among its siblings, the priority TreePriorities gives it)."""
     return ranked_first("priority-respecting", lambda node: int(node.rpartition(".")[2]),
                         requests)
+
+
+def starts_last(requests: list[str]) -> str:
+    """Start-requests-last iff no start request (a page at depth 1, as TreeStarts yields) is
+    fetched while a request a callback yielded waits."""
+    return ranked_first("start requests last", lambda node: min(tree_depth(node), 2), requests)
 
 
 def ranked_first(name: str, rank: Callable[[str], int], requests: list[str]) -> str:
@@ -382,6 +398,8 @@ CASES = [
     Case("default_lifo_queues_crawl_depth_first", "tree", ONE_AT_A_TIME, order=depth_first),
     Case("depth_priority_and_fifo_queues_crawl_breadth_first", "tree",
          {**ONE_AT_A_TIME, **FIFO, "DEPTH_PRIORITY": "1"}, order=breadth_first),
+    Case("start_requests_wait_for_others_of_equal_priority", "tree_starts", ONE_AT_A_TIME,
+         order=starts_last),
     Case("request_priorities_are_respected", "tree_priorities", ONE_AT_A_TIME,
          order=child_index_priority),
 ]
