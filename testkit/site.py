@@ -18,6 +18,10 @@ which renders every page, prints ``READY http://127.0.0.1:PORT`` once listening 
 SIGTERM/SIGINT (or, with ``--until-stdin-closes``, until its stdin closes too). From another
 process, ``GET /__hits`` returns the per-User-Agent counters as JSON and
 ``GET /__agent_hits?agent=UA`` what `TestSite.agent_hits` returns for one User-Agent.
+
+Besides the page graph the site serves the pages of `testkit.shapes` (a tree of known depth,
+listings of hundreds of items, redirects, a page that fails once), and it keeps, per User-Agent,
+every GET it answered, in order (`TestSite.requests_of`).
 """
 
 from __future__ import annotations
@@ -35,12 +39,14 @@ import threading
 import time
 from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass
+from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from itertools import pairwise
 from types import FrameType
 from typing import IO, Any
 from urllib.parse import parse_qs, urlsplit
 
+from . import shapes
 from ._service import Service, serve_in_thread
 
 __all__ = ["AgentHits", "TestSite", "main"]
@@ -112,6 +118,7 @@ class TestSite(Service):
         self._hits: defaultdict[str, Counter[str]] = defaultdict(Counter)  # agent -> path -> n
         self._hit_times: defaultdict[str, list[float]] = defaultdict(list)  # agent -> times
         self._not_found: Counter[str] = Counter()
+        self._requests: defaultdict[str, list[str]] = defaultdict(list)  # agent -> targets
         self._server: _SiteHTTPServer | None = None
         self._thread: threading.Thread | None = None
         self.page_body = functools.lru_cache(maxsize=_PAGE_CACHE_SIZE)(self._render_page)
@@ -182,6 +189,22 @@ class TestSite(Service):
             self._hits[agent][path] += 1
             self._hit_times[agent].append(now)
 
+    def record_request(self, target: str, agent: str) -> None:
+        """Log one GET of ``target`` (path and query) by ``agent``, whatever its answer."""
+        with self._lock:
+            self._requests[agent].append(target)
+
+    def requests_of(self, agent: str) -> list[str]:
+        """Every GET target (path and ``?query``) ``agent`` sent, in the order they arrived,
+        pages, other shapes and 404s alike."""
+        with self._lock:
+            return list(self._requests.get(agent, []))
+
+    def times_requested(self, agent: str, target: str) -> int:
+        """How many GETs of ``target`` by ``agent`` arrived so far (this one included)."""
+        with self._lock:
+            return self._requests.get(agent, []).count(target)
+
     def record_not_found(self, path: str) -> None:
         """Count one request for a path that is not a page."""
         with self._lock:
@@ -217,6 +240,7 @@ class TestSite(Service):
             self._hits.clear()
             self._hit_times.clear()
             self._not_found.clear()
+            self._requests.clear()
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -314,31 +338,44 @@ class _PageHandler(BaseHTTPRequestHandler):
         site = self.server.site
         target = urlsplit(self.path)
         path, query = target.path, target.query
+        if path in (HITS_PATH, AGENT_HITS_PATH, NOT_FOUND_PATH):
+            self._answer_counters(path, query, send_body)
+            return
+        agent = self.headers.get("User-Agent", "")
+        if send_body:
+            site.record_request(self.path, agent)
         page = site.page_number(path)
         if page is not None:
             if site.delay_s > 0:
                 time.sleep(site.delay_s)
             if send_body:
-                site.record_hit(path, self.headers.get("User-Agent", ""))
+                site.record_hit(path, agent)
             self._send(200, "text/html; charset=utf-8", site.page_body(page), send_body)
-        elif path == HITS_PATH:
-            self._send(200, "application/json", _json(site.hits_by_agent()), send_body)
-        elif path == AGENT_HITS_PATH:
-            agent = parse_qs(query, keep_blank_values=True).get("agent", [""])[0]
-            body = _json(asdict(site.agent_hits(agent)))
-            self._send(200, "application/json", body, send_body)
-        elif path == NOT_FOUND_PATH:
-            self._send(200, "application/json", _json(site.not_found()), send_body)
+        elif (shape := shapes.answer(site, path, agent)) is not None:
+            self._send(shape.status, "text/html; charset=utf-8", shape.body, send_body,
+                       shape.location)
         else:
             site.record_not_found(path)
             self._send(404, "text/plain; charset=utf-8", b"not found\n", send_body)
 
-    def _send(self, status: int, content_type: str, body: bytes, send_body: bool) -> None:
-        reason = "OK" if status == 200 else "Not Found"
+    def _answer_counters(self, path: str, query: str, send_body: bool) -> None:
+        site = self.server.site
+        if path == HITS_PATH:
+            body = _json(site.hits_by_agent())
+        elif path == AGENT_HITS_PATH:
+            agent = parse_qs(query, keep_blank_values=True).get("agent", [""])[0]
+            body = _json(asdict(site.agent_hits(agent)))
+        else:
+            body = _json(site.not_found())
+        self._send(200, "application/json", body, send_body)
+
+    def _send(self, status: int, content_type: str, body: bytes, send_body: bool,
+              location: str | None = None) -> None:
         connection = "close" if self.close_connection else "keep-alive"
+        moved = f"Location: {location}\r\n" if location else ""
         head = (
-            f"HTTP/1.1 {status} {reason}\r\nContent-Type: {content_type}\r\n"
-            f"Content-Length: {len(body)}\r\nConnection: {connection}\r\n\r\n"
+            f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\nContent-Type: {content_type}\r\n"
+            f"{moved}Content-Length: {len(body)}\r\nConnection: {connection}\r\n\r\n"
         ).encode("latin-1")
         self.wfile.write(head + body if send_body else head)
 

@@ -130,6 +130,45 @@ def test_hits_are_counted_per_page_and_per_user_agent(make_site: SiteFactory) ->
     assert site.hits_by_agent() == expected  # reading /__hits is not a hit
 
 
+def test_the_site_logs_every_get_of_each_agent_in_order_with_its_query(
+    make_site: SiteFactory,
+) -> None:
+    # Given a site
+    site = make_site(10)
+    # When an agent fetches a page with a query, a missing path and a redirect
+    fetch(site.url + "/page/1.html?from=0", agent="a")
+    fetch(site.url + "/missing.html", agent="a")
+    fetch(site.url + "/redirect/2.html", agent="a")
+    fetch(site.page_url(3), agent="b")
+    # Then its GETs are listed in order, 404 and both ends of the redirect included
+    assert site.requests_of("a") == ["/page/1.html?from=0", "/missing.html", "/redirect/2.html",
+                                     "/page/2.html"]
+    assert site.requests_of("b") == ["/page/3.html"]
+
+
+def test_a_flaky_page_fails_once_per_agent_then_serves_its_page(make_site: SiteFactory) -> None:
+    # Given a site
+    site = make_site(10)
+    # When two agents each fetch a flaky page twice
+    statuses = {agent: [fetch(site.url + "/flaky/4.html", agent)[0] for _ in range(2)]
+                for agent in ("a", "b")}
+    # Then each got a 500 first, then page 4
+    assert statuses == {"a": [500, 200], "b": [500, 200]}
+    assert fetch(site.url + "/flaky/4.html", "a")[1] == site.page_body(4)
+
+
+def test_the_tree_has_its_fanout_and_depth_and_nothing_below(make_site: SiteFactory) -> None:
+    # Given a site
+    site = make_site(1)
+    # When the root, a leaf and a page below a leaf are fetched
+    root, leaf, below = (fetch(f"{site.url}/tree/{node}.html") for node in ("0", "0.2.2.2",
+                                                                            "0.2.2.2.0"))
+    # Then the root links to its 3 children, the leaf to none, and below the leaves is a 404
+    assert hrefs(root[1]) == ["/tree/0.0.html", "/tree/0.1.html", "/tree/0.2.html"]
+    assert (leaf[0], hrefs(leaf[1])) == (200, [])
+    assert below[0] == 404
+
+
 def test_agent_hits_are_one_agents_fetches_with_the_time_of_each(make_site: SiteFactory) -> None:
     # Given a site fetched by two User-Agents
     site = make_site(10)

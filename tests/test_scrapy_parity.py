@@ -1,0 +1,593 @@
+"""The add-on is a drop-in for Scrapy: one table of Scrapy behaviours, each crawled by the same
+spider twice, with plain Scrapy and as a one-node cluster, against the local site; both crawls
+must fetch the same pages (as many times each), yield the same items, close for the same reason,
+count the same stats and, where a case names one, crawl in the same order class.
+
+Run with ``-s`` to see the comparison table of every case.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from testkit import nodes
+from testkit.redis_server import RedisServer
+from testkit.shapes import tree_children, tree_depth
+from testkit.site import TestSite
+
+from conftest import require_redis_server
+from support import FAST_SETTINGS, Node, node_env, project_with_spiders
+
+SPIDERS = '''
+    import datetime as dt
+    from decimal import Decimal
+    from urllib.parse import urlsplit
+
+    import scrapy
+    from scrapy import signals
+    from scrapy.dupefilters import RFPDupeFilter
+    from scrapy.exceptions import CloseSpider, DontCloseSpider
+    from w3lib.url import url_query_cleaner
+
+    TYPED = {"ids": (1, (2, 3)), "tags": {"a", "b", "c"}, "day": dt.date(2024, 1, 2),
+             "when": dt.datetime(2024, 1, 2, 3, 4, tzinfo=dt.timezone.utc),
+             "price": Decimal("19.99"), "big": 2**80, "negative": -2**70, "raw": b"\\x00\\xff"}
+
+
+    class Product(scrapy.Item):
+        name = scrapy.Field()
+        price = scrapy.Field()
+
+
+    def where(url):
+        """The path and query of ``url``: what the site saw."""
+        parts = urlsplit(url)
+        return parts.path + (f"?{parts.query}" if parts.query else "")
+
+
+    def typed(value):
+        """``value`` with its type, as text that does not depend on set order."""
+        if isinstance(value, (set, frozenset)):
+            return f"{type(value).__name__} {sorted(value)!r}"
+        if isinstance(value, scrapy.Request):
+            return (f"{type(value).__name__} {where(value.url)} {value.callback.__name__} "
+                    f"{value.priority} {typed(value.meta.get('price'))}")
+        if isinstance(value, scrapy.Item):
+            return f"{type(value).__name__} {sorted((k, typed(v)) for k, v in value.items())!r}"
+        return f"{type(value).__name__} {value!r}"
+
+
+    class Base(scrapy.Spider):
+        """Starts from ``start_path`` on the site ``-a start_url=`` names; one item per page."""
+
+        start_path = "/page/0.html"
+
+        def __init__(self, start_url="", **kwargs):
+            super().__init__(**kwargs)
+            self.site = start_url.rstrip("/")
+
+        async def start(self):
+            yield scrapy.Request(self.site + self.start_path)
+
+        def parse(self, response):
+            yield {"page": where(response.url)}
+
+
+    class Listing(Base):
+        name = "listing"
+        start_path = "/listing/0.html"
+
+        def parse(self, response):
+            for item in response.css("li.item"):
+                yield {"name": item.css(".name::text").get(),
+                       "price": item.css(".price::text").get()}
+                yield response.follow(item.css("a::attr(href)").get(), callback=self.detail)
+            yield from response.follow_all(css="a.next")
+
+        def detail(self, response):
+            yield {"detail": where(response.url), "title": response.css("title::text").get()}
+
+
+    class TypedMeta(Base):
+        name = "typed_meta"
+
+        def parse(self, response):
+            for href in response.css("a::attr(href)").getall():
+                nested = scrapy.Request(response.urljoin(href) + "?nested", callback=self.parse,
+                                        meta={"price": TYPED["price"]}, priority=3)
+                product = Product(name="pen", price=TYPED["price"])
+                meta = dict(TYPED, item=scrapy.Item(), product=product, nested=nested)
+                yield response.follow(href, callback=self.typed, meta=meta,
+                                      cb_kwargs={"pair": (4, 5), "when": TYPED["when"]})
+
+        def typed(self, response, pair, when):
+            keys = [*TYPED, "item", "product", "nested"]
+            yield {"page": where(response.url), "meta": {k: typed(response.meta[k]) for k in keys},
+                   "cb_kwargs": [typed(pair), typed(when)]}
+            yield from self.parse(response)
+
+
+    class Unserializable(Base):
+        """Requests to odd pages carry a lambda in meta: no queue can store them."""
+
+        name = "unserializable"
+
+        def parse(self, response):
+            yield {"page": where(response.url)}
+            for href in response.css("a::attr(href)").getall():
+                odd = int(href.rsplit("/", 1)[1].split(".")[0]) % 2
+                yield response.follow(href, meta={"hook": (lambda: 1)} if odd else {})
+
+
+    class Follow(Base):
+        """Follows every link (with DUPEFILTER_CLASS = BaseDupeFilter: bounded by DEPTH_LIMIT)."""
+
+        name = "follow"
+
+        def parse(self, response):
+            yield {"page": where(response.url)}
+            yield from response.follow_all(css="a")
+
+
+    class QueryBlindDupeFilter(RFPDupeFilter):
+        """Two URLs that differ only in their query string are one page."""
+
+        def request_seen(self, request):
+            return super().request_seen(request.replace(url=url_query_cleaner(request.url)))
+
+
+    class QueryLinks(Base):
+        """Reaches most pages under several query strings."""
+
+        name = "query_links"
+        custom_settings = {"DUPEFILTER_CLASS": f"{__name__}.QueryBlindDupeFilter"}
+
+        def parse(self, response):
+            yield {"page": urlsplit(response.url).path}
+            found_on = urlsplit(response.url).path.rsplit("/", 1)[1]
+            for href in response.css("a::attr(href)").getall():
+                yield response.follow(f"{href}?from={found_on}")
+
+
+    class DontFilter(Base):
+        """Asks for every link of the start page three times: with dont_filter (fetched, its
+        fingerprint not kept), then twice without (the first fetched, the second filtered)."""
+
+        name = "dont_filter"
+
+        def parse(self, response):
+            for href in response.css("a::attr(href)").getall():
+                yield response.follow(href, callback=self.leaf, dont_filter=True)
+                yield response.follow(href, callback=self.leaf)
+                yield response.follow(href, callback=self.leaf)
+
+        def leaf(self, response):
+            yield {"page": where(response.url)}
+
+
+    class RedirectRetry(Base):
+        name = "redirect_retry"
+
+        async def start(self):
+            for path in ("/redirect/1.html", "/redirect/2.html", "/flaky/3.html", "/flaky/4.html"):
+                yield scrapy.Request(self.site + path)
+
+        def parse(self, response):
+            yield {"page": where(response.url), "status": response.status,
+                   "from": [where(url) for url in response.meta.get("redirect_urls", [])],
+                   "retries": response.meta.get("retry_times", 0)}
+
+
+    class Errback(Base):
+        name = "errback"
+
+        async def start(self):
+            yield scrapy.Request(self.site + "/page/0.html")
+            yield scrapy.Request(self.site + "/missing/1.html", errback=self.failed)
+
+        def failed(self, failure):
+            yield {"failed": where(failure.request.url), "error": type(failure.value).__name__,
+                   "status": failure.value.response.status}
+
+
+    class Chain(Base):
+        """Follows the first link of each page only: 0, 1, 2, ... whatever the order of work."""
+
+        name = "chain"
+
+        def parse(self, response):
+            yield {"page": where(response.url)}
+            yield response.follow(response.css("a::attr(href)").get())
+
+
+    class CloseInCallback(Chain):
+        name = "close_in_callback"
+
+        def parse(self, response):
+            yield {"page": where(response.url)}
+            if response.url.endswith("/3.html"):
+                raise CloseSpider("enough")
+            yield response.follow(response.css("a::attr(href)").get())
+
+
+    class IdleOneMore(Base):
+        """When first idle, schedules one more page and stays open (DontCloseSpider)."""
+
+        name = "idle_one_more"
+        idle_calls = 0
+
+        @classmethod
+        def from_crawler(cls, crawler, *args, **kwargs):
+            spider = super().from_crawler(crawler, *args, **kwargs)
+            crawler.signals.connect(spider.idle, signal=signals.spider_idle)
+            return spider
+
+        def idle(self):
+            self.idle_calls += 1
+            self.crawler.stats.set_value("parity/idle_calls", self.idle_calls)
+            if self.idle_calls == 1:
+                self.crawler.engine.crawl(scrapy.Request(self.site + "/page/7.html"))
+                raise DontCloseSpider
+
+
+    class IdleClose(IdleOneMore):
+        name = "idle_close"
+
+        def idle(self):
+            self.idle_calls += 1
+            self.crawler.stats.set_value("parity/idle_calls", self.idle_calls)
+            raise CloseSpider("custom_reason")
+
+
+    class Tree(Base):
+        name = "tree"
+        start_path = "/tree/0.html"
+
+        def parse(self, response):
+            yield {"page": where(response.url)}
+            for n, href in enumerate(response.css("a.child::attr(href)").getall()):
+                yield response.follow(href, priority=self.priority(n))
+
+        def priority(self, n):
+            return 0
+
+
+    class TreeStarts(Tree):
+        """Starts from the root's children, three start requests."""
+
+        name = "tree_starts"
+
+        async def start(self):
+            for k in range(3):
+                yield scrapy.Request(f"{self.site}/tree/0.{k}.html")
+
+
+    class TreePriorities(Tree):
+        """Each page's children get rising priorities: the last one yielded is the most urgent."""
+
+        name = "tree_priorities"
+
+        def priority(self, n):
+            return n
+'''
+
+PLAIN_SCRAPY_SWITCH = """
+if os.environ.get("PLAIN_SCRAPY"):
+    ADDONS = {}
+"""
+
+#: the stats every case compares (the add-on's own clustersync/* stats are not Scrapy's)
+STATS = ("scheduler/enqueued", "scheduler/dequeued", "dupefilter/filtered",
+         "item_scraped_count", "finish_reason")
+#: what Scrapy counts where it keeps requests in memory beside its disk queue (JOBDIR)
+MEMORY_STATS = ("scheduler/enqueued/memory", "scheduler/dequeued/memory",
+                "scheduler/unserializable")
+ONE_AT_A_TIME = {"CONCURRENT_REQUESTS": "1"}
+FIFO = {"SCHEDULER_DISK_QUEUE": "scrapy.squeues.PickleFifoDiskQueue",
+        "SCHEDULER_MEMORY_QUEUE": "scrapy.squeues.FifoMemoryQueue"}
+#: cases crawled at the same time (each is two `scrapy crawl` processes)
+CASES_AT_ONCE = 2
+CRAWL_TIMEOUT_S = 60
+TREE_PAGE = re.compile(r"^/tree/([0-9.]+)\.html$")
+
+
+# ---- order classes of a crawl of the tree, from the order the site saw its pages ------------
+
+def tree_order(requests: list[str]) -> list[str]:
+    """The tree nodes in the order they were fetched."""
+    return [match.group(1) for target in requests if (match := TREE_PAGE.match(target))]
+
+
+def breadth_first(requests: list[str]) -> str:
+    """Breadth-first iff the depth of the pages fetched never decreases."""
+    depths = [tree_depth(node) for node in tree_order(requests)]
+    return "breadth-first" if depths == sorted(depths) else "not breadth-first"
+
+
+def depth_first(requests: list[str]) -> str:
+    """Depth-first iff no page is fetched while a deeper page waits in the queue."""
+    return ranked_first("depth-first", tree_depth, requests)
+
+
+def child_index_priority(requests: list[str]) -> str:
+    """Priority-respecting iff no page is fetched while a page of higher priority waits (its
+    index among its siblings, the priority TreePriorities gives it)."""
+    return ranked_first("priority-respecting", lambda node: int(node.rpartition(".")[2]),
+                        requests)
+
+
+def starts_last(requests: list[str]) -> str:
+    """Start-requests-last iff no start request (a page at depth 1, as TreeStarts yields) is
+    fetched while a request a callback yielded waits."""
+    return ranked_first("start requests last", lambda node: min(tree_depth(node), 2), requests)
+
+
+def ranked_first(name: str, rank: Callable[[str], int], requests: list[str]) -> str:
+    """``name`` iff each page fetched is of the highest rank among the pages then waiting:
+    those whose parent was fetched two fetches before or earlier (Scrapy takes the next request
+    as soon as a download ends, while the page just downloaded may still be in its callback),
+    else why not."""
+    order = tree_order(requests)
+    for i, node in enumerate(order):
+        scheduled = {child for parent in order[:max(0, i - 1)] for child in tree_children(parent)}
+        higher = sorted(scheduled.difference(order[:i]), key=rank)[-1:]
+        if higher and rank(higher[0]) > rank(node):
+            return f"not {name} ({node} before {higher[0]})"
+    return name
+
+
+# ---- the table -------------------------------------------------------------------------------
+
+def whole_target(target: str) -> str:
+    return target
+
+
+def path_only(target: str) -> str:
+    return target.split("?", 1)[0]
+
+
+@dataclass(frozen=True)
+class Case:
+    """One Scrapy behaviour: a spider, its settings, and what both crawls must agree on."""
+
+    id: str
+    spider: str
+    settings: Mapping[str, str] = field(default_factory=dict)
+    stats: tuple[str, ...] = STATS
+    #: an order class of the fetch order, compared too (the tree cases)
+    order: Callable[[list[str]], str] | None = None
+    #: what of a fetched URL counts: all of it, or its path (where which query reaches a page
+    #: first depends on timing, in plain Scrapy too)
+    fetched_key: Callable[[str], str] = whole_target
+    #: plain Scrapy runs with a JOBDIR: its disk queue is what the add-on's Redis queue replaces
+    jobdir: bool = False
+
+
+CASES = [
+    Case("listing_of_hundreds_of_items", "listing"),
+    # and none of them stays on its node: all travel through Redis (an Item class of the
+    # project's own is allowed to, as the README says)
+    Case("meta_and_cb_kwargs_scrapy_accepts", "typed_meta",
+         {"CLUSTERSYNC_REQUEST_CLASSES": "example.spiders.parity.Product"},
+         stats=(*STATS, "scheduler/unserializable")),
+    Case("unserializable_request_kept_in_memory", "unserializable",
+         stats=STATS + MEMORY_STATS, jobdir=True),
+    Case("base_dupefilter_fetches_duplicates", "follow",
+         {"DUPEFILTER_CLASS": "scrapy.dupefilters.BaseDupeFilter", "DEPTH_LIMIT": "2"},
+         stats=(*STATS, "request_depth_max")),
+    Case("custom_dupefilter_ignoring_the_query", "query_links", fetched_key=path_only),
+    Case("dont_filter_duplicates", "dont_filter"),
+    Case("redirects_and_a_retried_500", "redirect_retry", {"RETRY_TIMES": "1"},
+         stats=(*STATS, "retry/count", "downloader/response_status_count/302",
+                "downloader/response_status_count/500")),
+    Case("errback_on_a_404", "errback",
+         stats=(*STATS, "downloader/response_status_count/404")),
+    Case("close_spider_raised_in_a_callback", "close_in_callback"),
+    Case("closespider_pagecount", "chain", {"CLOSESPIDER_PAGECOUNT": "5"}),
+    Case("idle_handler_schedules_one_more_request", "idle_one_more",
+         stats=(*STATS, "parity/idle_calls")),
+    Case("idle_handler_raises_close_spider", "idle_close", stats=(*STATS, "parity/idle_calls")),
+    Case("default_lifo_queues_crawl_depth_first", "tree", ONE_AT_A_TIME, order=depth_first),
+    Case("depth_priority_and_fifo_queues_crawl_breadth_first", "tree",
+         {**ONE_AT_A_TIME, **FIFO, "DEPTH_PRIORITY": "1"}, order=breadth_first),
+    Case("start_requests_wait_for_others_of_equal_priority", "tree_starts", ONE_AT_A_TIME,
+         order=starts_last),
+    Case("request_priorities_are_respected", "tree_priorities", ONE_AT_A_TIME,
+         order=child_index_priority),
+]
+
+
+# ---- running both crawls ---------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Crawl:
+    """What one crawl did, as the site saw it and as Scrapy reported it."""
+
+    requests: list[str]  # every GET target, in the order the site received them
+    items: Counter[str]  # each item as sorted-key JSON
+    stats: dict[str, object]
+
+    def fetched(self, case: Case) -> Counter[str]:
+        return Counter(case.fetched_key(target) for target in self.requests)
+
+    def stat(self, name: str) -> object:
+        return self.stats.get(name, 0)
+
+
+@dataclass(frozen=True)
+class Fixtures:
+    """What every case shares: the site, the Redis of the add-on's crawls, the project."""
+
+    site: TestSite
+    redis: RedisServer
+    project: Path
+    workdir: Path
+
+
+def start_crawl(case: Case, shared: Fixtures, plain: bool) -> Node:
+    """Start the case's spider, as plain Scrapy or as a cluster node with a job of its own.
+
+    Not `support.start_node`: these crawls outlive the test that started them (the next
+    cases run ahead), so the runner stops them, not the per-test cleanup.
+    """
+    name = f"{'plain' if plain else 'addon'}-{case.id}"
+    workdir = shared.workdir / name
+    feed = {str(workdir / "items.jsonl"): {"format": "jsonlines"}}
+    settings = {**FAST_SETTINGS, **case.settings, "USER_AGENT": name, "FEEDS": json.dumps(feed),
+                "CLUSTERSYNC_JOB": case.id, "CLUSTERSYNC_SPOOL_DIR": str(workdir / "spool")}
+    env = node_env(shared.workdir, PYTHONHASHSEED="0", CLUSTERSYNC_REDIS_URL=shared.redis.url)
+    if plain:
+        env["PLAIN_SCRAPY"] = "1"
+        if case.jobdir:
+            settings["JOBDIR"] = str(workdir / "jobdir")
+    log_path = workdir / "crawl.log"
+    process = nodes.start_node(case.spider, cwd=shared.project, log_path=log_path,
+                               spider_args={"start_url": shared.site.url}, settings=settings,
+                               env=env)
+    return Node(name, process, log_path)
+
+
+def result(node: Node, site: TestSite) -> Crawl:
+    items_path = node.log_path.parent / "items.jsonl"
+    lines = items_path.read_text().splitlines() if items_path.exists() else []
+    items = Counter(json.dumps(json.loads(line), sort_keys=True) for line in lines)
+    return Crawl(site.requests_of(node.name), items, dumped_stats(node.log()))
+
+
+class CrawlRunner:
+    """Runs the two crawls of each case, ``CASES_AT_ONCE`` cases at a time, ahead of the
+    tests that compare them, so that a machine of two cores is kept busy."""
+
+    def __init__(self, shared: Fixtures, cases: list[Case]) -> None:
+        self.shared = shared
+        self.waiting = cases
+        self.running: dict[str, tuple[list[Node], float]] = {}
+        self.finished: dict[str, tuple[Crawl, Crawl] | str] = {}
+
+    def crawls(self, case: Case) -> tuple[Crawl, Crawl]:
+        """The plain Scrapy and the add-on crawl of ``case``, once both have ended."""
+        if case in self.waiting:
+            self.waiting.remove(case)
+        if case.id not in self.running and case.id not in self.finished:
+            self.waiting.insert(0, case)  # first, as pytest asks for it now
+        while case.id not in self.finished:
+            self._start_more()
+            self._collect()
+            time.sleep(0.05)
+        outcome = self.finished[case.id]
+        if isinstance(outcome, str):
+            raise AssertionError(outcome)
+        return outcome
+
+    def stop(self) -> None:
+        for crawls, _ in self.running.values():
+            for crawl in crawls:
+                crawl.process.kill()
+                crawl.process.wait(10)
+
+    def _start_more(self) -> None:
+        while self.waiting and len(self.running) < CASES_AT_ONCE:
+            case = self.waiting.pop(0)
+            crawls = [start_crawl(case, self.shared, plain) for plain in (True, False)]
+            self.running[case.id] = (crawls, time.monotonic())
+
+    def _collect(self) -> None:
+        for case_id, (crawls, started) in list(self.running.items()):
+            if all(crawl.process.poll() is not None for crawl in crawls):
+                del self.running[case_id]
+                try:
+                    plain, addon = (result(crawl, self.shared.site) for crawl in crawls)
+                    self.finished[case_id] = (plain, addon)
+                except AssertionError as exc:
+                    self.finished[case_id] = str(exc)
+            elif time.monotonic() - started > CRAWL_TIMEOUT_S:
+                stuck = next(crawl for crawl in crawls if crawl.process.poll() is None)
+                stuck.kill()
+                self.finished[case_id] = (f"{stuck.name} did not finish in {CRAWL_TIMEOUT_S} s:"
+                                          f"\n{stuck.log()[-3000:]}")
+
+
+def selected_cases(session: pytest.Session) -> list[Case]:
+    """The cases this run of pytest will compare, in order (``-k`` may leave some out)."""
+    params = [getattr(item, "callspec", None) for item in session.items]
+    return [spec.params["case"] for spec in params
+            if spec is not None and isinstance(spec.params.get("case"), Case)]
+
+
+@pytest.fixture(scope="module")
+def runner(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[CrawlRunner]:
+    require_redis_server()
+    root = tmp_path_factory.mktemp("parity")
+    project = project_with_spiders(root, "parity", SPIDERS)
+    with (project / "example" / "settings.py").open("a") as settings:
+        settings.write(PLAIN_SCRAPY_SWITCH)
+    with TestSite(50, links_per_page=6) as site, \
+            RedisServer(directory=root / "redis") as redis:
+        crawl_runner = CrawlRunner(Fixtures(site, redis, project, root),
+                                   selected_cases(request.session))
+        yield crawl_runner
+        crawl_runner.stop()
+
+
+STAT_ENTRY = re.compile(r"'([^']+)': ('[^']*'|-?[0-9]+)")
+
+
+def dumped_stats(log: str) -> dict[str, object]:
+    """The int and str stats of the "Dumping Scrapy stats" block of a crawl's log."""
+    _, found, dump = log.partition("Dumping Scrapy stats:")
+    assert found, f"the crawl did not end normally:\n{log[-3000:]}"
+    block = dump[:dump.index("}")]
+    return {key: value.strip("'") if value.startswith("'") else int(value)
+            for key, value in STAT_ENTRY.findall(block)}
+
+
+def comparison_rows(case: Case, plain: Crawl, addon: Crawl) -> list[tuple[str, object, object]]:
+    def fetched(crawl: Crawl) -> str:
+        counts = crawl.fetched(case)
+        return f"{sum(counts.values())} ({len(counts)} distinct)"
+
+    rows: list[tuple[str, object, object]] = [
+        ("fetched", fetched(plain), fetched(addon)),
+        ("items", sum(plain.items.values()), sum(addon.items.values())),
+    ]
+    rows += [(name, plain.stat(name), addon.stat(name)) for name in case.stats]
+    if case.order is not None:
+        rows.append(("order class", case.order(plain.requests), case.order(addon.requests)))
+    return rows
+
+
+def print_table(case: Case, rows: list[tuple[str, object, object]]) -> None:
+    print(f"\n{case.id} (spider {case.spider}, {dict(case.settings) or 'default settings'})")
+    print(f"  {'':34} {'plain Scrapy':>22} {'add-on':>22}")
+    for name, plain, addon in rows:
+        print(f"  {name:34} {plain!s:>22} {addon!s:>22}  {'=' if plain == addon else 'DIFFERS'}")
+
+
+def differences(plain: Counter[str], addon: Counter[str]) -> str:
+    return f"only plain: {dict(plain - addon)}; only add-on: {dict(addon - plain)}"
+
+
+@pytest.mark.parametrize("case", CASES, ids=[case.id for case in CASES])
+def test_the_add_on_crawls_as_plain_scrapy_does(case: Case, runner: CrawlRunner) -> None:
+    # given the same spider and settings, run with plain Scrapy and as a one-node cluster
+    # when both crawl the site, at the same time
+    plain, addon = runner.crawls(case)
+    rows = comparison_rows(case, plain, addon)
+    print_table(case, rows)
+    # then they fetched the same pages, each as many times
+    assert plain.fetched(case) == addon.fetched(case), differences(
+        plain.fetched(case), addon.fetched(case))
+    # and yielded the same items
+    assert plain.items == addon.items, differences(plain.items, addon.items)
+    # and closed for the same reason with the same Scrapy stats, in the same order class
+    assert {name: (p, a) for name, p, a in rows if p != a} == {}
