@@ -306,38 +306,47 @@ def tree_order(requests: list[str]) -> list[str]:
     return [match.group(1) for target in requests if (match := TREE_PAGE.match(target))]
 
 
-def breadth_first(requests: list[str]) -> str:
+#: how many fetches late Scrapy itself may be: it takes the next request as soon as a download
+#: ends, while the page just downloaded may still be in its callback
+SCRAPY_LAG = 2
+#: what the add-on may add within a priority: the requests a node leased ahead
+#: (CLUSTERSYNC_PREFETCH, 2 x CONCURRENT_REQUESTS) can come before its own newer ones of the same
+#: priority (README, "Crawl order"); never across priorities
+PREFETCH_WINDOW = 2
+
+
+def breadth_first(requests: list[str], lag: int = SCRAPY_LAG) -> str:
     """Breadth-first iff the depth of the pages fetched never decreases."""
     depths = [tree_depth(node) for node in tree_order(requests)]
     return "breadth-first" if depths == sorted(depths) else "not breadth-first"
 
 
-def depth_first(requests: list[str]) -> str:
+def depth_first(requests: list[str], lag: int = SCRAPY_LAG) -> str:
     """Depth-first iff no page is fetched while a deeper page waits in the queue."""
-    return ranked_first("depth-first", tree_depth, requests)
+    return ranked_first("depth-first", tree_depth, requests, lag)
 
 
-def child_index_priority(requests: list[str]) -> str:
+def child_index_priority(requests: list[str], lag: int = SCRAPY_LAG) -> str:
     """Priority-respecting iff no page is fetched while a page of higher priority waits (its
     index among its siblings, the priority TreePriorities gives it)."""
     return ranked_first("priority-respecting", lambda node: int(node.rpartition(".")[2]),
-                        requests)
+                        requests, lag)
 
 
-def starts_last(requests: list[str]) -> str:
+def starts_last(requests: list[str], lag: int = SCRAPY_LAG) -> str:
     """Start-requests-last iff no start request (a page at depth 1, as TreeStarts yields) is
     fetched while a request a callback yielded waits."""
-    return ranked_first("start requests last", lambda node: min(tree_depth(node), 2), requests)
+    return ranked_first("start requests last", lambda node: min(tree_depth(node), 2), requests,
+                        lag)
 
 
-def ranked_first(name: str, rank: Callable[[str], int], requests: list[str]) -> str:
+def ranked_first(name: str, rank: Callable[[str], int], requests: list[str], lag: int) -> str:
     """``name`` iff each page fetched is of the highest rank among the pages then waiting:
-    those whose parent was fetched two fetches before or earlier (Scrapy takes the next request
-    as soon as a download ends, while the page just downloaded may still be in its callback),
-    else why not."""
+    those whose parent was fetched ``lag`` fetches before or earlier, else why not."""
     order = tree_order(requests)
     for i, node in enumerate(order):
-        scheduled = {child for parent in order[:max(0, i - 1)] for child in tree_children(parent)}
+        scheduled = {child for parent in order[:max(0, i + 1 - lag)]
+                     for child in tree_children(parent)}
         higher = sorted(scheduled.difference(order[:i]), key=rank)[-1:]
         if higher and rank(higher[0]) > rank(node):
             return f"not {name} ({node} before {higher[0]})"
@@ -363,7 +372,9 @@ class Case:
     settings: Mapping[str, str] = field(default_factory=dict)
     stats: tuple[str, ...] = STATS
     #: an order class of the fetch order, compared too (the tree cases)
-    order: Callable[[list[str]], str] | None = None
+    order: Callable[[list[str], int], str] | None = None
+    #: fetches of lag the add-on may add to Scrapy's within a priority (PREFETCH_WINDOW)
+    addon_window: int = 0
     #: what of a fetched URL counts: all of it, or its path (where which query reaches a page
     #: first depends on timing, in plain Scrapy too)
     fetched_key: Callable[[str], str] = whole_target
@@ -395,11 +406,12 @@ CASES = [
     Case("idle_handler_schedules_one_more_request", "idle_one_more",
          stats=(*STATS, "parity/idle_calls")),
     Case("idle_handler_raises_close_spider", "idle_close", stats=(*STATS, "parity/idle_calls")),
-    Case("default_lifo_queues_crawl_depth_first", "tree", ONE_AT_A_TIME, order=depth_first),
+    Case("default_lifo_queues_crawl_depth_first", "tree", ONE_AT_A_TIME, order=depth_first,
+         addon_window=PREFETCH_WINDOW),
     Case("depth_priority_and_fifo_queues_crawl_breadth_first", "tree",
          {**ONE_AT_A_TIME, **FIFO, "DEPTH_PRIORITY": "1"}, order=breadth_first),
     Case("start_requests_wait_for_others_of_equal_priority", "tree_starts", ONE_AT_A_TIME,
-         order=starts_last),
+         order=starts_last, addon_window=PREFETCH_WINDOW),
     Case("request_priorities_are_respected", "tree_priorities", ONE_AT_A_TIME,
          order=child_index_priority),
 ]
@@ -562,7 +574,8 @@ def comparison_rows(case: Case, plain: Crawl, addon: Crawl) -> list[tuple[str, o
     ]
     rows += [(name, plain.stat(name), addon.stat(name)) for name in case.stats]
     if case.order is not None:
-        rows.append(("order class", case.order(plain.requests), case.order(addon.requests)))
+        rows.append(("order class", case.order(plain.requests, SCRAPY_LAG),
+                     case.order(addon.requests, SCRAPY_LAG + case.addon_window)))
     return rows
 
 
