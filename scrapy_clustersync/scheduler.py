@@ -2,17 +2,8 @@
 
 Requests are leased, not popped: a request handed to this node stays in Redis, under a lease
 that the node's heartbeat renews, until it is acked. A node that dies stops renewing; its
-leases expire (Redis server time) and go back to the queue.
-
-When is a leased request done? Scrapy's scraper takes every downloaded response (or download
-failure) through ``Scraper.enqueue_scrape``, whose Deferred fires only once the callback (or
-errback, or a spider middleware's ``process_spider_exception``) has been run to its end and
-*every* request it yielded has gone through ``engine.crawl()`` (so through
-``enqueue_request``, which buffers it) and every item has been through the item pipelines.
-That is what Scrapy itself waits for before it calls a spider idle, whatever the reactor and
-however long the output. The ack is buffered then, behind all of those pushes in the one
-ordered write stream, so Redis never holds the ack without the children.
-A request replaced in the downloader (redirect, retry) is acked once its replacement is buffered.
+leases expire (Redis server time) and go back to the queue. When a leased request is done
+(acked) is ``leases.LeaseTracker``'s to say.
 """
 
 from __future__ import annotations
@@ -30,6 +21,7 @@ from .config import ClusterConfig, redact_url
 from .crawlerparts import CrawlerFingerprinter, started_part
 from .dupefilter import ClusterDupeFilter, NodeDedup, project_dupefilter
 from .joining import warn_of_risks
+from .leases import LeaseTracker
 from .nodeinfo import NodeInfo
 from .order import QueueOrder
 from .redisthread import RedisThread, RedisThreadFactory
@@ -37,7 +29,7 @@ from .signals import node_opened
 from .spool import Spool
 from .startrun import StartRun
 from .store import JobStore, StoreError, make_client
-from .store.ops import Ack, DeadLetterEntry, Push, PushFlags, Release
+from .store.ops import DeadLetterEntry, Push, PushFlags
 from .worker import SyncWorker
 
 if TYPE_CHECKING:
@@ -95,12 +87,8 @@ class ClusterScheduler:
         self.runs_start = False
         self._make_redis_thread = redis_thread
         self.io: RedisThread | None = None
-        #: leased requests handed to the engine and not acked yet
-        self.inflight: set[str] = set()
-        #: of those, the ones whose response (or failure) is in Scrapy's scraper right now
-        self.scraping: set[str] = set()
-        #: of those, the ones whose callback raised CloseSpider: released, not acked
-        self._hand_back: set[str] = set()
+        #: the leased requests under way on this node, until each is acked or released
+        self.leases = LeaseTracker(lambda: self.io.submit if self.io else None, self.counts)
         #: requests that cannot travel, crawled here (see _keep_here)
         self.local: deque[Request] = deque()
         self._kinds_kept: set[str] = set()  # what made them unable to travel (warned once)
@@ -164,7 +152,7 @@ class ClusterScheduler:
             )
             raise CloseSpider("clustersync_redis_unreachable") from None
         warn_of_risks(self.store, self.config)
-        inflight = self.inflight
+        inflight = self.leases.inflight
         node_info = NodeInfo(self.crawler.stats, spider.name, self.runs_start,
                              inflight=lambda: len(inflight))
         self.io = io = self._make_redis_thread(
@@ -173,7 +161,7 @@ class ClusterScheduler:
         )
         self.start = StartRun(self.crawler, self.config, io, claimed=self.runs_start)
         self._replay_spool(epoch)
-        self._watch_scraper()
+        self.leases.watch(getattr(started_part(self.crawler, "engine"), "scraper", None))
         io.start()
         self.crawler.signals.send_catch_log(node_opened, scheduler=self)
         logger.info(
@@ -195,7 +183,7 @@ class ClusterScheduler:
     def _leave(self) -> None:
         if self.io is None:
             return
-        undelivered = self.io.close(unacked=sorted(self.inflight))
+        undelivered = self.io.close(unacked=sorted(self.leases.inflight))
         self.publish_counts()
         if undelivered:
             path = self.spool.save(self.config.node_id, self._epoch, undelivered,
@@ -211,57 +199,6 @@ class ClusterScheduler:
         sent = self.spool.replay(epoch, self.store.as_node)
         if sent:
             self.counts["clustersync/spool_replayed"] += sent
-
-    def _watch_scraper(self) -> None:
-        """Learn when Scrapy has finished with each response or failure (see the module doc).
-
-        A scheduler opened without a crawl (no engine yet, or a test's ``Mock``) has no scraper
-        to watch: its leased requests are acked when the node goes idle.
-        """
-        scraper: Any = getattr(started_part(self.crawler, "engine"), "scraper", None)
-        # looked up on the class: a Mock's attributes are made up on the instance
-        if not callable(getattr(type(scraper), "enqueue_scrape", None)):
-            logger.debug("clustersync: no Scrapy scraper to watch; leased requests are acked "
-                         "when the node goes idle")
-            return
-        enqueue_scrape = scraper.enqueue_scrape
-
-        def watched(result: Any, request: Request, *args: Any, **kwargs: Any) -> Any:
-            token = request.meta.get(LEASE_META_KEY)
-            if token not in self.inflight:
-                return enqueue_scrape(result, request, *args, **kwargs)
-            self.scraping.add(token)
-            try:
-                scraped = enqueue_scrape(result, request, *args, **kwargs)
-            except BaseException:
-                self.scraping.discard(token)
-                raise
-            return scraped.addBoth(self._scraped, token)
-
-        handle_spider_error = scraper.handle_spider_error
-
-        def watched_error(failure: Any, request: Request, *args: Any, **kwargs: Any) -> Any:
-            token = request.meta.get(LEASE_META_KEY)
-            if isinstance(failure.value, CloseSpider) and token in self.scraping:
-                self._hand_back.add(token)
-            return handle_spider_error(failure, request, *args, **kwargs)
-
-        scraper.enqueue_scrape = watched
-        scraper.handle_spider_error = watched_error
-
-    def _scraped(self, result: Any, token: str) -> Any:
-        """Everything the callback or errback of ``token`` produced has been buffered.
-
-        A callback that raised CloseSpider did not run to its end: its request is handed back
-        to the queue for another node, not acked (the node closes, as the spider asked).
-        """
-        self.scraping.discard(token)
-        if token in self._hand_back:
-            self._hand_back.discard(token)
-            self.release(token)
-        else:
-            self.ack(token)
-        return result
 
     def has_pending_requests(self) -> bool:
         """True while this node holds requests: kept here, leased and not handed out yet, or
@@ -285,15 +222,12 @@ class ClusterScheduler:
         ``_keep_here``), as Scrapy keeps requests it cannot serialize in memory.
         """
         accepted, refusal = self._buffer(request)
-        token = request.meta.get(LEASE_META_KEY)
-        # a redirect or retry replaced the leased request in the downloader (a child whose
-        # meta was copied from its parent's response comes while the parent is scraped)
-        replaces_lease = token in self.inflight and token not in self.scraping
+        replaced = self.leases.replaced_in_downloader(request)  # by a redirect or retry
         if refusal is not None:
-            self._keep_here(request, refusal, replaces_lease)
+            self._keep_here(request, refusal, replaced is not None)
             return True
-        if replaces_lease:
-            self.ack(token)  # the replacement was buffered first
+        if replaced is not None:
+            self.leases.ack(replaced)  # the replacement was buffered first
         return accepted
 
     def _keep_here(self, request: Request, refusal: UnencodableRequest, replaces: bool) -> None:
@@ -376,7 +310,7 @@ class ClusterScheduler:
         if not io.accepting_work:
             return None
         # every request in flight is in the scraper: nothing downloads
-        if not io.waiting and io.buffered_pushes and len(self.inflight) == len(self.scraping):
+        if not io.waiting and io.buffered_pushes and not self.leases.downloading:
             io.await_lease(DEQUEUE_WAIT_S)
         return self._next_leased(io)
 
@@ -388,41 +322,20 @@ class ClusterScheduler:
             except UndecodableEntry as exc:
                 self._dead_letter(entry_id, f"cannot be decoded ({exc})")
                 continue
-            request.meta[LEASE_META_KEY] = entry_id
-            self.inflight.add(entry_id)
+            self.leases.handed_out(request, entry_id)
             io.mark_busy()
             self.counts["clustersync/leased"] += 1
             self._count("dequeued", "redis")
             return request
         return None
 
-    # ---- completion and the node's life, used by the extension -------------------------------
-    def ack(self, token: str | None) -> None:
-        """The leased request ``token`` is done; what it produced was buffered before this."""
-        if token not in self.inflight or self.io is None:
-            return
-        self.inflight.discard(token)
-        self.io.submit(Ack(token))
-        self.counts["clustersync/acked"] += 1
-
-    def release(self, token: str) -> None:
-        """Hand the leased request ``token`` back to the queue, for any node to crawl again."""
-        if token not in self.inflight or self.io is None:
-            return
-        self.inflight.discard(token)
-        self.io.submit(Release(token))
-        self.counts["clustersync/handed_back"] += 1
-
+    # ---- the node's life, used by the extension ---------------------------------------------
     def engine_idle(self) -> None:
         """The engine has nothing in progress: no download, nothing in the scraper or pipelines.
 
-        A leased request still counted in flight then ended without reaching the scraper (a
-        replacement that a ``request_scheduled`` handler ignored): everything it led to is
-        buffered, so it is acked.
+        Acks what then ended without reaching the scraper (``LeaseTracker.engine_idle``).
         """
-        for token in sorted(self.inflight - self.scraping):
-            self.counts["clustersync/acked_on_idle"] += 1
-            self.ack(token)
+        self.leases.engine_idle()
         if self.io is not None:
             self.io.mark_idle()
 

@@ -20,16 +20,16 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from typing import Any
 
 from .config import ClusterConfig, redact_url
+from .prefetch import Prefetch
 from .redisthread import FINISHED, STATE_LOST, StartState, Undelivered
-from .store import JobStore, Leased, Op, StateLost, StoreError, StoreUnavailable
+from .store import JobStore, Op, StateLost, StoreError, StoreUnavailable
 from .store.errors import BadBatch, RolledBack
 from .store.job import new_call_id
-from .store.ops import Release, StartDone
+from .store.ops import StartDone
 from .writes import WriteStream
 
 logger = logging.getLogger(__name__)
@@ -66,15 +66,9 @@ class SyncWorker:
         #: what Redis did with this node's writes; only the Redis thread adds to it
         self._totals = {"pushed": 0, "filtered": 0, "released": 0, "set_aside": 0}
         self._writes = WriteStream(config.batch_size, wake=self._wake_up)
-        #: leased entries, each with the pushes Redis had applied when it was leased (see take);
-        #: the Redis thread appends, the reactor pops
-        self._prefetched: deque[tuple[Leased, int]] = deque()
-        #: the reactor waits (``await_lease``) for a lease made after its first n pushes
-        self._lease_wanted_after = 0
-        self._covered_by_lease = 0  # pushes Redis had applied when the last lease was made
-        self._lease_made = threading.Condition()
-        #: leased entries handed back untaken: a push of a higher priority came after them
-        self.outranked = 0
+        #: leased entries: the Redis thread adds, the reactor takes (lease more once this few
+        #: wait: both sides use the one policy)
+        self._prefetched = Prefetch(config.prefetch // 2, wake=self._wake_up)
         self._held: set[str] = set()  # lease ids of this node, owned by the Redis thread
         self._node_idle = False  # set by the reactor thread
         #: bumped by the reactor thread whenever the node does something; a node that worked
@@ -111,33 +105,14 @@ class SyncWorker:
         self._writes.submit(op)
 
     def take(self) -> tuple[str, bytes] | None:
-        """The next leased entry. One leased before Redis had a later push of this node with a
-        higher priority is handed back instead (the release follows that push, so the next lease
-        has the push first): prefetching never reorders priorities against a single Scrapy."""
-        recent = self._writes.recent_pushes
-        while self._prefetched:
-            entry, covered = self._prefetched.popleft()
-            if len(self._prefetched) <= self._low_water:
-                self._wake.set()  # lease more before the buffer runs dry
-            if recent.highest_after(covered) > entry.priority:
-                self.outranked += 1
-                self.submit(Release(entry.entry_id))
-                continue
-            return entry.entry_id, entry.blob
-        return None
+        """The next leased entry; one a later push of this node outranks is handed back (see
+        prefetch.py), behind that push, so the next lease has the push first."""
+        return self._prefetched.take(self._writes.recent_pushes)
 
     def await_lease(self, timeout_s: float) -> None:
-        """Wait (blocking the caller) until a lease made after every push submitted so far came
-        back, or ``timeout_s``; at once while Redis is away."""
-        wanted = self._writes.pushes_submitted
-        self._lease_wanted_after = wanted
-        self._wake.set()
-        with self._lease_made:
-            self._lease_made.wait_for(
-                lambda: bool(self._prefetched) or self._covered_by_lease >= wanted
-                or self._away_since is not None or self._state_lost is not None,
-                timeout_s,
-            )
+        self._prefetched.wait(
+            self._writes.pushes_submitted, timeout_s,
+            give_up=lambda: self._away_since is not None or self._state_lost is not None)
 
     @property
     def waiting(self) -> int:
@@ -185,7 +160,7 @@ class SyncWorker:
         self._start_state = StartState("done", self._rollbacks)
 
     def totals(self) -> dict[str, int]:
-        return {**self._totals, "outranked": self.outranked}
+        return {**self._totals, "outranked": self._prefetched.outranked}
 
     def figures(self) -> dict[str, Any]:
         """What the node record shows of this thread (see nodeinfo.py)."""
@@ -199,9 +174,7 @@ class SyncWorker:
         reachable = not (self._thread.is_alive() or self._state_lost or self._away_since)
         if reachable and self._pending_lease is not None:
             self._guard(self._lease)  # learn what a call whose answer was lost leased
-        # list(): one atomic copy, in case a late lease answer still lands
-        self._writes.release([entry.entry_id for entry, _ in list(self._prefetched)])
-        self._prefetched.clear()
+        self._writes.release(self._prefetched.returned() + self._prefetched.drain())
         self._writes.release(unacked)
         if reachable:
             self._flush_and_leave()
@@ -217,11 +190,6 @@ class SyncWorker:
             self._guard(lambda: self._send_heartbeat(leaving=True))
 
     # ---- shared helpers ------------------------------------------------------------------
-    @property
-    def _low_water(self) -> int:
-        """Lease more once this few entries wait (both sides use it: one policy)."""
-        return self.config.prefetch // 2
-
     @property
     def _backlog(self) -> int:
         """Ops not yet in Redis, including a batch whose call is under way or being retried."""
@@ -300,11 +268,12 @@ class SyncWorker:
         busy = False
         if now >= self._next_heartbeat and not closing:
             self._beat(now)
-        # a node with nothing left to crawl starves: its new work must reach Redis now; and a
-        # lease comes after every write made before it (a request handed back, a new push), so
-        # that it hands out the queue's order, not one of a moment ago
-        lease_due = not closing and self._lease_due(now)
-        if self._writes.due(now, urgent=closing or lease_due or not self._prefetched):
+        # entries the reactor handed back, outranked, go back to the queue before the next
+        # lease (which would pass them over); a node with nothing left to crawl starves: its
+        # new work must reach Redis now
+        returned = self._prefetched.returned()
+        self._writes.release(returned)
+        if self._writes.due(now, urgent=closing or bool(returned) or not self._prefetched):
             self._flush()
             busy = True
         if not closing and self._turned_idle():
@@ -344,17 +313,13 @@ class SyncWorker:
         self._writes.set_aside(op, str(exc))
 
     def _lease_due(self, now: float) -> bool:
-        return (now >= self._next_lease or self._awaited()) and self._lease_wanted()
-
-    def _awaited(self) -> bool:
-        """The reactor waits for a lease, and every push it waits for is in Redis now."""
-        wanted = self._lease_wanted_after
-        return self._covered_by_lease < wanted <= self._writes.pushes_settled
+        awaited = self._prefetched.awaited(self._writes.pushes_settled)  # the reactor waits
+        return (now >= self._next_lease or awaited) and self._lease_wanted()
 
     def _lease_wanted(self) -> bool:
         if self._state_lost or not self.accepting_work:
             return False  # back-pressure: stop taking work while writes pile up
-        return len(self._prefetched) <= self._low_water
+        return len(self._prefetched) <= self._prefetched.low_water
 
     def _lease(self) -> bool:
         if self._pending_lease is None:
@@ -366,10 +331,7 @@ class SyncWorker:
         self._pending_lease = None
         was_empty = not self._prefetched
         self._held.update(entry.entry_id for entry in entries)
-        self._prefetched.extend((entry, covered) for entry in entries)
-        with self._lease_made:
-            self._covered_by_lease = covered
-            self._lease_made.notify_all()
+        self._prefetched.add(entries, covered)
         if not entries:
             backoff_s = self._empty_backoff_s * 2 or 0.05
             self._empty_backoff_s = min(EMPTY_QUEUE_BACKOFF_MAX_S, backoff_s)
@@ -437,6 +399,7 @@ class SyncWorker:
         self._outage_tries += 1
         if self._away_since is None:
             self._away_since = time.monotonic()
+            self._prefetched.wake_waiters()  # a reactor waiting for a lease waits no more
             logger.warning(
                 "clustersync: Redis at %s is unreachable (%s). This node keeps running, leases "
                 "no new work and buffers its writes until Redis is back.",
@@ -463,7 +426,7 @@ class SyncWorker:
         anew. Entry ids never repeat (see flush.lua), so no late op touches another request.
         """
         self._rollbacks += 1
-        not_started = {entry.entry_id for entry, _ in list(self._prefetched)}  # reactor pops
+        not_started = set(self._prefetched.entry_ids())
         voided = self._writes.void(self._held - not_started)
         self._next_heartbeat = 0.0
         logger.critical(
@@ -478,6 +441,7 @@ class SyncWorker:
     def _lost(self, exc: Exception) -> None:
         if self._state_lost is None:
             self._state_lost = str(exc)
+            self._prefetched.wake_waiters()
             logger.critical(
                 "clustersync: job %r is gone from Redis at %s (%s). Redis restarted without "
                 "persistence, or the job was purged. This node stops instead of re-crawling "

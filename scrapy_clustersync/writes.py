@@ -178,7 +178,8 @@ class WriteStream:
         return len(self._void)
 
     def release(self, entry_ids: Iterable[str]) -> None:
-        """Hand ``entry_ids`` back to the queue (the node closes: Redis thread stopped)."""
+        """Hand ``entry_ids`` back to the queue, after every op submitted so far (the Redis
+        thread's, or the closing node's once that thread stopped)."""
         self._ops.extend(Release(entry_id) for entry_id in entry_ids)
 
     def undelivered(self, writes_seen: int) -> Undelivered:

@@ -139,5 +139,5 @@ def test_a_higher_priority_push_is_handed_out_before_entries_leased_ahead_of_it(
     # entries leased ahead of it follow, handed back and leased again, none lost
     assert first is None
     assert [blob for _, blob in taken] == [b"high", b"low 1", b"low 2"]
-    assert worker.outranked == 2
+    assert worker.totals()["outranked"] == 2
     worker.close(unacked=[entry_id for entry_id, _ in taken])

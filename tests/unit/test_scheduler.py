@@ -160,7 +160,7 @@ def test_a_replacement_that_cannot_travel_is_crawled_here_under_the_lease(tmp_pa
     assert accepted is True
     assert thread.submitted == []
     assert scheduler.next_request() is replacement
-    assert "e1" in scheduler.inflight
+    assert "e1" in scheduler.leases.inflight
 
 
 def test_a_leased_request_is_acked_only_once_the_scraper_is_done_with_it(tmp_path: Path) -> None:

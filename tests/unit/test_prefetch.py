@@ -1,0 +1,75 @@
+"""The entries a node leased ahead: handed out in order, handed back when outranked."""
+
+from __future__ import annotations
+
+import threading
+
+from scrapy_clustersync.prefetch import Prefetch
+from scrapy_clustersync.store import Leased
+from scrapy_clustersync.writes import RecentPushes
+
+
+def leased(*priorities: int) -> list[Leased]:
+    return [Leased(f"e{i}", f"request {i}".encode(), priority)
+            for i, priority in enumerate(priorities)]
+
+
+def test_entries_leased_after_every_push_are_handed_out_in_lease_order() -> None:
+    prefetch = Prefetch(low_water=1, wake=lambda: None)
+    recent = RecentPushes()
+    recent.add(1, 9)  # a push Redis had when the lease was made
+    prefetch.add(leased(3, 0), covered=1)
+    assert [prefetch.take(recent), prefetch.take(recent), prefetch.take(recent)] == [
+        ("e0", b"request 0"), ("e1", b"request 1"), None]
+    assert prefetch.returned() == []
+
+
+def test_an_entry_outranked_by_a_later_push_is_handed_back_not_out() -> None:
+    # given entries of priorities 3 and 0 leased before the node's second push reached Redis
+    prefetch = Prefetch(low_water=0, wake=lambda: None)
+    recent = RecentPushes()
+    prefetch.add(leased(3, 0), covered=1)
+    # when the node pushes a request of priority 2
+    recent.add(2, 2)
+    # then the entry of priority 3 still goes first, the one of priority 0 goes back
+    assert prefetch.take(recent) == ("e0", b"request 0")
+    assert prefetch.take(recent) is None
+    assert prefetch.returned() == ["e1"]
+    assert prefetch.outranked == 1
+    assert prefetch.returned() == []  # each id is handed back once
+
+
+def test_a_waiting_reactor_is_freed_by_a_lease_that_covers_its_pushes() -> None:
+    prefetch = Prefetch(low_water=0, wake=lambda: None)
+    freed = threading.Event()
+
+    def reactor() -> None:
+        prefetch.wait(pushes=2, timeout_s=10, give_up=lambda: False)
+        freed.set()
+
+    waiting = threading.Thread(target=reactor)
+    waiting.start()
+    prefetch.add([], covered=1)  # a lease made before the second push: not enough
+    assert not freed.wait(0.2)
+    assert prefetch.awaited(pushes_settled=2)  # the Redis thread leases again at once
+    prefetch.add([], covered=2)  # the queue was empty, but the lease saw both pushes
+    assert freed.wait(5)
+    waiting.join()
+    assert not prefetch.awaited(pushes_settled=2)
+
+
+def test_a_waiting_reactor_gives_up_when_told() -> None:
+    prefetch = Prefetch(low_water=0, wake=lambda: None)
+    away = threading.Event()
+    done = threading.Event()
+
+    def reactor() -> None:
+        prefetch.wait(pushes=1, timeout_s=10, give_up=away.is_set)
+        done.set()
+
+    waiting = threading.Thread(target=reactor)
+    waiting.start()
+    away.set()
+    prefetch.wake_waiters()
+    assert done.wait(5)
+    waiting.join()
