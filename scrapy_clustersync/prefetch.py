@@ -34,15 +34,21 @@ class Prefetch:
         #: entries handed back untaken: a push of a higher priority came after them
         self.outranked = 0
         self._returned: deque[str] = deque()  # their ids, until the Redis thread releases them
+        #: a wait ran out and no lease came back since (Redis stopped answering, or errs): the
+        #: reactor does not wait again, so a partition does not stall it a second per request
+        self._wait_ran_out = False
 
     def __len__(self) -> int:
         return len(self._entries)
 
     # ---- reactor thread ------------------------------------------------------------------
-    def take(self, recent: RecentPushes) -> tuple[str, bytes] | None:
+    def take(self, recent: RecentPushes, pushes_settled: int) -> tuple[str, bytes] | None:
         """The next entry (id, encoded request), or None. An entry that ``recent`` pushes
         outrank is handed back instead (``returned``): the Redis thread releases it, behind
-        those pushes, before it leases again."""
+        those pushes, before it leases again. ``pushes_settled``: how many pushes Redis has
+        applied (a later lease covers them: with nothing prefetched, ``recent`` forgets them)."""
+        if not self._entries:
+            recent.highest_after(pushes_settled)
         while self._entries:
             entry, covered = self._entries.popleft()
             if len(self._entries) == self.low_water:
@@ -59,11 +65,14 @@ class Prefetch:
         """Block until an entry waits or a lease made after the first ``pushes`` pushes came
         back, ``give_up()`` holds (checked when a lease comes back or ``wake_waiters`` is
         called), or ``timeout_s``."""
+        if self._wait_ran_out:
+            return
         self._wanted_after = pushes
         self._wake()
         with self._lease_made:
-            self._lease_made.wait_for(
+            came = self._lease_made.wait_for(
                 lambda: bool(self._entries) or self._covered >= pushes or give_up(), timeout_s)
+            self._wait_ran_out = not came
 
     # ---- Redis thread --------------------------------------------------------------------
     def awaited(self, pushes_settled: int) -> bool:
@@ -75,6 +84,7 @@ class Prefetch:
         self._entries.extend((entry, covered) for entry in entries)
         with self._lease_made:
             self._covered = covered
+            self._wait_ran_out = False
             self._lease_made.notify_all()
 
     def returned(self) -> list[str]:

@@ -107,7 +107,7 @@ class SyncWorker:
     def take(self) -> tuple[str, bytes] | None:
         """The next leased entry; one a later push of this node outranks is handed back (see
         prefetch.py), behind that push, so the next lease has the push first."""
-        return self._prefetched.take(self._writes.recent_pushes)
+        return self._prefetched.take(self._writes.recent_pushes, self._writes.pushes_settled)
 
     def await_lease(self, timeout_s: float) -> None:
         self._prefetched.wait(

@@ -114,6 +114,7 @@ def test_a_push_describes_itself_by_its_url_and_an_unreadable_one_says_so() -> N
     (["S", "extra"], "op 'S' has 1 fields, not 0"),
     (["P", "text, not bytes", 0, b"blob", 0], "field fingerprint is 'text, not bytes'"),
     (["P", FINGERPRINT, 0, b"blob", "2"], "field flags is '2', not of type int"),
+    (["P", FINGERPRINT, 0, b"blob", 8], "not a combination of PushFlags"),
     (["D", "e1", b"reason as bytes"], "field reason is b'reason as bytes', not of type str"),
 ])
 def test_arguments_that_are_no_op_of_this_version_are_refused_with_the_reason(

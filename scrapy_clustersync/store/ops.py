@@ -227,7 +227,10 @@ def decode_op(args: Sequence[Any]) -> Op:
             raise OpDecodeError(f"op {opcode!r}: field {name} is {value!r:.60}, "
                                 f"not of type {wanted.__name__}")
         decoded.append(bool(value) if wanted is bool else value)
-    return OP_KINDS[opcode](*decoded)
+    try:
+        return OP_KINDS[opcode](*decoded)
+    except ValueError as exc:  # a value the record refuses, e.g. push flags of no known meaning
+        raise OpDecodeError(f"op {opcode!r}: {exc}") from None
 
 
 def _has_type(value: Any, wanted: type) -> bool:

@@ -19,7 +19,7 @@ def test_entries_leased_after_every_push_are_handed_out_in_lease_order() -> None
     recent = RecentPushes()
     recent.add(1, 9)  # a push Redis had when the lease was made
     prefetch.add(leased(3, 0), covered=1)
-    assert [prefetch.take(recent), prefetch.take(recent), prefetch.take(recent)] == [
+    assert [prefetch.take(recent, 0), prefetch.take(recent, 0), prefetch.take(recent, 0)] == [
         ("e0", b"request 0"), ("e1", b"request 1"), None]
     assert prefetch.returned() == []
 
@@ -32,8 +32,8 @@ def test_an_entry_outranked_by_a_later_push_is_handed_back_not_out() -> None:
     # when the node pushes a request of priority 2
     recent.add(2, 2)
     # then the entry of priority 3 still goes first, the one of priority 0 goes back
-    assert prefetch.take(recent) == ("e0", b"request 0")
-    assert prefetch.take(recent) is None
+    assert prefetch.take(recent, 0) == ("e0", b"request 0")
+    assert prefetch.take(recent, 0) is None
     assert prefetch.returned() == ["e1"]
     assert prefetch.outranked == 1
     assert prefetch.returned() == []  # each id is handed back once
@@ -73,3 +73,34 @@ def test_a_waiting_reactor_gives_up_when_told() -> None:
     prefetch.wake_waiters()
     assert done.wait(5)
     waiting.join()
+
+
+def waits(prefetch: Prefetch, pushes: int) -> bool:
+    """Whether a reactor asking ``prefetch`` for a lease after ``pushes`` pushes waits (it is
+    still waiting half a second later); it is let go at the end either way."""
+    waiter = threading.Thread(
+        target=lambda: prefetch.wait(pushes=pushes, timeout_s=10, give_up=lambda: False))
+    waiter.start()
+    waiter.join(0.5)
+    waited = waiter.is_alive()
+    prefetch.add([], covered=pushes)  # a lease that covers them lets a waiting reactor go
+    waiter.join()
+    return waited
+
+
+def test_after_a_wait_that_ran_out_the_reactor_does_not_wait_again_until_a_lease_comes() -> None:
+    # given a reactor whose wait for a lease ran out (Redis stopped answering)
+    prefetch = Prefetch(low_water=0, wake=lambda: None)
+    prefetch.wait(pushes=1, timeout_s=0.05, give_up=lambda: False)
+    # then it does not wait when it asks again
+    assert not waits(prefetch, pushes=2)
+    # and it waits again once a lease came back (waits() ends with one)
+    assert waits(prefetch, pushes=3)
+
+
+def test_pushes_redis_applied_are_forgotten_when_nothing_is_prefetched() -> None:
+    recent = RecentPushes()
+    for number in range(1, 1001):
+        recent.add(number, -number)  # falling priorities: each one kept
+    Prefetch(low_water=0, wake=lambda: None).take(recent, pushes_settled=1000)
+    assert recent.highest_after(0) == float("-inf")
