@@ -310,9 +310,11 @@ def tree_order(requests: list[str]) -> list[str]:
 #: ends, while the page just downloaded may still be in its callback
 SCRAPY_LAG = 2
 #: what the add-on may add within a priority: the requests a node leased ahead
-#: (CLUSTERSYNC_PREFETCH, 2 x CONCURRENT_REQUESTS) can come before its own newer ones of the same
-#: priority (README, "Crawl order"); never across priorities
-PREFETCH_WINDOW = 2
+#: (CLUSTERSYNC_PREFETCH, 2 x CONCURRENT_REQUESTS = 2 here) can come before its own newer ones of
+#: the same priority (README, "Crawl order"), twice over when a lease is made while the node's
+#: newest requests are still on their way to Redis (a loaded machine); never across priorities.
+#: A FIFO crawl of the tree still fails the depth-first class with this lag.
+PREFETCH_WINDOW = 4
 
 
 def breadth_first(requests: list[str], lag: int = SCRAPY_LAG) -> str:
