@@ -193,5 +193,42 @@ def purge(ctx: click.Context, job: str, yes: bool) -> None:
     click.echo(f"purged job {job!r} ({deleted} keys deleted)")
 
 
+
+@main.command()
+@click.argument("job")
+@click.option("--forget-seen", is_flag=True,
+              help="Also clear the seen record: every URL is crawled again (default: only URLs "
+                   "not seen before).")
+@click.option("--force", is_flag=True,
+              help="Restart even with nodes alive or work queued or leased.")
+@click.option("--yes", is_flag=True, help="Confirm --forget-seen without asking.")
+@click.pass_context
+def restart(ctx: click.Context, job: str, forget_seen: bool, force: bool, yes: bool) -> None:
+    """Make finished (or stopped) JOB crawlable again: start() runs on the next node.
+
+    The queue, stats and dead letters are kept; the seen record too unless --forget-seen.
+    """
+    if forget_seen and not yes:
+        raise click.UsageError(f"--forget-seen clears what job {job!r} has seen, so that every "
+                               "URL is crawled again; run again with --yes to confirm")
+    store = _store(ctx, job)
+    try:
+        result = store.restart(force=force)
+        if result.done and forget_seen:
+            store.forget_seen()
+    except StoreError as exc:
+        _fail(exc, ctx)
+    if not result.done and not (result.live_nodes or result.queued or result.leased):
+        raise click.ClickException(f"job {job!r} does not exist in this Redis")
+    if not result.done:
+        raise click.ClickException(
+            f"job {job!r} is not finished: {result.live_nodes} live node(s), {result.queued} "
+            f"queued, {result.leased} leased. Stop its nodes and wait for their leases to run "
+            "out, or pass --force to restart it anyway.")
+    click.echo(f"restarted job {job!r}: start() runs again on the next node; "
+               + ("the seen record was cleared: every URL is crawled again" if forget_seen
+                  else "the seen record is kept: only URLs not seen before are crawled"))
+
+
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())

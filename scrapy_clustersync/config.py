@@ -37,8 +37,13 @@ DEFAULTS: dict[str, str | int | float | bool] = {
     "CLUSTERSYNC_DEDUP": "bloom",
     "CLUSTERSYNC_BLOOM_CAPACITY": 10_000_000,
     "CLUSTERSYNC_BLOOM_ERROR_RATE": 0.001,
+    "CLUSTERSYNC_RECRAWL": "",
 }
 DEDUP_MODES = ("bloom", "exact")
+#: what the first node of a new run does with a finished job: "" stop (exit non-zero),
+#: "keep-seen" restart it (only URLs not seen before are crawled), "forget-seen" restart it
+#: and forget the seen record (every URL is crawled again)
+RECRAWL_MODES = ("", "keep-seen", "forget-seen")
 
 URL_SCHEMES = ("redis", "rediss", "unix")
 JOB_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,199}$")
@@ -104,6 +109,7 @@ class ClusterConfig:
     socket_timeout_s: float
     tls: TlsOptions
     dedup: DedupSettings
+    recrawl: str = ""
 
     @classmethod
     def from_settings(cls, settings: BaseSettings, spider_name: str) -> ClusterConfig:
@@ -144,6 +150,7 @@ class ClusterConfig:
                 bloom_capacity=_number(settings, "CLUSTERSYNC_BLOOM_CAPACITY", int),
                 bloom_error_rate=_number(settings, "CLUSTERSYNC_BLOOM_ERROR_RATE", float),
             ),
+            recrawl=validate_recrawl(settings.get("CLUSTERSYNC_RECRAWL") or ""),
         )
 
 
@@ -164,6 +171,17 @@ def validate_redis_url(url: str, given_as: str = "CLUSTERSYNC_REDIS_URL") -> str
             "redis://host:port/db, rediss://host:port/db (TLS) or unix:///path/to/redis.sock."
         )
     return url
+
+
+def validate_recrawl(mode: str) -> str:
+    """Return ``mode`` if it is a ``CLUSTERSYNC_RECRAWL`` value, else raise ConfigError."""
+    if mode not in RECRAWL_MODES:
+        raise ConfigError(
+            f"CLUSTERSYNC_RECRAWL = {mode!r} is not a recrawl mode; accepted: '' (default: a "
+            "finished job stays finished), 'keep-seen' (crawl it again, only URLs not seen "
+            "before) or 'forget-seen' (crawl every URL again)."
+        )
+    return mode
 
 
 def validate_job_name(job: str, given_as: str = "CLUSTERSYNC_JOB") -> str:

@@ -15,6 +15,7 @@ from .store import Op
 if TYPE_CHECKING:
     from .config import ClusterConfig
     from .store import JobStore
+    from .store.job import Heartbeat
 
 #: the reasons a node closes with when its Redis thread says so (see ``RedisThread.outcome``)
 FINISHED = "finished"
@@ -94,6 +95,15 @@ class RedisThread(Protocol):
 
     def start_done(self) -> None:
         """start() is exhausted on this node: record it in Redis."""
+
+    @property
+    def cluster(self) -> Heartbeat | None:
+        """The last heartbeat's answer (queued, leased, live nodes, requests done, server time),
+        or None before the first: what the progress line shows, at no extra Redis call."""
+
+    @property
+    def finish_note(self) -> str:
+        """Why the job finished, as the heartbeat that said so found it (for the log)."""
 
     def totals(self) -> dict[str, int]:
         """What Redis did with this node's writes so far (pushed, filtered, released, ...), and

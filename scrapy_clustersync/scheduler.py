@@ -13,22 +13,22 @@ from collections import Counter, deque
 from typing import TYPE_CHECKING, Any
 
 from scrapy import Request
-from scrapy.exceptions import CloseSpider
 from scrapy.utils.defer import deferred_from_coro
 
 from .codec import LEASE_META_KEY, RequestCodec, UndecodableEntry, UnencodableRequest
 from .config import ClusterConfig, redact_url
 from .crawlerparts import CrawlerFingerprinter, started_part
 from .dupefilter import ClusterDupeFilter, NodeDedup, project_dupefilter
-from .joining import warn_of_risks
+from .joining import join_job, warn_of_risks
 from .leases import LeaseTracker
 from .nodeinfo import NodeInfo
 from .order import QueueOrder
-from .redisthread import RedisThread, RedisThreadFactory
+from .redisthread import FINISHED, RedisThread, RedisThreadFactory
 from .signals import node_opened
 from .spool import Spool
 from .startrun import StartRun
-from .store import JobStore, StoreError, make_client
+from .stopping import StopWhenOpened
+from .store import JobStore, make_client
 from .store.ops import DeadLetterEntry, Push, PushFlags
 from .worker import SyncWorker
 
@@ -97,6 +97,8 @@ class ClusterScheduler:
         self._pushes_at_check = 0
         #: the job's start() on this node (see startrun.py); set by open()
         self.start: StartRun | None = None
+        #: closes the spider once open, when the node could not join (see stopping.py)
+        self._stop: StopWhenOpened | None = None
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -133,7 +135,8 @@ class ClusterScheduler:
     def open(self, spider: Spider) -> Deferred[None] | None:
         """Join the job in Redis and start the node's Redis thread; returns ``df.open()``.
 
-        Raises CloseSpider if Redis cannot be reached at start-up: a node that never joined has
+        A node that cannot join (Redis unreachable or refusing it, the job finished) logs why
+        and closes as soon as the spider is open (stopping.py): it never joined, so it has
         nothing to lose, and a clear stop beats a node that silently crawls nothing.
         """
         if self.codec.spider is None:
@@ -142,15 +145,11 @@ class ClusterScheduler:
         return self.df.open()
 
     def _join(self, spider: Spider) -> None:
-        ttl_ms = int(self.config.lease_timeout_s * 1000)
-        try:
-            self._epoch, self.runs_start = epoch, _ = self.store.join(ttl_ms)
-        except StoreError as exc:
-            logger.error(
-                "clustersync: cannot join job %r at %s: %s. Check CLUSTERSYNC_REDIS_URL and "
-                "that Redis is running.", self.config.job, redact_url(self.config.redis_url), exc,
-            )
-            raise CloseSpider("clustersync_redis_unreachable") from None
+        joined = join_job(self.store, self.config)
+        if isinstance(joined, str):
+            self._stop = StopWhenOpened(self.crawler, joined)
+            return
+        self._epoch, self.runs_start = epoch, _ = joined.epoch, joined.runs_start
         warn_of_risks(self.store, self.config)
         inflight = self.leases.inflight
         node_info = NodeInfo(self.crawler.stats, spider.name, self.runs_start,
@@ -177,12 +176,14 @@ class ClusterScheduler:
 
         Shared state is never deleted here: the job lives on for the other nodes.
         """
-        self._leave()
+        self._leave(reason)
         return self.df.close(reason)
 
-    def _leave(self) -> None:
+    def _leave(self, reason: str) -> None:
         if self.io is None:
             return
+        if reason == FINISHED:
+            logger.info("clustersync: job %r finished: %s", self.config.job, self.io.finish_note)
         undelivered = self.io.close(unacked=sorted(self.leases.inflight))
         self.publish_counts()
         if undelivered:

@@ -142,6 +142,8 @@ class StartRun:
             return
         self.ran = True
         self.io.start_done()
+        logger.info("clustersync: start() of job %r is exhausted on node %s; the cluster crawls "
+                    "on from the shared queue", self.config.job, self.config.node_id)
 
 
 async def sleep(seconds: float) -> None:

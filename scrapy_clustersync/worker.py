@@ -28,7 +28,7 @@ from .prefetch import Prefetch
 from .redisthread import FINISHED, STATE_LOST, StartState, Undelivered
 from .store import JobStore, Op, StateLost, StoreError, StoreUnavailable
 from .store.errors import BadBatch, RolledBack
-from .store.job import new_call_id
+from .store.job import Heartbeat, new_call_id
 from .store.ops import StartDone
 from .writes import WriteStream
 
@@ -86,6 +86,8 @@ class SyncWorker:
         #: ``_activity`` as it was when a heartbeat answered "finished"; None while not finished
         self._finished_at: int | None = None
         self._state_lost: str | None = None
+        #: the last heartbeat's answer: the cluster as Redis saw it then (None before the first)
+        self._cluster: Heartbeat | None = None
         self._away_since: float | None = None
         self._pending_lease: tuple[str, int, int] | None = None  # call id, count, pushes covered
         self._wake = threading.Event()
@@ -159,6 +161,17 @@ class SyncWorker:
         self.submit(StartDone())
         self._start_state = StartState("done", self._rollbacks)
 
+    @property
+    def cluster(self) -> Heartbeat | None:
+        return self._cluster
+
+    @property
+    def finish_note(self) -> str:
+        beat = self._cluster
+        nodes = beat.live_nodes if beat is not None else 0
+        return (f"queue empty, no lease out, start() done, {nodes} live node(s) idle for "
+                f"{self.config.idle_close_after_s:g}s")
+
     def totals(self) -> dict[str, int]:
         return {**self._totals, "outranked": self._prefetched.outranked}
 
@@ -174,11 +187,19 @@ class SyncWorker:
         reachable = not (self._thread.is_alive() or self._state_lost or self._away_since)
         if reachable and self._pending_lease is not None:
             self._guard(self._lease)  # learn what a call whose answer was lost leased
-        self._writes.release(self._prefetched.returned() + self._prefetched.drain())
+        prefetched = self._prefetched.returned() + self._prefetched.drain()
+        self._writes.release(prefetched)
         self._writes.release(unacked)
+        writes = self._backlog
         if reachable:
             self._flush_and_leave()
-        return self._undelivered()
+        undelivered = self._undelivered()
+        logger.info(
+            "clustersync: node %s leaves job %r: %d leased requests handed back to the queue "
+            "(%d under way, %d prefetched), %d writes sent, %d kept for later",
+            self.config.node_id, self.config.job, len(unacked) + len(prefetched), len(unacked),
+            len(prefetched), writes - len(undelivered), len(undelivered))
+        return undelivered
 
     def _flush_and_leave(self) -> None:
         """Send every buffered write (for CLOSE_TIMEOUT_S at most), then leave the job."""
@@ -375,6 +396,7 @@ class SyncWorker:
             take_start=True,  # any live node takes start() over from a node that is gone
         )
         self._activity_at_beat = activity
+        self._cluster = beat
         self._idle_reported_at = activity if idle else None
         self._start_state = StartState(beat.start, self._rollbacks)
         if not leaving:

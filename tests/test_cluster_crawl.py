@@ -69,9 +69,10 @@ def test_a_node_joining_after_start_does_not_seed_again(
     late = start_node("late", redis_server.url, web.start_url, tmp_path,
                       settings={"START_DONT_FILTER": "1"})
     wait_all([late])
-    # then it fetched nothing: start() does not run twice for one job
+    # then it fetched nothing: start() does not run twice for one job, and the node says the
+    # job finished (tests/test_finished_jobs.py)
     assert web.hits_by_agent().get("late", {}) == {}
-    assert "start() already ran elsewhere" in late.log()
+    assert "job 'site' already finished at" in late.log()
 
 
 def test_killed_node_loses_no_page_and_its_restart_joins_in(

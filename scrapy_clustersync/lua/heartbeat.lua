@@ -10,6 +10,7 @@
 -- KEYS[6]  leased     hash   leased entry id -> "<queue score>|<node>"
 -- KEYS[7]  queue      zset   entry id -> -priority
 -- KEYS[8]  last_call  hash   this node's write counter (see flush.lua)
+-- KEYS[9]  stats      hash   job counters (acked: requests done)
 -- ARGV[1]  epoch          string  the job epoch the node joined
 -- ARGV[2]  node           string  node id
 -- ARGV[3]  ttl_ms         int     liveness duration; 0 = the node leaves the job
@@ -22,14 +23,18 @@
 -- ARGV[9]  take_start     0|1     the node waits for start(): take the claim over if its
 --                                 holder is no longer alive
 -- ARGV[10..] lease ids this node holds, to renew
--- Returns {finished 0|1, queued, leased, live nodes, server ms, writes, start, finish_wait};
+-- Returns {finished 0|1, queued, leased, live nodes, server ms, writes, start, finish_wait, done};
 -- start is "done" (start() exhausted), "mine" (this node holds the claim, perhaps just taken
 -- over), "other" (another live node runs it) or "none" (nobody claimed it); finish_wait is
 -- how many ms from now the job is finished if nothing changes (0: it is), -1 if it cannot be
--- by waiting (work is queued or leased, start() runs, a live node is busy).
+-- by waiting (work is queued or leased, start() runs, a live node is busy); done is how many
+-- requests the job's nodes acked in its whole life.
 -- The job is finished when start() is done (or was never claimed), the queue is empty, no
 -- lease is out and every live node has been idle for idle_after_ms (idle: nothing buffered,
 -- prefetched or held; a node that worked since its last heartbeat starts its idle time again).
+-- The first heartbeat that finds the job finished records it in meta (FINISH_FIELDS, see
+-- prelude.lua: server ms, requests done, live nodes, idle time), so that a node joining later
+-- learns it (join.lua); one that finds it unable to finish by waiting clears that record.
 -- Errors (before any change): CLUSTERSYNC_STATE_LOST, CLUSTERSYNC_WRONG_TYPE,
 -- CLUSTERSYNC_ROLLED_BACK <w> <e> (as flush).
 if redis.call('HGET', KEYS[1], 'epoch') ~= ARGV[1] then
@@ -37,7 +42,7 @@ if redis.call('HGET', KEYS[1], 'epoch') ~= ARGV[1] then
 end
 local refused = wrong_type({{KEYS[2], 'zset'}, {KEYS[3], 'hash'}, {KEYS[4], 'hash'},
                             {KEYS[5], 'zset'}, {KEYS[6], 'hash'}, {KEYS[7], 'zset'},
-                            {KEYS[8], 'hash'}})
+                            {KEYS[8], 'hash'}, {KEYS[9], 'hash'}})
 if refused then return refused end
 local node = ARGV[2]
 local writes, rolled_back = bump_writes(KEYS[8], ARGV[8])
@@ -107,6 +112,15 @@ local function finish_wait()
 end
 
 local wait = finish_wait()
+local done = tonumber(redis.call('HGET', KEYS[9], 'acked') or '0')
 local finished = 0
-if wait == 0 then finished = 1 end
-return {finished, queued, leased, #live, now_ms, writes, start, wait}
+if wait == 0 then
+  finished = 1
+  if redis.call('HSETNX', KEYS[1], 'finished_ms', now_ms) == 1 then
+    redis.call('HSET', KEYS[1], 'finished_pages', done,
+               'finished_nodes', #live, 'finished_idle_ms', idle_after)
+  end
+elseif wait < 0 then
+  redis.call('HDEL', KEYS[1], FINISH_FIELDS[1], FINISH_FIELDS[2], FINISH_FIELDS[3], FINISH_FIELDS[4])
+end
+return {finished, queued, leased, #live, now_ms, writes, start, wait, done}

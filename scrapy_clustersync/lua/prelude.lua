@@ -41,3 +41,15 @@ local function parse_lease(value)
   if not value then return nil, nil end
   return string.match(value, '^([^|]*)|(.*)$')
 end
+
+-- The fields of the meta hash that say how the job's last run ended (heartbeat.lua writes them
+-- when it first finds the job finished) and who runs start(); restart_job(meta, now_ms) clears
+-- them, so that start() runs again on the next node: what `clustersync restart` and
+-- CLUSTERSYNC_RECRAWL do (the queue, stats and dedup record are left alone).
+local FINISH_FIELDS = {'finished_ms', 'finished_pages', 'finished_nodes', 'finished_idle_ms'}
+
+local function restart_job(meta, now_ms)
+  redis.call('HDEL', meta, 'start_done', 'start_claim', FINISH_FIELDS[1], FINISH_FIELDS[2], FINISH_FIELDS[3], FINISH_FIELDS[4])
+  redis.call('HINCRBY', meta, 'restarts', 1)
+  redis.call('HSET', meta, 'restarted_ms', now_ms)
+end

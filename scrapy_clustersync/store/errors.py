@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -17,6 +18,12 @@ class StoreError(Exception):
 class StoreUnavailable(StoreError):
     """Redis cannot be used right now: connection refused or lost, timeout, or a server that
     cannot take writes for now (a replica after a failover, loading, out of memory, ...)."""
+
+
+class AccessRefused(StoreError):
+    """Redis refused this client: a wrong or missing password (WRONGPASS, NOAUTH) or an ACL
+    user without the permission a call needs (NOPERM). Retrying never helps; the URL must change.
+    """
 
 
 class StateLost(StoreError):
@@ -52,6 +59,8 @@ def translate_errors(client: redis.Redis) -> Iterator[None]:
     try:
         yield
     except redis.RedisError as exc:
+        if _access_refused(exc):  # never an outage: retrying cannot help
+            raise AccessRefused(str(exc) or type(exc).__name__) from exc
         raise _translated(exc, client) from exc
 
 
@@ -73,6 +82,17 @@ def _translated(exc: redis.RedisError, client: redis.Redis) -> StoreError:
                 return kind(_WRONG_TYPE_HINT.format(text) if kind is StoreError else text)
     return StoreError(text)
 
+
+def _access_refused(exc: redis.RedisError) -> bool:
+    """``exc`` is a refusal of this client: wrong password, no password, an ACL without the
+    permission (redis-py's classes, or the code inside a script's error reply)."""
+    if isinstance(exc, (redis.AuthenticationError, redis.exceptions.NoPermissionError)):
+        return True
+    return isinstance(exc, redis.ResponseError) and bool(_ACCESS_CODES.search(str(exc)))
+
+
+#: a refusal of access, also where Redis wraps it in a script's error
+_ACCESS_CODES = re.compile(r"\b(?:NOPERM|WRONGPASS|NOAUTH)\b")
 
 _WRONG_TYPE_HINT = (
     "{} - another program wrote into this job's keys: delete or rename that key (or "

@@ -67,6 +67,48 @@ class Heartbeat:
     #: ms from now until the job is finished if nothing changes: 0 it is, -1 it cannot be by
     #: waiting (work is queued or leased, start() runs, a live node is busy)
     finish_wait_ms: int = -1
+    #: requests the job's nodes acked (done) in the job's whole life
+    done: int = 0
+
+
+@dataclass(frozen=True)
+class FinishedRun:
+    """How the job's last run ended, as the heartbeat that first found it finished recorded it."""
+
+    at_ms: int
+    #: requests done (acked) in the job's whole life, at that time
+    pages: int
+    #: live nodes then, every one idle for ``idle_ms``
+    nodes: int
+    idle_ms: int
+
+    def why(self) -> str:
+        """Why the job finished, in the words the log uses."""
+        return (f"queue empty, no lease out, {self.nodes} node(s) idle for "
+                f"{self.idle_ms / 1000:g}s")
+
+
+@dataclass(frozen=True)
+class Joined:
+    """What joining the job answered (``JobStore.join_node``)."""
+
+    epoch: str
+    #: this node must run the spider's start()
+    runs_start: bool
+    #: the job's last run finished and nothing is queued: the node did not join (None otherwise)
+    finished: FinishedRun | None = None
+    #: "keep-seen" or "forget-seen" if this node restarted the finished job, else ""
+    restarted: str = ""
+
+
+@dataclass(frozen=True)
+class Restarted:
+    """What ``JobStore.restart`` did: whether it restarted the job, and what it found."""
+
+    done: bool
+    live_nodes: int
+    queued: int
+    leased: int
 
 
 @dataclass
@@ -137,6 +179,7 @@ class JobStore:
         self._lease = client.register_script(_load_lua("lease"))
         self._heartbeat = client.register_script(_load_lua("heartbeat"))
         self._join = client.register_script(_load_lua("join"))
+        self._restart = client.register_script(_load_lua("restart"))
         self._bloom_prep = BloomPreparer(
             client.register_script(_load_lua("bloom_prepare")), self.keys, client)
 
@@ -160,17 +203,60 @@ class JobStore:
     def join(self, ttl_ms: int, claim: bool = True) -> tuple[str, bool]:
         """Join the job (creating it if new) and adopt its dedup settings.
 
-        Returns the job's epoch and whether this node must run the spider's start().
+        Returns the job's epoch and whether this node must run the spider's start(). A job that
+        finished is joined all the same here (see ``join_node``).
+        """
+        joined = self.join_node(ttl_ms, claim, recrawl="join")
+        return joined.epoch, joined.runs_start
+
+    def join_node(self, ttl_ms: int, claim: bool = True, recrawl: str = "") -> Joined:
+        """Join the job (creating it if new) and adopt its dedup settings (see join.lua).
+
+        A job whose last run finished, with nothing queued or leased, is not joined when
+        ``recrawl`` is "" (``Joined.finished`` says when and how it ended); with "keep-seen" or
+        "forget-seen" this call restarts it (``Joined.restarted``) and the node runs start();
+        for "forget-seen" the caller then calls ``forget_seen``; "join" joins it as it is.
         """
         k, d = self.keys, self.dedup
         with translate_errors(self.client):
-            epoch, claimed, mode, capacity, error = self._join(
-                keys=[k.meta, k.nodes],
+            epoch, claimed, mode, capacity, error, *finish, restarted = self._join(
+                keys=[k.meta, k.nodes, k.queue, k.deadlines],
                 args=[self.node_id, uuid.uuid4().hex, ttl_ms, int(claim), d.mode,
-                      d.bloom_capacity, repr(d.bloom_error_rate)],
+                      d.bloom_capacity, repr(d.bloom_error_rate), recrawl],
             )
         self.dedup = DedupSettings(_text(mode), int(capacity), float(_text(error)))
-        return _text(epoch), bool(int(claimed))
+        finished = None
+        if _text(finish[0]):
+            finished = FinishedRun(*(int(_text(x) or 0) for x in finish))
+        return Joined(_text(epoch), bool(int(claimed)), finished, _text(restarted))
+
+    def restart(self, force: bool = False) -> Restarted:
+        """Make the job crawlable again: start() runs again on the next node (see restart.lua).
+
+        Refused (``Restarted.done`` False) for a job that does not exist, or, unless ``force``,
+        one with live nodes or work queued or leased. The seen record is kept: see
+        ``forget_seen``.
+        """
+        k = self.keys
+        with translate_errors(self.client):
+            done, live, queued, leased = self._restart(
+                keys=[k.meta, k.nodes, k.queue, k.deadlines], args=[int(force)])
+        return Restarted(bool(int(done)), int(live), int(queued), int(leased))
+
+    def forget_seen(self) -> int:
+        """Delete the job's dedup record (exact set, Bloom filter), so that every URL is crawled
+        again; returns how many keys existed. Meant for a job with no node running."""
+        with translate_errors(self.client):
+            names = self._dedup_keys()
+            return int(self.client.unlink(*names)) if names else 0
+
+    def _dedup_keys(self) -> list[str]:
+        """Every key of the job's dedup record (read from Redis: the Bloom layers in use)."""
+        k = self.keys
+        names = [k.seen, k.bloom]
+        for name, value in self.client.hgetall(k.bloom).items():
+            names.extend(_bloom_chunks_of(k, _text(name), _text(value)))
+        return names
 
     def ensure_job(self) -> str:
         """The job's epoch, creating the job if it is new (used by the CLI's seed)."""
@@ -310,15 +396,15 @@ class JobStore:
         args: list[Any] = [epoch, self.node_id, ttl_ms, lease_ms, format_node_record(info),
                            idle_flag, idle_after_ms, self._expected_writes(), int(take_start),
                            *lease_ids]
-        finished, queued, leased, live, now_ms, writes, start, wait_ms = self._run(
+        finished, queued, leased, live, now_ms, writes, start, wait_ms, done = self._run(
             self._heartbeat,
             [k.meta, k.nodes, k.node_info, k.idle, k.deadlines, k.leased, k.queue,
-             k.last_call(self.node_id)],
+             k.last_call(self.node_id), k.stats],
             args,
         )
         self._saw_writes(int(writes))
         return Heartbeat(bool(finished), int(queued), int(leased), int(live), int(now_ms),
-                         _text(start), int(wait_ms))
+                         _text(start), int(wait_ms), int(done))
 
     def status(self) -> JobStatus:
         k = self.keys
@@ -374,8 +460,7 @@ class JobStore:
         with translate_errors(self.client):
             nodes = [_text(n) for n in self.client.hkeys(k.node_info)]
             names = k.shared_keys() + [k.last_call(n) for n in nodes + ["cli"]]
-            for field, value in self.client.hgetall(k.bloom).items():
-                names.extend(_bloom_chunks_of(k, _text(field), _text(value)))
+            names.extend(self._dedup_keys())
             # UNLINK: a huge queue or Bloom layer is freed in the background, not in the call
             return int(self.client.unlink(*dict.fromkeys(names)))
 

@@ -96,6 +96,9 @@ class FakeRedisThread:
         self.submit(StartDone())
         self.state = StartState("done", self.rollback_count)
 
+    cluster = None
+    finish_note = "queue empty (fake)"
+
     def totals(self) -> dict[str, int]:
         return {"pushed": self.pushed_total, "filtered": 0, "released": 0, "set_aside": 0}
 

@@ -12,7 +12,8 @@ from scrapy.utils.conf import build_component_list
 from scrapy.utils.misc import load_object
 
 from scrapy_clustersync import Addon
-from scrapy_clustersync.config import ConfigError
+from scrapy_clustersync.addon import REFUSED_SCHEDULER_PATH
+from scrapy_clustersync.config import ClusterConfig, ConfigError
 from scrapy_clustersync.dupefilter import ClusterDupeFilter
 from scrapy_clustersync.extensions.lifecycle import NodeLifecycle
 from scrapy_clustersync.middlewares import ORDER, ClusterSpiderMiddleware
@@ -109,9 +110,10 @@ def test_a_bad_setting_stops_the_node_naming_it_before_anything_is_switched_on()
     settings = Settings({"CLUSTERSYNC_REDIS_URL": REDIS_URL, "CLUSTERSYNC_BATCH_SIZE": "many"})
     # when the add-on updates its settings
     with pytest.raises(ConfigError, match="CLUSTERSYNC_BATCH_SIZE = 'many' is not a whole number"):
-        Addon().update_settings(settings)
-    # then the error names the setting, and Scrapy's own scheduler is left as it was
-    assert settings["SCHEDULER"] == Settings()["SCHEDULER"]
+        ClusterConfig.from_settings(settings, "spider")
+    Addon().update_settings(settings)
+    # then the error names the setting, and the node gets a scheduler that stops it at once
+    assert settings["SCHEDULER"] == REFUSED_SCHEDULER_PATH
 
 
 def test_a_project_without_a_redis_url_is_told_how_to_set_one() -> None:
@@ -119,4 +121,4 @@ def test_a_project_without_a_redis_url_is_told_how_to_set_one() -> None:
     # when the add-on updates its settings
     # then the error says what to set, with an example
     with pytest.raises(ConfigError, match='e.g. CLUSTERSYNC_REDIS_URL = "redis://'):
-        Addon().update_settings(Settings())
+        ClusterConfig.from_settings(Settings(), "spider")

@@ -13,7 +13,7 @@ import redis
 from redis._parsers import BaseParser
 
 from scrapy_clustersync.store import StateLost, StoreError, StoreUnavailable
-from scrapy_clustersync.store.errors import translate_errors
+from scrapy_clustersync.store.errors import AccessRefused, translate_errors
 
 #: replies as Redis sends them (after the "-") -> what the store must raise, and its words
 REPLIES = [
@@ -39,8 +39,12 @@ REPLIES = [
     ("WRONGTYPE Operation against a key holding the wrong kind of value", StoreError,
      "WRONGTYPE"),
     ("BUSYKEY Target key name already exists.", StoreError, "BUSYKEY"),
-    ("NOPERM User crawler has no permissions to run the 'evalsha' command", StoreError,
+    # a refusal of this client is never an outage: retrying cannot help
+    ("NOPERM User crawler has no permissions to run the 'evalsha' command", AccessRefused,
      "no permissions"),
+    ("WRONGPASS invalid username-password pair or user is disabled.", AccessRefused,
+     "invalid username-password"),
+    ("NOAUTH Authentication required.", AccessRefused, "Authentication required"),
 ]
 
 
