@@ -48,8 +48,9 @@ def crawlable_schemes(settings: BaseSettings) -> frozenset[str]:
 
 
 def check_url(url: str, schemes: frozenset[str]) -> str:
-    """``url`` as a Request would hold it; BadSeed if Scrapy would not crawl it."""
-    safe = safe_url_string(url)
+    """``url``, checked; BadSeed if Scrapy would not crawl it. (The Request made from it
+    later makes it safe, with ``safe_url_string``, as Scrapy does.)"""
+    safe = url if url.isascii() else safe_url_string(url)
     try:
         parts = urlsplit(safe)
         host = parts.hostname
@@ -76,7 +77,7 @@ def read_urls(lines: Iterable[str]) -> Iterator[tuple[int, str]]:
 
 def check_all(numbered: Iterable[tuple[int, str]], schemes: frozenset[str],
               source: str) -> list[str]:
-    """Every URL checked (as a Request holds it); BadSeed naming the first bad one and where."""
+    """Every URL checked; BadSeed naming the first bad one and where."""
     checked: list[str] = []
     for number, url in numbered:
         try:
