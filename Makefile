@@ -31,6 +31,7 @@ unit: $(BIN)/.installed
 bench: $(BIN)/.installed
 	$(BIN)/python bench/run.py
 	$(BIN)/python bench/bloom.py
+	$(BIN)/python bench/seed.py
 
 compat: $(BIN)/.installed
 	./scripts/ensure-redis-server.sh

@@ -1,42 +1,85 @@
-"""``clustersync``: see and steer the jobs of a cluster from any machine that reaches Redis."""
+"""``clustersync``: see and steer the jobs of a cluster from any machine that reaches Redis.
+
+Inside a Scrapy project (or with ``--settings MODULE`` / ``-s NAME=VALUE``) the commands read
+``CLUSTERSYNC_REDIS_URL``, ``CLUSTERSYNC_JOB`` and the request fingerprinter from the project's
+settings, as ``scrapy`` commands do (projectsettings.py). Also ``scrapy clustersync ...``
+(scrapycmd.py). Exit codes: 0 done, 1 Redis failed or refused, 2 usage error, 3 no such job.
+"""
 
 from __future__ import annotations
 
 import json
 import sys
-import time
 from typing import NoReturn
 
 import click
-from rich.console import Console
-from rich.table import Table
-from scrapy import Request
-from scrapy.utils.request import RequestFingerprinter
 
-from .codec import RequestCodec, UnencodableRequest
-from .config import ConfigError, redact_url, validate_job_name, validate_redis_url
-from .dupefilter import cluster_fingerprint
-from .store import JobStatus, JobStore, Op, Push, StoreError, make_client
+from .cli_seed import (
+    BadSeed,
+    SeedEncoder,
+    batches_of_ops,
+    check_all,
+    crawlable_schemes,
+    open_source,
+    read_urls,
+)
+from .cli_status import console, job_rows, print_jobs, print_status, status_dict
+from .config import ConfigError, DedupSettings, redact_url
+from .projectsettings import ProjectContext, parse_overrides
+from .store import JobStore, StoreError, make_client
 from .store.job import new_call_id
 
-SEED_BATCH = 500
-console = Console(soft_wrap=True)
+
+class JobNotFound(click.ClickException):
+    """The job named does not exist on this Redis (exit code 3)."""
+
+    exit_code = 3
 
 
-def _store(ctx: click.Context, job: str) -> JobStore:
-    """The store of ``job`` at the Redis of ``--redis-url``; a usage error if either is bad."""
-    url: str | None = ctx.obj["redis_url"]
-    if not url:
-        raise click.UsageError(
-            "no Redis given: pass --redis-url URL or set CLUSTERSYNC_REDIS_URL, "
-            "e.g. redis://:password@10.0.0.5:6379/0"
-        )
+def _project(ctx: click.Context) -> ProjectContext:
+    project: ProjectContext = ctx.obj["project"]
+    return project
+
+
+def _redis_url(ctx: click.Context) -> str:
+    """The Redis URL (flag, environment or project; see projectsettings.py); a usage error
+    naming where it came from if it is missing or bad."""
     try:
-        validate_redis_url(url, given_as="--redis-url")
-        validate_job_name(job, given_as="JOB")
+        url, given_as = _project(ctx).redis_url()
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from None
-    return JobStore(make_client(url), job, node_id="cli", writes_seen=None)
+    ctx.obj["redis_url"], ctx.obj["redis_url_given_as"] = url, given_as
+    return url
+
+
+def _store(ctx: click.Context, job: str | None, dedup: DedupSettings | None = None) -> JobStore:
+    """The store of ``job`` (default: the project's CLUSTERSYNC_JOB) at the Redis given; a
+    usage error if either is bad."""
+    url = _redis_url(ctx)
+    try:
+        name = _project(ctx).job(job)
+    except ConfigError as exc:
+        raise click.UsageError(str(exc)) from None
+    return JobStore(make_client(url), name, node_id="cli", dedup=dedup, writes_seen=None)
+
+
+def _existing_store(ctx: click.Context, job: str | None) -> JobStore:
+    """As ``_store``, for a job that must exist: JobNotFound (exit 3) if it does not."""
+    store = _store(ctx, job)
+    try:
+        exists = store.status().exists
+    except StoreError as exc:
+        _fail(exc, ctx)
+    if not exists:
+        _not_found(ctx, store.keys.job)
+    return store
+
+
+def _not_found(ctx: click.Context, job: str) -> NoReturn:
+    raise JobNotFound(
+        f"job {job!r} does not exist on the Redis at {redact_url(ctx.obj['redis_url'])} "
+        f"(from {ctx.obj['redis_url_given_as']}); `clustersync jobs` lists the jobs there"
+    )
 
 
 def _fail(exc: StoreError, ctx: click.Context) -> NoReturn:
@@ -47,127 +90,148 @@ def _fail(exc: StoreError, ctx: click.Context) -> NoReturn:
 
 
 @click.group()
-@click.option(
-    "--redis-url", envvar="CLUSTERSYNC_REDIS_URL", metavar="URL",
-    help="Redis of the cluster (default: $CLUSTERSYNC_REDIS_URL).",
-)
+@click.option("--redis-url", metavar="URL",
+              help="Redis of the cluster; wins over -s, $CLUSTERSYNC_REDIS_URL and the "
+                   "project's CLUSTERSYNC_REDIS_URL.")
+@click.option("-s", "--set", "overrides", multiple=True, metavar="NAME=VALUE",
+              help="Set a Scrapy setting, as `scrapy -s` does (may be repeated).")
+@click.option("--settings", "settings_module", metavar="MODULE",
+              help="Settings module to use instead of the project's (scrapy.cfg).")
 @click.pass_context
-def main(ctx: click.Context, redis_url: str | None) -> None:
-    """See and steer scrapy-clustersync jobs."""
-    ctx.obj = {"redis_url": redis_url}
+def main(ctx: click.Context, redis_url: str | None, overrides: tuple[str, ...],
+         settings_module: str | None) -> None:
+    """See and steer scrapy-clustersync jobs.
+
+    Inside a Scrapy project the Redis URL, the job (CLUSTERSYNC_JOB) and the request
+    fingerprinter come from its settings. Exit codes: 0 done, 1 Redis failed, 2 usage
+    error, 3 no such job.
+    """
+    ctx.ensure_object(dict)
+    project: ProjectContext = ctx.obj.get("project") or ProjectContext()
+    try:
+        project.overrides.update(parse_overrides(overrides))
+    except ConfigError as exc:
+        raise click.UsageError(str(exc)) from None
+    project.redis_url_flag = redis_url or project.redis_url_flag
+    project.settings_module = settings_module or project.settings_module
+    ctx.obj.update(project=project, redis_url=None, redis_url_given_as=None)
 
 
 @main.command()
-@click.argument("job")
+@click.option("--json", "as_json", is_flag=True, help="Print the jobs as JSON.")
+@click.pass_context
+def jobs(ctx: click.Context, as_json: bool) -> None:
+    """The jobs on this Redis: state, queued, leased, done, live nodes, pages/min."""
+    try:
+        rows = job_rows(make_client(_redis_url(ctx)))
+    except StoreError as exc:
+        _fail(exc, ctx)
+    if as_json:
+        click.echo(json.dumps(rows, indent=2, sort_keys=True))
+    elif rows:
+        print_jobs(rows, console())
+    else:
+        click.echo(f"no jobs on the Redis at {redact_url(ctx.obj['redis_url'])}")
+
+
+@main.command()
+@click.argument("job", required=False)
 @click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
 @click.pass_context
-def status(ctx: click.Context, job: str, as_json: bool) -> None:
-    """State, queued, leased, seen, done, dead letters and nodes of JOB."""
+def status(ctx: click.Context, job: str | None, as_json: bool) -> None:
+    """State, queued, leased, seen, done, rate, dead letters and nodes of JOB (default: the
+    project's CLUSTERSYNC_JOB)."""
     store = _store(ctx, job)
     try:
         report = store.status()
     except StoreError as exc:
         _fail(exc, ctx)
-    if as_json:
-        click.echo(json.dumps(report.to_dict(), indent=2, sort_keys=True))
-        return
     if not report.exists:
-        raise click.ClickException(f"job {job!r} does not exist in this Redis")
-    _print_status(report)
-
-
-def _print_status(report: JobStatus) -> None:
-    summary = report.to_dict()
-    console.print(f"[bold]job[/bold] {report.job}  [bold]state[/bold] {report.state}")
-    for name in ("queued", "leased", "seen", "done", "dead_letters"):
-        console.print(f"  {name:<13}{summary[name]:>12,}")
-    if report.unserializable:
-        console.print(f"  kept local   {report.unserializable:>12,}  requests that cannot travel, "
-                      "crawled on the node that made them (not crash-safe)")
-    for name in ("pushed", "filtered", "reclaimed"):
-        console.print(f"  {name:<13}{report.counters.get(name, 0):>12,}")
-    dedup = report.dedup
-    if dedup.get("mode") == "bloom":
-        console.print(
-            f"  bloom filter  {dedup['entries']:,} entries (estimated), {dedup['layers']} "
-            f"layer(s), {dedup['bytes']:,} bytes, expected error rate now "
-            f"{dedup['expected_error_rate']:.2e} (configured {dedup['configured_error_rate']})"
-        )
-        if dedup.get("prepared_bytes"):
-            console.print(f"  bloom filter  next layer allocated ahead: "
-                          f"{dedup['prepared_bytes']:,} bytes")
+        _not_found(ctx, store.keys.job)
+    if as_json:
+        click.echo(json.dumps(status_dict(report), indent=2, sort_keys=True))
     else:
-        console.print(f"  dedup         exact set of {dedup.get('entries', 0):,} fingerprints")
-    table = Table("node", "alive", "state", "pages", "items", "inflight", "buffered", "rss MiB",
-                  "seen ago")
-    for node in report.nodes:
-        age = time.time() - float(node.get("updated", 0))
-        table.add_row(
-            node["id"], "yes" if node["alive"] else "no", str(node.get("state", "?")),
-            str(node.get("pages", 0)), str(node.get("items", 0)), str(node.get("inflight", 0)),
-            str(node.get("buffered", 0)), f"{node.get('rss_bytes', 0) / 2**20:.0f}", f"{age:.0f}s",
-        )
-    console.print(table)
+        print_status(report, console())
 
 
 @main.command()
-@click.argument("job")
-@click.argument("urls", nargs=-1, required=True)
+@click.argument("args", nargs=-1, metavar="[JOB] [URL]...")
+@click.option("-f", "--file", "url_file", metavar="FILE",
+              help="Read URLs from FILE, one per line ('-': stdin); blank lines and # comments "
+                   "are skipped.")
+@click.option("--create", is_flag=True,
+              help="Create JOB if it does not exist (with the project's dedup settings).")
 @click.option("--priority", default=0, show_default=True, help="Priority of the seeded requests.")
 @click.option("--callback", default=None, help="Spider method to call (default: parse).")
 @click.pass_context
-def seed(ctx: click.Context, job: str, urls: tuple[str, ...], priority: int,
-         callback: str | None) -> None:
-    """Add URLS to JOB's queue (already-seen URLs are skipped)."""
-    store = _store(ctx, job)
-    ops = _seed_ops(_seed_requests(urls, priority), callback)
+def seed(ctx: click.Context, args: tuple[str, ...], url_file: str | None, create: bool,
+         priority: int, callback: str | None) -> None:
+    """Add URLs to JOB's queue (already-seen URLs are skipped). JOB defaults to the project's
+    CLUSTERSYNC_JOB; every URL is checked before anything is written."""
+    job, urls = _job_and_urls(args)
+    checked = _checked_urls(ctx, urls, url_file)
+    store = _seed_store(ctx, job, create)
+    try:
+        encoder = SeedEncoder(_project(ctx).fingerprinter(), priority, callback)
+    except ConfigError as exc:
+        raise click.UsageError(str(exc)) from None
     pushed = filtered = 0
     try:
         epoch = store.ensure_job()
-        for start in range(0, len(ops), SEED_BATCH):
-            result = store.flush(epoch, ops[start:start + SEED_BATCH], new_call_id())
+        for ops in batches_of_ops(encoder, checked):
+            result = store.flush(epoch, ops, new_call_id())
             pushed, filtered = pushed + result.pushed, filtered + result.filtered
     except StoreError as exc:
         _fail(exc, ctx)
-    click.echo(f"seeded {pushed} request(s) into job {job!r}; {filtered} already seen")
+    click.echo(f"seeded {pushed} request(s) into job {store.keys.job!r}; "
+               f"{filtered} already seen")
 
 
-def _seed_requests(urls: tuple[str, ...], priority: int) -> list[Request]:
-    """A request per URL; a usage error naming the first that is not a URL."""
-    requests: list[Request] = []
-    for url in urls:
-        try:
-            requests.append(Request(url, priority=priority, meta={}))
-        except ValueError as exc:
-            raise click.BadParameter(f"{url!r}: {exc}", param_hint="URLS") from None
-    return requests
+def _job_and_urls(args: tuple[str, ...]) -> tuple[str | None, tuple[str, ...]]:
+    """JOB and the URLs of ``seed``'s arguments: the first is the job unless it is a URL (a
+    job name holds no '/'), so that JOB can default to the project's CLUSTERSYNC_JOB."""
+    if args and "/" not in args[0] and not args[0].startswith("data:"):
+        return args[0], args[1:]
+    return None, args
 
 
-def _seed_ops(requests: list[Request], callback: str | None) -> list[Op]:
-    """The push op of each request, as a node would write it."""
-    codec = RequestCodec(None, max_bytes=10 * 2**20)
-    fingerprinter = RequestFingerprinter()
-    ops: list[Op] = []
-    for request in requests:
-        try:
-            blob = codec.encode(request)
-        except UnencodableRequest as exc:  # pragma: no cover - plain URLs always encode
-            raise click.ClickException(str(exc)) from None
-        if callback:
-            blob = codec.with_callback(blob, callback)
-        ops.append(Push(cluster_fingerprint(fingerprinter.fingerprint(request)),
-                        request.priority, blob))
-    return ops
+def _checked_urls(ctx: click.Context, urls: tuple[str, ...], url_file: str | None) -> list[str]:
+    schemes = crawlable_schemes(_project(ctx).settings)
+    if not urls and not url_file:
+        raise click.UsageError("no URLs to seed: give them as arguments or with -f FILE "
+                               "('-f -' reads stdin)")
+    try:
+        checked = check_all(read_urls(urls), schemes, "arguments")
+        if url_file:
+            source, name = open_source(url_file)
+            with source:
+                checked += check_all(read_urls(source), schemes, name)
+    except BadSeed as exc:
+        raise click.BadParameter(str(exc), param_hint="URL") from None
+    except OSError as exc:
+        raise click.BadParameter(str(exc), param_hint="-f") from None
+    return checked
+
+
+def _seed_store(ctx: click.Context, job: str | None, create: bool) -> JobStore:
+    """The store of the seeded job; JobNotFound unless it exists or ``create`` is given."""
+    if not create:
+        return _existing_store(ctx, job)
+    try:
+        dedup = _project(ctx).dedup()
+    except ConfigError as exc:
+        raise click.UsageError(str(exc)) from None
+    return _store(ctx, job, dedup)
 
 
 @main.command()
-@click.argument("job")
+@click.argument("job", required=False)
 @click.option("--limit", default=20, show_default=True, help="How many, newest first.")
 @click.pass_context
-def dead(ctx: click.Context, job: str, limit: int) -> None:
+def dead(ctx: click.Context, job: str | None, limit: int) -> None:
     """Show JOB's dead letters: queue entries no node could decode, with the reason."""
     try:
-        letters = _store(ctx, job).dead_letters(limit)
+        letters = _existing_store(ctx, job).dead_letters(limit)
     except StoreError as exc:
         _fail(exc, ctx)
     for letter in letters:
@@ -187,15 +251,14 @@ def purge(ctx: click.Context, job: str, yes: bool) -> None:
             f"purge deletes job {job!r} for every node; run again with --yes to confirm"
         )
     try:
-        deleted = _store(ctx, job).purge()
+        deleted = _existing_store(ctx, job).purge()
     except StoreError as exc:
         _fail(exc, ctx)
     click.echo(f"purged job {job!r} ({deleted} keys deleted)")
 
 
-
 @main.command()
-@click.argument("job")
+@click.argument("job", required=False)
 @click.option("--forget-seen", is_flag=True,
               help="Also clear the seen record: every URL is crawled again (default: only URLs "
                    "not seen before).")
@@ -203,23 +266,23 @@ def purge(ctx: click.Context, job: str, yes: bool) -> None:
               help="Restart even with nodes alive or work queued or leased.")
 @click.option("--yes", is_flag=True, help="Confirm --forget-seen without asking.")
 @click.pass_context
-def restart(ctx: click.Context, job: str, forget_seen: bool, force: bool, yes: bool) -> None:
+def restart(ctx: click.Context, job: str | None, forget_seen: bool, force: bool,
+            yes: bool) -> None:
     """Make finished (or stopped) JOB crawlable again: start() runs on the next node.
 
     The queue, stats and dead letters are kept; the seen record too unless --forget-seen.
     """
     if forget_seen and not yes:
-        raise click.UsageError(f"--forget-seen clears what job {job!r} has seen, so that every "
-                               "URL is crawled again; run again with --yes to confirm")
-    store = _store(ctx, job)
+        raise click.UsageError("--forget-seen clears what the job has seen, so that every URL is "
+                               "crawled again; run again with --yes to confirm")
+    store = _existing_store(ctx, job)
+    job = store.keys.job
     try:
         result = store.restart(force=force)
         if result.done and forget_seen:
             store.forget_seen()
     except StoreError as exc:
         _fail(exc, ctx)
-    if not result.done and not (result.live_nodes or result.queued or result.leased):
-        raise click.ClickException(f"job {job!r} does not exist in this Redis")
     if not result.done:
         raise click.ClickException(
             f"job {job!r} is not finished: {result.live_nodes} live node(s), {result.queued} "

@@ -261,6 +261,27 @@ class RequestCodec:
         except Exception as exc:
             raise UndecodableEntry(f"cannot build the item {path!r}: {exc}") from None
 
+    def url_encoder(self, template: Request,
+                    callback: str | None = None) -> Callable[[str], bytes]:
+        """An encoder of requests that differ from ``template`` only in their URL.
+
+        ``encoder(url)`` is ``encode(template.replace(url=url))`` (with its callback set to
+        ``callback`` if given, as ``with_callback`` does), without building a Request per URL;
+        ``url`` as a Request holds it (after ``safe_url_string``). The CLI's seed uses it.
+        """
+        data = self._request_dict(template)
+        if callback:
+            data["callback"] = callback
+
+        def encode(url: str) -> bytes:
+            blob = self._pack([ENVELOPE_VERSION, {**data, "url": url}])
+            if len(blob) > self.max_bytes:
+                raise UnencodableRequest(template.replace(url=url), "its URL is too long",
+                                         "requests over CLUSTERSYNC_MAX_REQUEST_BYTES")
+            return blob
+
+        return encode
+
     @staticmethod
     def with_callback(blob: bytes, callback: str) -> bytes:
         """``blob`` with its callback set to the spider method named ``callback``."""

@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
+
+import pytest
 
 from scrapy_clustersync.store import JobStore, make_client
 from testkit.redis_server import RedisServer
@@ -17,7 +20,7 @@ def clustersync(*args: str, url: str | None = None) -> subprocess.CompletedProce
 
 
 def test_seed_then_status_shows_the_queue(redis_server: RedisServer) -> None:
-    seeded = clustersync("seed", "shop", "http://a/1", "http://a/2", "http://a/1",
+    seeded = clustersync("seed", "shop", "--create", "http://a/1", "http://a/2", "http://a/1",
                          url=redis_server.url)
     assert seeded.returncode == 0, seeded.stderr
     assert "seeded 2 request(s)" in seeded.stdout and "1 already seen" in seeded.stdout
@@ -30,8 +33,8 @@ def test_seed_then_status_shows_the_queue(redis_server: RedisServer) -> None:
 
 
 def test_purge_needs_yes_and_then_deletes_only_that_job(redis_server: RedisServer) -> None:
-    clustersync("seed", "shop", "http://a/1", url=redis_server.url)
-    clustersync("seed", "other", "http://a/1", url=redis_server.url)
+    clustersync("seed", "shop", "--create", "http://a/1", url=redis_server.url)
+    clustersync("seed", "other", "--create", "http://a/1", url=redis_server.url)
     refused = clustersync("purge", "shop", url=redis_server.url)
     assert refused.returncode != 0 and "--yes" in refused.stderr
     assert clustersync("purge", "shop", "--yes", url=redis_server.url).returncode == 0
@@ -49,3 +52,75 @@ def test_unreachable_redis_is_reported_not_a_traceback() -> None:
     result = clustersync("status", "shop", url="redis://127.0.0.1:1/0")
     assert result.returncode != 0
     assert "could not be reached" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_jobs_lists_every_job_with_its_figures(redis_server: RedisServer) -> None:
+    # given two jobs, one with two URLs queued
+    clustersync("seed", "shop", "--create", "http://a/1", "http://a/2", url=redis_server.url)
+    clustersync("seed", "news", "--create", "http://b/1", url=redis_server.url)
+    # when the jobs are listed
+    listed = clustersync("jobs", "--json", url=redis_server.url)
+    # then both are there, with state, queued, done and live nodes
+    assert listed.returncode == 0, listed.stderr
+    rows = {row["job"]: row for row in json.loads(listed.stdout)}
+    assert sorted(rows) == ["news", "shop"]
+    assert (rows["shop"]["queued"], rows["shop"]["done"], rows["shop"]["nodes"]) == (2, 0, 0)
+    assert rows["shop"]["state"] == "waiting for nodes"
+    assert "news" in clustersync("jobs", url=redis_server.url).stdout
+
+
+@pytest.mark.parametrize("command", [
+    "status nope", "status nope --json", "dead nope", "purge nope --yes", "seed nope http://a/1",
+])
+def test_an_unknown_job_exits_3_in_every_command(redis_server: RedisServer, command: str) -> None:
+    # given a Redis with one job, "shop"
+    clustersync("seed", "shop", "--create", "http://a/1", url=redis_server.url)
+    # when a command names a job that does not exist
+    result = clustersync(*command.split(), url=redis_server.url)
+    # then it fails with exit code 3, says so and how to list the jobs, and creates nothing
+    assert result.returncode == 3, result.stdout + result.stderr
+    assert "job 'nope' does not exist" in result.stderr and "clustersync jobs" in result.stderr
+    assert result.stdout == ""
+    assert JobStore(make_client(redis_server.url), "nope", "t").status().exists is False
+
+
+def test_piped_status_is_not_cut_at_80_columns(redis_server: RedisServer) -> None:
+    # given a job with a node whose id is far wider than a terminal
+    clustersync("seed", "shop", "--create", "http://a/1", url=redis_server.url)
+    node_id = "node-" + "x" * 120
+    store = JobStore(make_client(redis_server.url), "shop", node_id)
+    epoch, _ = store.join(ttl_ms=60_000)
+    store.heartbeat(epoch, ttl_ms=60_000, lease_ms=60_000, idle=False, idle_after_ms=1000,
+                    lease_ids=[], info={"pages": 12, "pages_per_min": 30.0})
+    # when status is piped (captured)
+    result = clustersync("status", "shop", url=redis_server.url)
+    # then the node id is whole, on one line, and the rate and the start() holder are shown
+    assert result.returncode == 0, result.stderr
+    assert any(node_id in line for line in result.stdout.splitlines())
+    assert "pages/min" in result.stdout and "30.0" in result.stdout
+    assert f"start()      run by {node_id} (running)" in result.stdout
+
+
+def test_seed_reads_a_file_and_stdin_skipping_blanks_and_comments(
+    redis_server: RedisServer, tmp_path: Path,
+) -> None:
+    # given a file of URLs with a comment and a blank line
+    urls = tmp_path / "urls.txt"
+    urls.write_text("# the shop\nhttp://a/1\n\nhttp://a/2\n")
+    # when it is seeded from the file, then more from stdin
+    from_file = clustersync("seed", "shop", "--create", "-f", str(urls), url=redis_server.url)
+    from_stdin = subprocess.run(
+        [sys.executable, "-m", "scrapy_clustersync.cli", "--redis-url", redis_server.url,
+         "seed", "shop", "-f", "-"], input="http://a/2\nhttp://a/3\n", capture_output=True,
+        text=True, timeout=60)
+    # then each URL is queued once
+    assert from_file.returncode == 0 and "seeded 2 request(s)" in from_file.stdout
+    assert "seeded 1 request(s)" in from_stdin.stdout and "1 already seen" in from_stdin.stdout
+    assert JobStore(make_client(redis_server.url), "shop", "t").status().queued == 3
+
+
+def test_seed_refuses_a_url_without_a_host_before_writing(redis_server: RedisServer) -> None:
+    result = clustersync("seed", "shop", "--create", "http://a/1", "http://",
+                         url=redis_server.url)
+    assert result.returncode == 2 and "'http://' has no host" in result.stderr
+    assert JobStore(make_client(redis_server.url), "shop", "t").status().exists is False

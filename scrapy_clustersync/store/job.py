@@ -125,6 +125,8 @@ class JobStatus:
     server_ms: int
     nodes: list[dict[str, Any]] = field(default_factory=list)
     dedup: dict[str, Any] = field(default_factory=dict)
+    #: the job's meta hash as text (epoch, dedup settings, start claim, finish record...)
+    meta: dict[str, str] = field(default_factory=dict)
 
     @property
     def state(self) -> str:
@@ -438,7 +440,7 @@ class JobStore:
             seen=int(dedup["entries"]), dead_letters=int(dead),
             counters={_text(a): int(b) for a, b in stats.items()},
             start_claimed_by=meta_t.get("start_claim"), start_done="start_done" in meta_t,
-            server_ms=server_ms, nodes=nodes, dedup=dedup,
+            server_ms=server_ms, nodes=nodes, dedup=dedup, meta=meta_t,
         )
 
     def dead_letters(self, limit: int = 100) -> list[DeadLetter]:

@@ -5,6 +5,8 @@ What the commands do against a real Redis is tested in tests/test_cli.py.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from click.testing import CliRunner, Result
 
@@ -37,7 +39,9 @@ def test_no_redis_url_at_all_is_a_usage_error_saying_how_to_give_one() -> None:
     result = clustersync("status", "shop")
     # then it says both ways to give one
     assert result.exit_code == USAGE_ERROR
-    assert "pass --redis-url URL or set CLUSTERSYNC_REDIS_URL" in result.stderr
+    assert ("pass --redis-url URL, set the environment variable CLUSTERSYNC_REDIS_URL, or run "
+            "inside a Scrapy project whose settings.py sets CLUSTERSYNC_REDIS_URL = "
+            '"redis://') in result.stderr
 
 
 def test_the_url_can_come_from_the_environment() -> None:
@@ -45,9 +49,10 @@ def test_the_url_can_come_from_the_environment() -> None:
     # when a command runs without --redis-url
     result = CliRunner().invoke(main, ["status", "shop"],
                                 env={"CLUSTERSYNC_REDIS_URL": "http://example:80"})
-    # then that URL is the one checked
+    # then that URL is the one checked, and the error names the variable
     assert result.exit_code == USAGE_ERROR
-    assert "--redis-url 'http://example:80' has scheme 'http'" in result.stderr
+    assert ("the environment variable CLUSTERSYNC_REDIS_URL 'http://example:80' has scheme "
+            "'http'") in result.stderr
 
 
 def test_a_password_in_a_refused_url_is_not_printed() -> None:
@@ -75,7 +80,8 @@ def test_a_seed_that_is_not_a_url_is_a_usage_error_naming_it() -> None:
     result = clustersync("--redis-url", REDIS_URL, "seed", "shop", "http://a/1", "www.a.com/2")
     # then nothing is sent and the error names the bad seed
     assert result.exit_code == USAGE_ERROR
-    assert "'www.a.com/2': Missing scheme in request url" in result.stderr
+    assert "'www.a.com/2' has no scheme; write it in full, e.g. https://www.a.com/2" in \
+        result.stderr
 
 
 def test_purge_without_yes_deletes_nothing_and_says_how_to_confirm() -> None:
@@ -85,3 +91,37 @@ def test_purge_without_yes_deletes_nothing_and_says_how_to_confirm() -> None:
     # then it is refused before any Redis is reached, asking for --yes
     assert result.exit_code == USAGE_ERROR
     assert "run again with --yes to confirm" in result.stderr
+
+
+@pytest.mark.parametrize("url", ["http://", "https:///path", "http://:80/"])
+def test_a_seed_without_a_host_is_a_usage_error_naming_it(url: str) -> None:
+    # given an http(s) URL with no host
+    # when it is seeded
+    result = clustersync("--redis-url", REDIS_URL, "seed", "shop", "http://a/1", url)
+    # then nothing is sent and the error names the URL and what it lacks
+    assert result.exit_code == USAGE_ERROR
+    assert f"{url!r} has no host; nothing was seeded" in result.stderr
+
+
+def test_a_seed_of_a_scheme_scrapy_cannot_fetch_is_refused() -> None:
+    result = clustersync("--redis-url", REDIS_URL, "seed", "shop", "gopher://a/1")
+    assert result.exit_code == USAGE_ERROR
+    assert "'gopher://a/1' has scheme 'gopher', which this project's DOWNLOAD_HANDLERS cannot " \
+        "fetch; accepted: data, file, ftp, http, https, s3" in result.stderr
+
+
+def test_a_bad_line_of_a_seed_file_is_named_with_its_line(tmp_path: Path) -> None:
+    # given a file of URLs, with a comment, a blank line and a URL without a host on line 4
+    urls = tmp_path / "urls.txt"
+    urls.write_text("# shop\nhttp://a/1\n\nhttp://\n")
+    # when it is seeded
+    result = clustersync("--redis-url", REDIS_URL, "seed", "shop", "-f", str(urls))
+    # then the error names the file, the line and the URL
+    assert result.exit_code == USAGE_ERROR
+    assert f"line 4 of {urls}: 'http://' has no host" in result.stderr
+
+
+def test_no_job_and_no_clustersync_job_setting_is_a_usage_error() -> None:
+    result = clustersync("--redis-url", REDIS_URL, "status")
+    assert result.exit_code == USAGE_ERROR
+    assert "no JOB given" in result.stderr and "CLUSTERSYNC_JOB" in result.stderr
