@@ -62,8 +62,11 @@ def ours(url: str, inserts: list[bytes], fresh: list[bytes]) -> dict[str, Any]:
     while store.prepare_bloom(epoch):  # the node's upkeep: the exact set moves into the filter
         pass
     seconds = time.perf_counter() - started
-    memory = (memory_of(client, "clustersync:{bench}:bloom*")
-              + memory_of(client, "clustersync:{bench}:seen"))
+    # the layers in use and what is left of the set; not the next layer, allocated ahead of need
+    layers = store.status().dedup["layers"]
+    memory = sum(memory_of(client, f"clustersync:{{bench}}:bloom:{i}:*") for i in range(layers))
+    memory += memory_of(client, "clustersync:{bench}:bloom") + memory_of(
+        client, "clustersync:{bench}:seen")
     wrong = 0
     for start in range(0, len(fresh), BATCH):
         # a fresh fingerprint reported as seen is filtered: that is a false positive
