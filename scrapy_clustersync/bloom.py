@@ -12,6 +12,12 @@ the job.
 
 A layer is allocated before it is needed, one chunk per Redis call (store/bloomprep.py), from
 the moment the layer in use is ``PREPARE_AT_FILL`` full; the flush script never allocates one.
+
+A small job needs no filter: a job starts with an exact set of fingerprints (about
+``SET_BYTES_PER_FINGERPRINT`` each) and takes its filter's first layer into use only when the set
+holds ``set_limit()`` fingerprints, about what that layer costs (never more than
+``SET_LIMIT_MAX``). The set's fingerprints then move into the filter ``MIGRATE_BATCH`` per
+Redis call (lua/dedup_migrate.lua), so a big job ends with the filter alone, as planned.
 """
 
 from __future__ import annotations
@@ -33,6 +39,15 @@ MAX_CHUNK_BYTES = 256 * 2**20
 #: this share of its capacity: early enough that it is ready long before it is needed (it takes
 #: one Redis call per chunk), late enough that little memory is held ahead of need
 PREPARE_AT_FILL = 0.9
+#: what one raw 20-byte fingerprint costs in a Redis set (measured by bench/bloom.py: 64.4)
+SET_BYTES_PER_FINGERPRINT = 64
+#: the exact set hands over to the filter at this many fingerprints at the most: the set and the
+#: first layer both exist while the set's fingerprints move, so this bounds the overlap (6.4 MB)
+#: and how long the move takes (SET_LIMIT_MAX / MIGRATE_BATCH calls)
+SET_LIMIT_MAX = 100_000
+#: fingerprints moved from the set into the filter per Redis call: the work of a flush of a
+#: default batch (CLUSTERSYNC_BATCH_SIZE pushes), a few ms of Redis time
+MIGRATE_BATCH = 200
 
 
 @dataclass(frozen=True)
@@ -94,14 +109,28 @@ def layer(params: BloomParams, index: int) -> Layer:
     return Layer(index, capacity, error, hashes, chunk_bytes, chunks)
 
 
-def layer_to_prepare(params: BloomParams, active_layers: int, active_entries: int) -> int | None:
+def set_limit(params: BloomParams) -> int:
+    """How many fingerprints the exact set of a new job holds before the filter takes over.
+
+    About as many as cost the filter's first layer in a set (so a job never holds much more
+    than its filter would), and at most ``SET_LIMIT_MAX``. 0: the filter from the first URL.
+    """
+    return min(SET_LIMIT_MAX, layer(params, 0).bytes // SET_BYTES_PER_FINGERPRINT)
+
+
+def layer_to_prepare(
+    params: BloomParams, active_layers: int, active_entries: int, set_entries: int | None = None
+) -> int | None:
     """The layer to allocate ahead of need, or None if none is due yet.
 
-    ``active_layers`` layers are in use and the last of them holds ``active_entries``; a job
-    with no layer in use needs its first one.
+    ``active_layers`` layers are in use and the last of them holds ``active_entries``. A job
+    with no layer in use needs its first one: at once if it has no exact set before the filter
+    (``set_entries`` None), else once its set holds ``PREPARE_AT_FILL`` of ``set_limit()``.
     """
     if active_layers == 0:
-        return 0
+        if set_entries is None or set_entries >= PREPARE_AT_FILL * set_limit(params):
+            return 0
+        return None
     if active_entries >= PREPARE_AT_FILL * layer(params, active_layers - 1).capacity:
         return active_layers
     return None

@@ -20,7 +20,8 @@ class JobKeys:
     - ``entries``  hash: entry id -> encoded request
     - ``deadlines`` sorted set: leased entry id -> lease deadline (Redis server time, ms)
     - ``leased``   hash: leased entry id -> "<queue score>|<node id>" (formats.LeaseValue)
-    - ``seen``     set: raw 20-byte request fingerprints
+    - ``seen``     set: raw 20-byte request fingerprints (exact dedup; a Bloom job's first ones
+      until they move into the filter, see store/dedup.py)
     - ``stats``    hash: job counters (pushed, filtered, leased, acked, reclaimed, dead)
     - ``nodes``    sorted set: node id -> liveness deadline (server time, ms)
     - ``node_info`` hash: node id -> JSON record (host, pid, state, figures; see

@@ -119,3 +119,14 @@ def proxy_factory() -> Iterator[ProxyFactory]:
         return TcpProxy(host, port, delay_s=delay_s, **kw)
 
     yield from started_until_teardown(build)
+
+
+@pytest.fixture
+def filter_from_first_url(monkeypatch: pytest.MonkeyPatch) -> None:
+    """New Bloom jobs skip their exact set: the filter takes fingerprints from the first URL, for
+    tests of the filter's layers (small jobs, with their set, are tests/test_small_jobs.py)."""
+    import scrapy_clustersync.bloom
+    import scrapy_clustersync.store.job
+
+    for module in (scrapy_clustersync.bloom, scrapy_clustersync.store.job):
+        monkeypatch.setattr(module, "set_limit", lambda params: 0)

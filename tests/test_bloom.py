@@ -28,6 +28,11 @@ from conftest import RedisFactory, SiteFactory
 from support import missing_pages, pages_fetched_twice, start_nodes, wait_all
 
 
+@pytest.fixture(autouse=True)
+def _filter_from_first_url(filter_from_first_url: None) -> None:
+    """These tests are about the filter's layers: no exact set before them."""
+
+
 def bloom_store(url: str, capacity: int, error: float, node: str = "n1") -> tuple[JobStore, str]:
     store = JobStore(make_client(url), "job", node, DedupSettings("bloom", capacity, error))
     return store, store.join(ttl_ms=60_000)[0]

@@ -565,7 +565,7 @@ def test_the_redis_thread_survives_an_unexpected_exception_and_sends_the_batch_l
 
 # ---- purge -------------------------------------------------------------------------------------
 def test_purge_unlinks_every_key_of_the_job_bloom_chunks_included(
-    redis_server: RedisServer,
+    redis_server: RedisServer, filter_from_first_url: None
 ) -> None:
     # given a job with a two-layer Bloom filter, leases, dead letters and a node's call record
     store, epoch = joined(redis_server, dedup=DedupSettings("bloom", 20, 0.01))

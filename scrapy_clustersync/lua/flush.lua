@@ -7,7 +7,7 @@
 -- KEYS[3]  entries    hash   entry id -> encoded request
 -- KEYS[4]  deadlines  zset   leased entry id -> lease deadline (server ms)
 -- KEYS[5]  leased     hash   leased entry id -> "<queue score>|<node>"
--- KEYS[6]  seen       set    raw 20-byte request fingerprints
+-- KEYS[6]  seen       set    raw 20-byte request fingerprints: the exact set (see "dedup" below)
 -- KEYS[7]  stats      hash   job counters
 -- KEYS[8]  dead       list   dead letters, newest first
 -- KEYS[9]  last_call  hash   this node's write counter, last call id and result (see below)
@@ -18,11 +18,15 @@
 -- ARGV[2]  call_id    string unique per call; the same id again returns the stored result
 -- ARGV[3]  node       string node id
 -- ARGV[4]  dead_max   int    how many dead letters to keep
--- ARGV[5]  dedup      string "exact" (set of fingerprints) or "bloom"
+-- ARGV[5]  dedup      string the job's dedup mode: "exact" (the set only), "set-then-bloom" (the
+--                           set, then the Bloom filter: see "dedup" below) or "bloom" (the filter
+--                           from the first fingerprint: jobs made by older versions)
 -- ARGV[6]  writes     int    the node's write counter as it last saw it; -1 = do not check
--- ARGV[7]  described  int    how many Bloom layers are described next (0 for exact)
--- ARGV[8..] per described layer: bits, hashes, bits per chunk, chunks, capacity (LAYOUT below)
--- ARGV[8 + 5*described ..] ops, each an opcode followed by its fields (OP_FIELDS below counts
+-- ARGV[7]  set_limit  int    "set-then-bloom": the set takes new fingerprints until it holds this
+--                           many; then the filter does
+-- ARGV[8]  described  int    how many Bloom layers are described next (0 for exact)
+-- ARGV[9..] per described layer: bits, hashes, bits per chunk, chunks, capacity (bloom.lua LAYOUT)
+-- ARGV[9 + 5*described ..] ops, each an opcode followed by its fields (OP_FIELDS below counts
 --                         them; store/ops.py has a record for each opcode):
 --   P fingerprint priority blob flags(0..7)        push unless the fingerprint was seen (flags:
 --                                                  1 no dedup, 2 start request, 4 LIFO)
@@ -31,7 +35,8 @@
 --   D id reason                                    dead-letter a leased entry
 --   X reason record                                dead-letter a write no script could apply
 --   S                                              the job's start() is exhausted
--- Returns "pushed filtered acked released dead active_bloom_layers active_layer_entries writes".
+-- Returns "pushed filtered acked released dead active_bloom_layers active_layer_entries
+-- exact_entries writes" (exact_entries: fingerprints in the set).
 -- Every check runs before the first write, so an error never leaves a batch half applied:
 --   CLUSTERSYNC_STATE_LOST          the job's epoch is gone or changed (Redis lost the job)
 --   CLUSTERSYNC_WRONG_TYPE <why>    a key of the job holds another type (see prelude.lua)
@@ -67,26 +72,11 @@ if last[2] == ARGV[2] then
 end
 
 local pushed, filtered, acked, released, dead = 0, 0, 0, 0, 0
-local bloom = ARGV[5] == 'bloom'
-local described = tonumber(ARGV[7])
+local described = tonumber(ARGV[8])
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
 -- ---- stored formats: the one place each is written ---------------------------------------------
--- A Bloom layer's layout, in the field order of store/formats.py BloomLayout: as ARGV describes
--- each layer, and as bloom field layout<i> stores it (the numbers, space-separated).
-local LAYOUT = {'bits', 'hashes', 'chunk_bits', 'chunks', 'capacity'}
-local function layout_from_argv(base)
-  local layer = {}
-  for j, name in ipairs(LAYOUT) do layer[name] = tonumber(ARGV[base + j - 1]) end
-  return layer
-end
-local function layout_text(layer)
-  local values = {}
-  for j, name in ipairs(LAYOUT) do values[j] = layer[name] end
-  return table.concat(values, ' ')
-end
-
 -- A dead letter, newest first, ARGV[4] of them kept (store/formats.py DeadLetter parses it):
 -- "<entry id>\t<node>\t<server ms>\t<reason>\n<blob>"; the id is "-" for a refused write, and a
 -- newline in the reason is stored as a space, so the head stays one line.
@@ -100,7 +90,7 @@ end
 
 -- ---- the op table: opcode -> how many fields follow it (store/ops.py: the same counts) --------
 local OP_FIELDS = {P = 4, A = 1, N = 1, D = 2, X = 2, S = 0}
-local first_op = 8 + #LAYOUT * described
+local first_op = 9 + #LAYOUT * described
 
 -- Calls visit(opcode, ARGV index of the op's first field, op number) for each op of the batch,
 -- in order, and returns the first value visit returns (nil if none does). An op's opcode must
@@ -122,104 +112,33 @@ local function drop_lease(id)
   return removed
 end
 
--- ---- Bloom filter ----------------------------------------------------------------------------
-local layers = {}
-local active, needed = 0, 0
-local function load_layers()
-  local key = 11
-  for l = 1, described do
-    layers[l] = layout_from_argv(8 + #LAYOUT * (l - 1))
-    layers[l].first_key = key
-    key = key + layers[l].chunks
-  end
-  active = tonumber(redis.call('HGET', KEYS[10], 'layers') or '0')
-  -- every layer this batch may fill must be described (pushes <= room left in the layers)
-  local pushes = 0
-  each_op(function(op) if op == 'P' then pushes = pushes + 1 end end)
-  local room = 0
-  needed = math.max(active, 1)
-  for l = 1, math.max(active, 1) do
-    room = room + (layers[l] and layers[l].capacity or 0)
-       - tonumber(redis.call('HGET', KEYS[10], 'count' .. (l - 1)) or '0')
-  end
-  while room < pushes do
-    needed = needed + 1
-    room = room + (layers[needed] and layers[needed].capacity or math.huge)
-  end
-  if described < needed then
-    return needed
-  end
-  return 0
-end
-
--- the first layer the batch may need whose chunks are not all allocated yet, or nil
-local function unprepared_layer()
-  for l = active + 1, needed do
-    if tonumber(redis.call('HGET', KEYS[10], 'prepared' .. (l - 1)) or '0') < layers[l].chunks then
-      return l - 1
-    end
-  end
-  return nil
-end
-
--- the next layer's chunks exist (unprepared_layer() said so): taking it into use writes no bits
-local function activate_layer()
-  local layer = layers[active + 1]
-  redis.call('HSET', KEYS[10], 'layers', active + 1, 'count' .. active, 0,
-             'layout' .. active, layout_text(layer))
-  active = active + 1
-end
-
--- triple hashing (h1 + i*h2 + i*i*h3): with only two hashes, two fingerprints that agree on
--- h1 and h2 modulo a small layer's size agree on every bit, which puts a floor of about
--- entries/bits^2 under the false-positive rate. 40, 40 and 32 bits of the fingerprint; every
--- sum stays below 2^53 for up to 90 hash functions, so doubles compute it exactly.
-local function hash_triple(fp)
-  local b = {string.byte(fp, 1, 14)}
-  local h1 = (((b[1] * 256 + b[2]) * 256 + b[3]) * 256 + b[4]) * 256 + b[5]
-  local h2 = (((b[6] * 256 + b[7]) * 256 + b[8]) * 256 + b[9]) * 256 + b[10]
-  local h3 = ((b[11] * 256 + b[12]) * 256 + b[13]) * 256 + b[14]
-  if h2 % 2 == 0 then h2 = h2 + 1 end
-  return h1, h2, h3
-end
-
-local function bit_of(layer, h1, h2, h3, i)
-  local pos = math.fmod(h1 + i * h2 + i * i * h3, layer.bits)
-  local chunk = math.floor(pos / layer.chunk_bits)
-  return KEYS[layer.first_key + chunk], pos - chunk * layer.chunk_bits
-end
-
-local function in_layer(layer, h1, h2, h3)
-  for i = 0, layer.hashes - 1 do
-    local key, offset = bit_of(layer, h1, h2, h3, i)
-    if redis.call('GETBIT', key, offset) == 0 then return false end
-  end
-  return true
-end
-
--- true if the fingerprint was new (and is now recorded)
-local function bloom_add(fp)
-  local h1, h2, h3 = hash_triple(fp)
-  for l = 1, active do
-    if in_layer(layers[l], h1, h2, h3) then return false end
-  end
-  local count_field = 'count' .. (active - 1)
-  if tonumber(redis.call('HGET', KEYS[10], count_field)) >= layers[active].capacity then
-    activate_layer()
-    count_field = 'count' .. (active - 1)
-  end
-  local layer = layers[active]
-  for i = 0, layer.hashes - 1 do
-    local key, offset = bit_of(layer, h1, h2, h3, i)
-    redis.call('SETBIT', key, offset, 1)
-  end
-  redis.call('HINCRBY', KEYS[10], count_field, 1)
-  return true
-end
+-- ---- dedup: an exact set, a Bloom filter (lua/bloom.lua), or the set and then the filter ------
+-- "set-then-bloom": new fingerprints go to the set until it holds ARGV[7] (the node allocates the
+-- filter's first layer ahead of that; a batch that comes first is refused as below); then to
+-- the filter, while dedup_migrate.lua moves the set's fingerprints into the
+-- filter a bounded batch per call. A fingerprint is in one of the two at any moment (each move
+-- is one script), and while the set is not empty every check consults both.
+local mode = ARGV[5]
+local set_entries = 0  -- fingerprints in the exact set when the batch starts
+local adding_to_set = mode == 'exact'  -- new fingerprints go to the set in this batch
 
 local function is_new(fp)
-  if bloom then return bloom_add(fp) end
-  return redis.call('SADD', KEYS[6], fp) == 1
+  if adding_to_set then return redis.call('SADD', KEYS[6], fp) == 1 end
+  if set_entries > 0 and redis.call('SISMEMBER', KEYS[6], fp) == 1 then return false end
+  return bloom_add(fp)
+end
+
+-- an error reply if the batch needs a Bloom layer not described or allocated; else nil
+local function prepare_dedup()
+  if mode == 'exact' then return nil end
+  bloom_setup(KEYS[10], 9, described, 11)
+  set_entries = redis.call('SCARD', KEYS[6])
+  adding_to_set = mode == 'set-then-bloom' and BLOOM.active == 0
+    and set_entries < tonumber(ARGV[7])
+  if adding_to_set then return nil end
+  local pushes = 0
+  each_op(function(op) if op == 'P' then pushes = pushes + 1 end end)
+  return bloom_refusal(pushes)
 end
 
 -- ---- validation: every op, before anything is written -----------------------------------------
@@ -250,22 +169,8 @@ end
 local invalid = each_op(check_op)
 if invalid then return invalid end
 
-if bloom then
-  local wanted = load_layers()
-  if wanted > 0 then
-    return redis.error_reply('CLUSTERSYNC_BLOOM_LAYOUT ' .. wanted)
-  end
-  local unready = unprepared_layer()
-  if unready then
-    return redis.error_reply('CLUSTERSYNC_BLOOM_NOT_READY ' .. unready)
-  end
-  if active == 0 then activate_layer() end
-end
-
-local function active_layer_entries()
-  if not bloom then return 0 end
-  return tonumber(redis.call('HGET', KEYS[10], 'count' .. (active - 1)) or '0')
-end
+local unready = prepare_dedup()
+if unready then return unready end
 
 -- ---- ops --------------------------------------------------------------------------------------
 local id_tail = string.sub(ARGV[2], 1, 8)
@@ -322,8 +227,9 @@ for name, value in pairs(counters) do
     redis.call('HINCRBY', KEYS[7], name, value)
   end
 end
-local result = table.concat({pushed, filtered, acked, released, dead, active,
-                             active_layer_entries()}, ' ')
+local exact_entries = redis.call('SCARD', KEYS[6])
+local result = table.concat({pushed, filtered, acked, released, dead, BLOOM.active,
+                             bloom_active_entries(), exact_entries}, ' ')
 redis.call('HSET', KEYS[9], 'writes', writes + 1, 'flush_id', ARGV[2], 'flush_result', result)
 redis.call('PEXPIRE', KEYS[9], 86400000)
 return result .. ' ' .. (writes + 1)

@@ -35,16 +35,21 @@ class BloomPreparer:
         self._client = client
         self._keys = keys
         self._ready = 0  # layers [0, _ready) are known to be fully allocated
-        self._due: int | None = 0  # the layer to allocate ahead of need; a new job needs layer 0
+        self._due: int | None = None  # the layer to allocate ahead of need (observe() says)
         self._next_chunk = 0  # how many chunks of the due layer exist, as far as this node knows
         self._retry_at = 0.0
 
-    def observe(self, params: BloomParams, active_layers: int, active_entries: int) -> None:
-        """Learn the filter's state from a flush: is a layer due to be allocated ahead of need?"""
+    def observe(self, params: BloomParams, active_layers: int, active_entries: int,
+                set_entries: int | None = None) -> None:
+        """Learn the filter's state from a flush: is a layer due to be allocated ahead of need?
+
+        ``set_entries``: the fingerprints in the job's exact set, None if the job has no set
+        before its filter (see bloom.layer_to_prepare).
+        """
         self._ready = max(self._ready, active_layers)
         if self._due is not None and self._due < self._ready:
             self._due = None
-        wanted = layer_to_prepare(params, active_layers, active_entries)
+        wanted = layer_to_prepare(params, active_layers, active_entries, set_entries)
         if self._due is None and wanted is not None and wanted >= self._ready:
             self._due, self._next_chunk = wanted, 0
 

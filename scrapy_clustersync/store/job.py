@@ -10,12 +10,20 @@ from typing import Any, NamedTuple
 
 import redis
 
-from ..bloom import BloomParams, expected_error, layer
+from ..bloom import MIGRATE_BATCH, BloomParams, set_limit
 from ..config import DedupSettings
 from ..keys import JobKeys
 from .bloomprep import BloomPreparer
+from .dedup import (
+    bloom_chunks_of,
+    bloom_refusal,
+    dedup_status,
+    describe_layers,
+    job_mode_for,
+    setting_of,
+)
 from .errors import BadBatch, RolledBack, StoreError, translate_errors
-from .formats import BloomLayout, DeadLetter, FormatError, format_node_record, parse_node_record
+from .formats import DeadLetter, FormatError, format_node_record, parse_node_record
 from .formats import as_bytes as _raw
 from .formats import as_text as _text
 from .ops import Op
@@ -25,10 +33,11 @@ RECLAIM_PER_LEASE = 200
 CALL_ID_BYTES = 8
 
 
-def _load_lua(name: str) -> str:
-    """The script ``lua/<name>.lua``, after the helpers of ``lua/prelude.lua``."""
+def _load_lua(name: str, *helpers: str) -> str:
+    """The script ``lua/<name>.lua``, after ``lua/prelude.lua`` and the other ``helpers``."""
     scripts = resources.files("scrapy_clustersync").joinpath("lua")
-    return scripts.joinpath("prelude.lua").read_text() + scripts.joinpath(f"{name}.lua").read_text()
+    parts = ["prelude", *helpers, name]
+    return "".join(scripts.joinpath(f"{part}.lua").read_text() for part in parts)
 
 
 def new_call_id() -> str:
@@ -53,6 +62,8 @@ class FlushResult:
     bloom_layers: int = 0
     #: entries in the last Bloom layer in use (0 with exact dedup)
     bloom_active_entries: int = 0
+    #: fingerprints in the job's exact set (a Bloom job's, until they moved into the filter)
+    exact_entries: int = 0
 
 
 @dataclass(frozen=True)
@@ -176,8 +187,13 @@ class JobStore:
         self.writes_seen = writes_seen
         #: the caller's dedup settings until join() reads the job's own
         self.dedup = dedup or DedupSettings()
+        #: the dedup mode the job stores (see store/dedup.py); join() reads it
+        self.job_dedup = job_mode_for(self.dedup.mode)
         self._bloom_layers_described = 1
-        self._flush = client.register_script(_load_lua("flush"))
+        self._bloom_in_use = False  # the job's filter has a layer in use, as last seen
+        self._exact_entries = 0  # the job's exact set, as last seen
+        self._flush = client.register_script(_load_lua("flush", "bloom"))
+        self._migrate = client.register_script(_load_lua("dedup_migrate", "bloom"))
         self._lease = client.register_script(_load_lua("lease"))
         self._heartbeat = client.register_script(_load_lua("heartbeat"))
         self._join = client.register_script(_load_lua("join"))
@@ -187,7 +203,9 @@ class JobStore:
 
     def as_node(self, node_id: str, writes_seen: int) -> JobStore:
         """This job's store acting as node ``node_id`` (the spool replays a node's writes)."""
-        return JobStore(self.client, self.keys.job, node_id, self.dedup, writes_seen=writes_seen)
+        store = JobStore(self.client, self.keys.job, node_id, self.dedup, writes_seen=writes_seen)
+        store.job_dedup = self.job_dedup
+        return store
 
     def ping(self) -> None:
         with translate_errors(self.client):
@@ -223,10 +241,13 @@ class JobStore:
         with translate_errors(self.client):
             epoch, claimed, mode, capacity, error, *finish, restarted = self._join(
                 keys=[k.meta, k.nodes, k.queue, k.deadlines],
-                args=[self.node_id, uuid.uuid4().hex, ttl_ms, int(claim), d.mode,
+                args=[self.node_id, uuid.uuid4().hex, ttl_ms, int(claim), job_mode_for(d.mode),
                       d.bloom_capacity, repr(d.bloom_error_rate), recrawl],
             )
-        self.dedup = DedupSettings(_text(mode), int(capacity), float(_text(error)))
+        self.job_dedup = _text(mode)
+        self.dedup = DedupSettings(setting_of(self.job_dedup), int(capacity), float(_text(error)))
+        if self.job_dedup == "bloom":  # an older version's job: its filter from the first URL
+            self._bloom_prep.observe(self._bloom_params(), 0, 0)
         finished = None
         if _text(finish[0]):
             finished = FinishedRun(*(int(_text(x) or 0) for x in finish))
@@ -257,7 +278,7 @@ class JobStore:
         k = self.keys
         names = [k.seen, k.bloom]
         for name, value in self.client.hgetall(k.bloom).items():
-            names.extend(_bloom_chunks_of(k, _text(name), _text(value)))
+            names.extend(bloom_chunks_of(k, _text(name), _text(value)))
         return names
 
     def ensure_job(self) -> str:
@@ -288,11 +309,17 @@ class JobStore:
             *figures, writes = (int(x) for x in _text(raw).split())
             self._saw_writes(writes)
             result = FlushResult(*figures)
-            self._bloom_layers_described = max(1, result.bloom_layers)
-            if self.dedup.mode == "bloom":
-                self._bloom_prep.observe(self._bloom_params(), result.bloom_layers,
-                                         result.bloom_active_entries)
+            self._observe_dedup(result.bloom_layers, result.bloom_active_entries,
+                                result.exact_entries)
             return result
+
+    def _observe_dedup(self, layers: int, active_entries: int, exact_entries: int) -> None:
+        """Learn the dedup record's state from a script's answer."""
+        self._bloom_layers_described = max(1, layers)
+        self._bloom_in_use, self._exact_entries = layers > 0, exact_entries
+        if self.dedup.mode == "bloom":
+            staged = exact_entries if self.job_dedup != "bloom" else None
+            self._bloom_prep.observe(self._bloom_params(), layers, active_entries, staged)
 
     def _run(self, script: Any, keys: list[Any], args: list[Any]) -> Any:
         """Call ``script``; a RolledBack answer resets the counter to what Redis holds."""
@@ -316,7 +343,7 @@ class JobStore:
 
         Returns the highest layer allocated for the batch so far.
         """
-        name, number = _bloom_refusal(exc)
+        name, number = bloom_refusal(exc)
         if name == "CLUSTERSYNC_BLOOM_LAYOUT" and number > self._bloom_layers_described:
             self._bloom_layers_described = number  # the filter grew: describe more layers
             return prepared
@@ -326,16 +353,41 @@ class JobStore:
         raise exc
 
     def prepare_bloom(self, epoch: str) -> bool:
-        """Allocate at most one chunk of the next Bloom layer if it is due; True if more remain.
+        """One bounded step of the Bloom filter's upkeep, if one is due; True if more remain.
 
-        Meant for the node's Redis thread between other calls, so that a layer is ready before
-        a batch needs it: once the active layer is PREPARE_AT_FILL full (see bloom.py), each
-        call allocates one chunk (about 1/32 of the layer); it makes no Redis call at all when
-        nothing is due. Never needed for correctness: a flush allocates what it needs itself.
+        Meant for the node's Redis thread between other calls. Either allocates one chunk of
+        the next layer (about 1/32 of it), so that a layer is ready before a batch needs it
+        (once the active layer is PREPARE_AT_FILL full, or the exact set of a new job is, see
+        bloom.py); or, once the filter is in use, moves up to MIGRATE_BATCH fingerprints of
+        the job's exact set into it. Makes no Redis call at all when nothing is due. Never
+        needed for correctness: a flush allocates what it needs itself, and checks the set and
+        the filter both while the set is not empty.
         """
         if self.dedup.mode != "bloom":
             return False
-        return self._bloom_prep.step(epoch, self._bloom_params())
+        if self._bloom_prep.step(epoch, self._bloom_params()):
+            return True
+        if not (self._bloom_in_use and self._exact_entries):
+            return False
+        return self._migrate_step(epoch)
+
+    def _migrate_step(self, epoch: str) -> bool:
+        """One dedup_migrate.lua call; True if the exact set still holds fingerprints."""
+        prepared = -1
+        while True:
+            chunk_keys, layout = describe_layers(
+                self._bloom_params(), self._bloom_layers_described, self.keys)
+            k = self.keys
+            try:
+                with translate_errors(self.client):
+                    raw = self._migrate(keys=[k.meta, k.seen, k.bloom, *chunk_keys],
+                                        args=[epoch, MIGRATE_BATCH, *layout])
+            except StoreError as exc:
+                prepared = self._grow_bloom_for_batch(epoch, exc, prepared)
+                continue
+            _, left, layers, entries = (int(x) for x in _text(raw).split())
+            self._observe_dedup(layers, entries, left)
+            return left > 0
 
     def _flush_call(
         self, epoch: str, ops: Sequence[Op], call_id: str
@@ -343,17 +395,15 @@ class JobStore:
         k = self.keys
         keys = [k.meta, k.queue, k.entries, k.deadlines, k.leased, k.seen, k.stats, k.dead,
                 k.last_call(self.node_id), k.bloom]
-        args: list[Any] = [epoch, call_id, self.node_id, DEAD_LETTERS_KEPT, self.dedup.mode,
+        args: list[Any] = [epoch, call_id, self.node_id, DEAD_LETTERS_KEPT, self.job_dedup,
                            self._expected_writes()]
         if self.dedup.mode == "bloom":
             params = self._bloom_params()
-            described = [layer(params, i) for i in range(self._bloom_layers_described)]
-            args.append(len(described))
-            for each in described:
-                args.extend(BloomLayout.of(each))
-                keys.extend(k.bloom_chunk(each.index, c) for c in range(each.chunks))
+            chunk_keys, layout = describe_layers(params, self._bloom_layers_described, k)
+            keys.extend(chunk_keys)
+            args.extend([set_limit(params), *layout])
         else:
-            args.append(0)
+            args.extend([0, 0])
         for op in ops:
             args.extend(op.args())
         return keys, args
@@ -434,7 +484,7 @@ class JobStore:
             record.update(id=node, alive=alive.get(node, False), idle=node in idle_since)
             nodes.append(record)
         meta_t = {_text(a): _text(b) for a, b in meta.items()}
-        dedup = _dedup_status(meta_t, {_text(a): _text(b) for a, b in bloom.items()}, int(seen))
+        dedup = dedup_status(meta_t, {_text(a): _text(b) for a, b in bloom.items()}, int(seen))
         return JobStatus(
             job=self.keys.job, exists=bool(meta_t), queued=int(queued), leased=int(leased),
             seen=int(dedup["entries"]), dead_letters=int(dead),
@@ -466,46 +516,3 @@ class JobStore:
             # UNLINK: a huge queue or Bloom layer is freed in the background, not in the call
             return int(self.client.unlink(*dict.fromkeys(names)))
 
-
-def _bloom_chunks_of(keys: JobKeys, field: str, value: str) -> list[str]:
-    """The chunk strings a field of the bloom hash accounts for: a layer in use or prepared."""
-    if field.startswith("layout"):
-        index, chunks = int(field[6:]), BloomLayout.parse(value).chunks
-    elif field.startswith("prepared"):
-        index, chunks = int(field[8:]), int(value)
-    else:
-        return []
-    return [keys.bloom_chunk(index, c) for c in range(chunks)]
-
-
-def _bloom_refusal(exc: StoreError) -> tuple[str, int]:
-    """The flush script's refusal of a batch for want of a Bloom layer: its name and number.
-
-    ("CLUSTERSYNC_BLOOM_LAYOUT", layers to describe), ("CLUSTERSYNC_BLOOM_NOT_READY", layer to
-    allocate), or ("", 0) for any other error.
-    """
-    text = str(exc)
-    for name in ("CLUSTERSYNC_BLOOM_LAYOUT", "CLUSTERSYNC_BLOOM_NOT_READY"):
-        if name in text:
-            return name, int(text.split(name, 1)[1].split()[0])
-    return "", 0
-
-
-def _dedup_status(meta: dict[str, str], bloom: dict[str, str], exact_seen: int) -> dict[str, Any]:
-    """What ``clustersync status`` shows of the job's dedup record."""
-    mode = meta.get("dedup", "exact")
-    if mode != "bloom":
-        return {"mode": mode, "entries": exact_seen}
-    layers = int(bloom.get("layers", 0))
-    counts = [int(bloom.get(f"count{i}", 0)) for i in range(layers)]
-    sizes = [BloomLayout.parse(bloom[f"layout{i}"]).size_bytes for i in range(layers)]
-    params = BloomParams(int(meta["bloom_capacity"]), float(meta["bloom_error"]))
-    ahead = [int(value) * layer(params, int(field[8:])).chunk_bytes
-             for field, value in bloom.items()
-             if field.startswith("prepared") and int(field[8:]) >= layers]
-    return {
-        "mode": "bloom", "entries": sum(counts), "layers": layers, "bytes": sum(sizes),
-        "prepared_bytes": sum(ahead),
-        "capacity": params.capacity, "configured_error_rate": params.error_rate,
-        "expected_error_rate": expected_error(params, counts),
-    }

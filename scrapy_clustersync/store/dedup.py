@@ -1,0 +1,100 @@
+"""The job's dedup record as the store sees it: its stored mode, its Bloom layers' description
+for the scripts, and what ``clustersync status`` shows of it.
+
+A job's meta records how it records fingerprints (``dedup``), fixed when the job is created:
+
+- ``exact``: a set of raw 20-byte fingerprints, forever (``CLUSTERSYNC_DEDUP = "exact"``);
+- ``set-then-bloom``: the set while the job is small, then the Bloom filter: new jobs with
+  ``CLUSTERSYNC_DEDUP = "bloom"`` (see bloom.py ``set_limit``, lua/dedup_migrate.lua);
+- ``bloom``: the filter from the first URL: jobs created by older versions, kept as they are.
+
+An older node joining a ``set-then-bloom`` job refuses it (its settings check does not know the
+mode), so it never adds to the filter without consulting the set.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..bloom import BloomParams, expected_error, layer
+from ..keys import JobKeys
+from .errors import StoreError
+from .formats import BloomLayout
+
+SET_THEN_BLOOM = "set-then-bloom"
+#: the CLUSTERSYNC_DEDUP value each stored mode stands for
+SETTING_OF_JOB_MODE = {"exact": "exact", "bloom": "bloom", SET_THEN_BLOOM: "bloom"}
+
+
+def job_mode_for(setting: str) -> str:
+    """The mode a new job created with ``CLUSTERSYNC_DEDUP = setting`` stores."""
+    return SET_THEN_BLOOM if setting == "bloom" else setting
+
+
+def setting_of(job_mode: str) -> str:
+    """The ``CLUSTERSYNC_DEDUP`` value of a job's stored mode (an unknown one as it is)."""
+    return SETTING_OF_JOB_MODE.get(job_mode, job_mode)
+
+
+def describe_layers(
+    params: BloomParams, count: int, keys: JobKeys
+) -> tuple[list[str], list[Any]]:
+    """The chunk keys and the ARGV (count, then each layout) describing ``count`` layers."""
+    chunk_keys: list[str] = []
+    args: list[Any] = [count]
+    for index in range(count):
+        each = layer(params, index)
+        args.extend(BloomLayout.of(each))
+        chunk_keys.extend(keys.bloom_chunk(index, c) for c in range(each.chunks))
+    return chunk_keys, args
+
+
+def bloom_refusal(exc: StoreError) -> tuple[str, int]:
+    """A script's refusal of a call for want of a Bloom layer: its name and number.
+
+    ("CLUSTERSYNC_BLOOM_LAYOUT", layers to describe), ("CLUSTERSYNC_BLOOM_NOT_READY", layer to
+    allocate), or ("", 0) for any other error.
+    """
+    text = str(exc)
+    for name in ("CLUSTERSYNC_BLOOM_LAYOUT", "CLUSTERSYNC_BLOOM_NOT_READY"):
+        if name in text:
+            return name, int(text.split(name, 1)[1].split()[0])
+    return "", 0
+
+
+def bloom_chunks_of(keys: JobKeys, field: str, value: str) -> list[str]:
+    """The chunk strings a field of the bloom hash accounts for: a layer in use or prepared."""
+    if field.startswith("layout"):
+        index, chunks = int(field[6:]), BloomLayout.parse(value).chunks
+    elif field.startswith("prepared"):
+        index, chunks = int(field[8:]), int(value)
+    else:
+        return []
+    return [keys.bloom_chunk(index, c) for c in range(chunks)]
+
+
+def dedup_status(meta: dict[str, str], bloom: dict[str, str], exact_seen: int) -> dict[str, Any]:
+    """What ``clustersync status`` shows of the job's dedup record.
+
+    For a Bloom job, ``entries`` counts the filter's and the exact set's fingerprints
+    (``exact_entries``), and ``stage`` says where new ones go: "exact set", "moving to the
+    filter" (the set's fingerprints move while new ones go to the filter) or "filter".
+    """
+    mode = setting_of(meta.get("dedup", "exact"))
+    if mode != "bloom":
+        return {"mode": mode, "entries": exact_seen}
+    layers = int(bloom.get("layers", 0))
+    counts = [int(bloom.get(f"count{i}", 0)) for i in range(layers)]
+    sizes = [BloomLayout.parse(bloom[f"layout{i}"]).size_bytes for i in range(layers)]
+    params = BloomParams(int(meta["bloom_capacity"]), float(meta["bloom_error"]))
+    ahead = [int(value) * layer(params, int(field[8:])).chunk_bytes
+             for field, value in bloom.items()
+             if field.startswith("prepared") and int(field[8:]) >= layers]
+    stage = "filter" if not exact_seen else "moving to the filter" if layers else "exact set"
+    return {
+        "mode": "bloom", "stage": stage, "entries": sum(counts) + exact_seen,
+        "exact_entries": exact_seen, "layers": layers, "bytes": sum(sizes),
+        "prepared_bytes": sum(ahead),
+        "capacity": params.capacity, "configured_error_rate": params.error_rate,
+        "expected_error_rate": expected_error(params, counts),
+    }
