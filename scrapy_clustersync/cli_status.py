@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .store import JobStatus, JobStore
+from .store.job import FinishedRun
 from .store.jobs import job_names
 
 if TYPE_CHECKING:
@@ -45,16 +46,17 @@ def eta_s(report: JobStatus) -> float | None:
 
 def finished_at(report: JobStatus) -> str | None:
     """When the job finished (server time, ISO 8601 UTC), if its nodes recorded it."""
-    raw = report.meta.get("finished_at")
-    if not raw:
+    finished = FinishedRun.from_meta(report.meta)
+    if finished is None:
         return None
-    try:
-        stamp = float(raw)
-    except ValueError:
-        return raw
-    if stamp > 1e11:  # server milliseconds
-        stamp /= 1000
-    return datetime.fromtimestamp(stamp, timezone.utc).isoformat(timespec="seconds")
+    return datetime.fromtimestamp(finished.at_ms / 1000, timezone.utc).isoformat(
+        timespec="seconds")
+
+
+def finished_reason(report: JobStatus) -> str | None:
+    """Why the job finished, as its nodes recorded it (None while it has not)."""
+    finished = FinishedRun.from_meta(report.meta)
+    return finished.why() if finished is not None else None
 
 
 def state_of(report: JobStatus) -> str:
@@ -71,7 +73,7 @@ def status_dict(report: JobStatus) -> dict[str, Any]:
     summary.update(
         state=state_of(report), pages_per_min=round(pages_per_min(report), 1),
         eta_s=eta_s(report), finished_at=finished_at(report),
-        finished_reason=report.meta.get("finished_reason"),
+        finished_reason=finished_reason(report),
         start_run_by=report.start_claimed_by,
     )
     return summary
@@ -114,6 +116,13 @@ def _print_dedup(dedup: dict[str, Any], out: Console) -> None:
     if dedup.get("mode") != "bloom":
         out.print(f"  dedup        exact set of {dedup.get('entries', 0):,} fingerprints")
         return
+    if dedup.get("stage") == "exact set":  # a small job: no filter until it needs one
+        out.print(f"  dedup        exact set of {dedup['entries']:,} fingerprints, until the "
+                  "job is big enough for its Bloom filter")
+        return
+    if dedup.get("exact_entries"):
+        out.print(f"  dedup        moving {dedup['exact_entries']:,} fingerprints from the exact "
+                  "set into the Bloom filter")
     out.print(
         f"  bloom filter  {dedup['entries']:,} entries (estimated), {dedup['layers']} "
         f"layer(s), {dedup['bytes']:,} bytes, expected error rate now "

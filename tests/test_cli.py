@@ -26,10 +26,11 @@ def test_seed_then_status_shows_the_queue(redis_server: RedisServer) -> None:
     assert "seeded 2 request(s)" in seeded.stdout and "1 already seen" in seeded.stdout
     status = json.loads(clustersync("status", "shop", "--json", url=redis_server.url).stdout)
     assert (status["queued"], status["seen"], status["state"]) == (2, 2, "waiting for nodes")
-    assert status["dedup"]["mode"] == "bloom" and status["dedup"]["layers"] == 1
+    # a small job keeps its fingerprints in an exact set: no Bloom filter allocated yet
+    assert status["dedup"]["mode"] == "bloom" and status["dedup"]["stage"] == "exact set"
+    assert (status["dedup"]["layers"], status["dedup"]["exact_entries"]) == (0, 2)
     text = clustersync("status", "shop", url=redis_server.url).stdout
-    assert "bloom filter  2 entries (estimated), 1 layer(s)" in text
-    assert "expected error rate now" in text
+    assert "exact set of 2 fingerprints, until the job is big enough for its Bloom filter" in text
 
 
 def test_purge_needs_yes_and_then_deletes_only_that_job(redis_server: RedisServer) -> None:

@@ -10,6 +10,7 @@ import pytest
 
 from scrapy_clustersync.config import TlsOptions
 from scrapy_clustersync.store import JobStore, StoreUnavailable, make_client
+from scrapy_clustersync.store.errors import AccessRefused
 from testkit.redis_server import free_port
 
 from conftest import RedisFactory, SiteFactory
@@ -26,7 +27,8 @@ def joins(url: str, tls: TlsOptions | None = None) -> bool:
 def test_acl_user_and_password_in_the_url(redis_factory: RedisFactory) -> None:
     redis = redis_factory(extra_args=ACL_USER)
     assert joins(f"redis://crawler:s3cret@127.0.0.1:{redis.port}/0") is True
-    with pytest.raises(StoreUnavailable, match="(?i)invalid username-password|WRONGPASS"):
+    # a refusal, not an outage: retrying never helps, the URL must change
+    with pytest.raises(AccessRefused, match="(?i)invalid username-password|WRONGPASS"):
         joins(f"redis://crawler:wrong@127.0.0.1:{redis.port}/0")
 
 

@@ -3,6 +3,7 @@ node that stops for a clustersync reason says why in one line and exits non-zero
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -51,6 +52,10 @@ def test_running_a_finished_job_again_says_when_it_finished_and_exits_non_zero(
     assert "CLUSTERSYNC_RECRAWL" in log
     assert "'finish_reason': 'clustersync_job_finished'" in log
     assert code != 0
+    # and `clustersync status` says when and why it finished
+    status = json.loads(_clustersync(redis_server.url, "status", "site", "--json").stdout)
+    assert status["state"] == "finished" and status["finished_at"]
+    assert status["finished_reason"].startswith("queue empty, no lease out, 1 node(s) idle for")
 
 
 def test_restart_keeping_the_seen_record_crawls_only_new_urls(
@@ -89,7 +94,8 @@ def test_restart_refuses_a_job_with_live_nodes_or_work_unless_forced(
     redis_server: RedisServer, tmp_path: Path
 ) -> None:
     # given a job with one URL queued and no node
-    seeded = _clustersync(redis_server.url, "seed", "queued", "http://127.0.0.1:9/a")
+    seeded = _clustersync(redis_server.url, "seed", "queued", "--create",
+                          "http://127.0.0.1:9/a")
     assert seeded.returncode == 0, seeded.stderr
     # when it is restarted, then refused with what it holds; --force restarts it
     refused = _clustersync(redis_server.url, "restart", "queued")

@@ -46,7 +46,7 @@ def leased_entry(store: JobStore, epoch: str, priority: int = 0) -> tuple[str, b
 
 # ---- what the scripts wrote, read back ---------------------------------------------------------
 def test_the_bloom_layout_the_flush_script_stores_parses_to_the_layer_it_was_given(
-    redis_server: RedisServer,
+    redis_server: RedisServer, filter_from_first_url: None,
 ) -> None:
     # given a Bloom job whose first layer the flush script took into use
     store, epoch = joined(redis_server)

@@ -41,7 +41,7 @@ def test_close_hands_back_what_a_lease_call_with_a_lost_answer_took(
 
 
 def test_the_worker_allocates_the_next_bloom_layer_before_a_batch_needs_it(
-    redis_server: RedisServer,
+    redis_server: RedisServer, filter_from_first_url: None,
 ) -> None:
     # given a node of a job whose first Bloom layer (capacity 10,000) is 95% full
     config = ClusterConfig.from_settings(

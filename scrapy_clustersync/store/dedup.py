@@ -90,7 +90,7 @@ def dedup_status(meta: dict[str, str], bloom: dict[str, str], exact_seen: int) -
     ahead = [int(value) * layer(params, int(field[8:])).chunk_bytes
              for field, value in bloom.items()
              if field.startswith("prepared") and int(field[8:]) >= layers]
-    stage = "filter" if not exact_seen else "moving to the filter" if layers else "exact set"
+    stage = "exact set" if not layers else "moving to the filter" if exact_seen else "filter"
     return {
         "mode": "bloom", "stage": stage, "entries": sum(counts) + exact_seen,
         "exact_entries": exact_seen, "layers": layers, "bytes": sum(sizes),

@@ -93,6 +93,16 @@ class FinishedRun:
     nodes: int
     idle_ms: int
 
+    #: where the record is kept in the job's meta hash (prelude.lua FINISH_FIELDS, same order)
+    META_FIELDS = ("finished_ms", "finished_pages", "finished_nodes", "finished_idle_ms")
+
+    @classmethod
+    def from_meta(cls, meta: dict[str, str]) -> FinishedRun | None:
+        """The record in the job's meta hash (as text), or None while the job has none."""
+        if not meta.get(cls.META_FIELDS[0]):
+            return None
+        return cls(*(int(meta.get(name) or 0) for name in cls.META_FIELDS))
+
     def why(self) -> str:
         """Why the job finished, in the words the log uses."""
         return (f"queue empty, no lease out, {self.nodes} node(s) idle for "
