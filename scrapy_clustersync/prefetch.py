@@ -41,6 +41,11 @@ class Prefetch:
     def __len__(self) -> int:
         return len(self._entries)
 
+    @property
+    def covered(self) -> int:
+        """How many of the node's pushes Redis had applied when the last lease was made."""
+        return self._covered
+
     # ---- reactor thread ------------------------------------------------------------------
     def take(self, recent: RecentPushes, pushes_settled: int) -> tuple[str, bytes] | None:
         """The next entry (id, encoded request), or None. An entry that ``recent`` pushes

@@ -68,6 +68,11 @@ class RedisThread(Protocol):
         """How many submitted pushes Redis has not applied yet (the node's requests in transit)."""
 
     @property
+    def pushes_unleased(self) -> int:
+        """How many submitted pushes no lease has come back after yet (in Redis or not): a
+        request of the node's own may still be on its way to it."""
+
+    @property
     def accepting_work(self) -> bool:
         """False while too many writes wait for Redis: the node takes no new work then."""
 

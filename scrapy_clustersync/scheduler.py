@@ -311,7 +311,7 @@ class ClusterScheduler:
         if not io.accepting_work:
             return None
         # every request in flight is in the scraper: nothing downloads
-        if not io.waiting and io.buffered_pushes and not self.leases.downloading:
+        if not io.waiting and io.pushes_unleased and not self.leases.downloading:
             io.await_lease(DEQUEUE_WAIT_S)
         return self._next_leased(io)
 

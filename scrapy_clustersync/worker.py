@@ -125,6 +125,10 @@ class SyncWorker:
         return self._writes.pushes_waiting
 
     @property
+    def pushes_unleased(self) -> int:
+        return self._writes.pushes_submitted - self._prefetched.covered
+
+    @property
     def accepting_work(self) -> bool:
         return self._backlog <= self.config.buffer_limit
 

@@ -68,6 +68,10 @@ class FakeRedisThread:
         return sum(isinstance(op, Push) for op in self.submitted[self.flushed:])
 
     @property
+    def pushes_unleased(self) -> int:
+        return self.buffered_pushes  # the fake leases nothing by itself
+
+    @property
     def accepting_work(self) -> bool:
         return self.accepting
 
