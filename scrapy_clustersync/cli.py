@@ -17,10 +17,10 @@ import click
 from .cli_seed import (
     BadSeed,
     SeedEncoder,
-    batches_of_ops,
-    check_all,
+    SeedUrls,
     crawlable_schemes,
     open_source,
+    prepared_ops,
     read_urls,
 )
 from .cli_status import console, job_rows, print_jobs, print_status, status_dict
@@ -169,20 +169,25 @@ def seed(ctx: click.Context, args: tuple[str, ...], url_file: str | None, create
     """Add URLs to JOB's queue (already-seen URLs are skipped). JOB defaults to the project's
     CLUSTERSYNC_JOB; every URL is checked before anything is written."""
     job, urls = _job_and_urls(args)
-    checked = _checked_urls(ctx, urls, url_file)
-    store = _seed_store(ctx, job, create)
+    seeds = _read_seeds(urls, url_file)
     try:
         encoder = SeedEncoder(_project(ctx).fingerprinter(), priority, callback)
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from None
     pushed = filtered = 0
-    try:
-        epoch = store.ensure_job()
-        for ops in batches_of_ops(encoder, checked):
-            result = store.flush(epoch, ops, new_call_id())
-            pushed, filtered = pushed + result.pushed, filtered + result.filtered
-    except StoreError as exc:
-        _fail(exc, ctx)
+    with prepared_ops(encoder, seeds.urls()) as batches:
+        try:
+            seeds.check(crawlable_schemes(_project(ctx).settings))
+        except BadSeed as exc:
+            raise click.BadParameter(str(exc), param_hint="URL") from None
+        store = _seed_store(ctx, job, create)
+        try:
+            epoch = store.ensure_job()
+            for ops in batches:
+                result = store.flush(epoch, ops, new_call_id())
+                pushed, filtered = pushed + result.pushed, filtered + result.filtered
+        except StoreError as exc:
+            _fail(exc, ctx)
     click.echo(f"seeded {pushed} request(s) into job {store.keys.job!r}; "
                f"{filtered} already seen")
 
@@ -195,22 +200,19 @@ def _job_and_urls(args: tuple[str, ...]) -> tuple[str | None, tuple[str, ...]]:
     return None, args
 
 
-def _checked_urls(ctx: click.Context, urls: tuple[str, ...], url_file: str | None) -> list[str]:
-    schemes = crawlable_schemes(_project(ctx).settings)
+def _read_seeds(urls: tuple[str, ...], url_file: str | None) -> SeedUrls:
     if not urls and not url_file:
         raise click.UsageError("no URLs to seed: give them as arguments or with -f FILE "
                                "('-f -' reads stdin)")
-    try:
-        checked = check_all(read_urls(urls), schemes, "arguments")
-        if url_file:
+    sources = [("arguments", list(read_urls(urls)))]
+    if url_file:
+        try:
             source, name = open_source(url_file)
             with source:
-                checked += check_all(read_urls(source), schemes, name)
-    except BadSeed as exc:
-        raise click.BadParameter(str(exc), param_hint="URL") from None
-    except OSError as exc:
-        raise click.BadParameter(str(exc), param_hint="-f") from None
-    return checked
+                sources.append((name, list(read_urls(source))))
+        except OSError as exc:
+            raise click.BadParameter(str(exc), param_hint="-f") from None
+    return SeedUrls(sources)
 
 
 def _seed_store(ctx: click.Context, job: str | None, create: bool) -> JobStore:
@@ -278,9 +280,7 @@ def restart(ctx: click.Context, job: str | None, forget_seen: bool, force: bool,
     store = _existing_store(ctx, job)
     job = store.keys.job
     try:
-        result = store.restart(force=force)
-        if result.done and forget_seen:
-            store.forget_seen()
+        result = store.restart(force=force, forget_seen=forget_seen)
     except StoreError as exc:
         _fail(exc, ctx)
     if not result.done:

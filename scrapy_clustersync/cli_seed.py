@@ -8,15 +8,19 @@ the same link treats it as a duplicate.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import multiprocessing
 import os
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from scrapy import Request
-from w3lib.url import safe_url_string
+from scrapy.utils.request import RequestFingerprinter, fingerprint
+from w3lib.url import canonicalize_url, safe_url_string
 
 from .codec import RequestCodec
 from .dupefilter import cluster_fingerprint
@@ -75,17 +79,25 @@ def read_urls(lines: Iterable[str]) -> Iterator[tuple[int, str]]:
             yield number, url
 
 
-def check_all(numbered: Iterable[tuple[int, str]], schemes: frozenset[str],
-              source: str) -> list[str]:
-    """Every URL checked; BadSeed naming the first bad one and where."""
-    checked: list[str] = []
-    for number, url in numbered:
-        try:
-            checked.append(check_url(url, schemes))
-        except BadSeed as exc:
-            where = f"line {number} of {source}: " if source != "arguments" else ""
-            raise BadSeed(f"{where}{exc}; nothing was seeded") from None
-    return checked
+@dataclass
+class SeedUrls:
+    """The URLs of a seed as read, each with its line number, by source ("arguments", a
+    file's path or "stdin")."""
+
+    sources: list[tuple[str, list[tuple[int, str]]]]
+
+    def urls(self) -> list[str]:
+        return [url for _, numbered in self.sources for _, url in numbered]
+
+    def check(self, schemes: frozenset[str]) -> None:
+        """BadSeed naming the first URL Scrapy would not crawl, and where it is."""
+        for source, numbered in self.sources:
+            for number, url in numbered:
+                try:
+                    check_url(url, schemes)
+                except BadSeed as exc:
+                    where = f"line {number} of {source}: " if source != "arguments" else ""
+                    raise BadSeed(f"{where}{exc}; nothing was seeded") from None
 
 
 @dataclass(frozen=True)
@@ -96,14 +108,43 @@ class SeedEncoder:
     priority: int
     callback: str | None
 
-    def ops_for(self, urls: list[str]) -> list[Push]:
+    def rows_for(self, urls: list[str]) -> list[tuple[bytes, bytes]]:
+        """(fingerprint, encoded request) of each URL: the costly part, made by the workers
+        (tuples travel between processes faster than ops)."""
         encode = _encoder(self.priority, self.callback)
-        ops: list[Push] = []
+        if is_scrapys_default(self.fingerprinter):
+            safe_urls = [safe_url_string(url) for url in urls]
+            return [(default_get_fingerprint(url), encode(url)) for url in safe_urls]
+        rows: list[tuple[bytes, bytes]] = []
         for url in urls:
             request = Request(url, priority=self.priority)
             fingerprint = cluster_fingerprint(self.fingerprinter.fingerprint(request))
-            ops.append(Push(fingerprint, self.priority, encode(request.url)))
-        return ops
+            rows.append((fingerprint, encode(request.url)))
+        return rows
+
+    def ops_of(self, rows: list[tuple[bytes, bytes]]) -> list[Push]:
+        return [Push(fingerprint, self.priority, blob) for fingerprint, blob in rows]
+
+    def ops_for(self, urls: list[str]) -> list[Push]:
+        return self.ops_of(self.rows_for(urls))
+
+
+def is_scrapys_default(fingerprinter: object) -> bool:
+    """True if ``fingerprinter`` is Scrapy's own RequestFingerprinter, unchanged."""
+    return (type(fingerprinter) is RequestFingerprinter
+            and getattr(fingerprinter, "_fingerprint", None) is fingerprint)
+
+
+def default_get_fingerprint(url: str) -> bytes:
+    """What Scrapy's default fingerprinter gives a plain GET of ``url`` (a URL as a Request
+    holds it, after ``safe_url_string``), without building the Request: a seed of 100,000
+    URLs spends most of its time there. ``tests/unit/test_seed.py`` checks that both agree."""
+    # json.dumps({"method": "GET", "url": ..., "body": "", "headers": {}}, sort_keys=True)
+    data = _DEFAULT_FINGERPRINT_JSON % json.dumps(canonicalize_url(url))
+    return hashlib.sha1(data.encode()).digest()  # noqa: S324
+
+
+_DEFAULT_FINGERPRINT_JSON = '{"body": "", "headers": {}, "method": "GET", "url": %s}'
 
 
 def _encoder(priority: int, callback: str | None) -> Callable[[str], bytes]:
@@ -115,27 +156,30 @@ def _encoder(priority: int, callback: str | None) -> Callable[[str], bytes]:
 _WORKER_ENCODER: SeedEncoder | None = None
 
 
-def _worker_ops(urls: list[str]) -> list[Push]:
+def _worker_rows(urls: list[str]) -> list[tuple[bytes, bytes]]:
     assert _WORKER_ENCODER is not None
-    return _WORKER_ENCODER.ops_for(urls)
+    return _WORKER_ENCODER.rows_for(urls)
 
 
-def batches_of_ops(encoder: SeedEncoder, urls: list[str]) -> Iterator[list[Push]]:
-    """The pushes of ``urls`` in batches of SEED_BATCH, in order.
+@contextmanager
+def prepared_ops(encoder: SeedEncoder, urls: list[str]) -> Iterator[Iterator[list[Push]]]:
+    """The pushes of ``urls`` in batches of SEED_BATCH, in order, prepared while the caller
+    checks the URLs (nothing is taken from the iterator before that).
 
     Fingerprinting costs far more than the write, so a large seed is prepared by worker
-    processes (one per core, forked so that they share the project's fingerprinter).
+    processes (one per core, forked so that they share the project's fingerprinter), which
+    start at once; leaving the block stops them.
     """
     batches = [urls[i:i + SEED_BATCH] for i in range(0, len(urls), SEED_BATCH)]
     workers = min(os.cpu_count() or 1, MAX_WORKERS)
     if len(urls) < PARALLEL_FROM_URLS or workers < 2 or \
             "fork" not in multiprocessing.get_all_start_methods():
-        yield from (encoder.ops_for(batch) for batch in batches)
+        yield (encoder.ops_for(batch) for batch in batches)
         return
     global _WORKER_ENCODER
     _WORKER_ENCODER = encoder
     with multiprocessing.get_context("fork").Pool(workers) as pool:
-        yield from pool.imap(_worker_ops, batches)
+        yield (encoder.ops_of(rows) for rows in pool.imap(_worker_rows, batches))
 
 
 def open_source(path: str) -> tuple[IO[str], str]:

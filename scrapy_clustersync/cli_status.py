@@ -10,9 +10,10 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 from rich.table import Table
 
-from .store import JobStatus, JobStore
-from .store.job import FinishedRun
+from .store import JobStatus, JobStore, StoreError, StoreUnavailable
+from .store.errors import AccessRefused
 from .store.jobs import job_names
+from .store.results import FinishedRun
 
 if TYPE_CHECKING:
     import redis
@@ -148,9 +149,17 @@ def _nodes_table(report: JobStatus) -> Table:
 
 def job_rows(client: redis.Redis) -> list[dict[str, Any]]:
     """One summary per job on this Redis: state, queued, done (acked), live nodes."""
-    rows = []
+    rows: list[dict[str, Any]] = []
     for name in job_names(client):
-        report = JobStore(client, name, node_id="cli", writes_seen=None).status()
+        try:
+            report = JobStore(client, name, node_id="cli", writes_seen=None).status()
+        except (StoreUnavailable, AccessRefused):
+            raise
+        except StoreError as exc:  # one job's keys are not what this version reads
+            rows.append({"job": name, "state": "unknown", "error": str(exc), "queued": None,
+                         "leased": None, "done": None, "nodes": None, "pages_per_min": None,
+                         "finished_at": None})
+            continue
         if not report.exists:  # purged between the scan and now
             continue
         rows.append({
@@ -166,8 +175,15 @@ def job_rows(client: redis.Redis) -> list[dict[str, Any]]:
 def print_jobs(rows: list[dict[str, Any]], out: Console) -> None:
     table = Table("job", "state", "queued", "leased", "done", "live nodes", "pages/min",
                   "finished")
+    unreadable = []
     for row in rows:
+        if row["state"] == "unknown":
+            unreadable.append(row)
+            table.add_row(row["job"], "unknown", *[""] * 6)
+            continue
         table.add_row(row["job"], row["state"], f"{row['queued']:,}", f"{row['leased']:,}",
                       f"{row['done']:,}", str(row["nodes"]), f"{row['pages_per_min']:.0f}",
                       row["finished_at"] or "")
     out.print(table)
+    for row in unreadable:
+        out.print(f"job {row['job']!r} cannot be read: {row['error']}", markup=False)

@@ -11,7 +11,7 @@ from .config import ClusterConfig, redact_url
 from .stopping import JOB_FINISHED, REDIS_AUTH_REFUSED, REDIS_UNREACHABLE
 from .store import JobStore, StoreError
 from .store.errors import AccessRefused
-from .store.job import FinishedRun, Joined
+from .store.results import FinishedRun, Joined
 
 logger = logging.getLogger(__name__)
 
@@ -55,8 +55,6 @@ def join_job(store: JobStore, config: ClusterConfig) -> Joined | str:
     url = redact_url(config.redis_url)
     try:
         joined = store.join_node(int(config.lease_timeout_s * 1000), recrawl=config.recrawl)
-        if joined.restarted == "forget-seen":
-            store.forget_seen()
     except AccessRefused as exc:
         logger.error(
             "clustersync: Redis at %s refused this node (%s): check the user and password in "

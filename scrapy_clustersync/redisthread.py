@@ -15,7 +15,7 @@ from .store import Op
 if TYPE_CHECKING:
     from .config import ClusterConfig
     from .store import JobStore
-    from .store.job import Heartbeat
+    from .store.results import Heartbeat
 
 #: the reasons a node closes with when its Redis thread says so (see ``RedisThread.outcome``)
 FINISHED = "finished"

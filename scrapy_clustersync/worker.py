@@ -28,8 +28,9 @@ from .prefetch import Prefetch
 from .redisthread import FINISHED, STATE_LOST, StartState, Undelivered
 from .store import JobStore, Op, StateLost, StoreError, StoreUnavailable
 from .store.errors import BadBatch, RolledBack
-from .store.job import Heartbeat, new_call_id
+from .store.job import new_call_id
 from .store.ops import StartDone
+from .store.results import Heartbeat
 from .writes import WriteStream
 
 logger = logging.getLogger(__name__)

@@ -366,3 +366,34 @@ def test_purge_deletes_layers_prepared_ahead_and_status_counts_them_apart(
     # and purge leaves no chunk behind
     store.purge()
     assert store.client.keys("*bloom*") == []
+
+
+def test_restart_forgetting_the_seen_record_deletes_every_layer_in_one_step(
+    redis_server: RedisServer,
+) -> None:
+    # given a finished-looking job (no node alive, nothing queued) whose filter grew two layers
+    store, epoch = bloom_store(redis_server.url, capacity=500, error=0.001)
+    known = random_fingerprints(3000, seed=11)
+    insert(store, epoch, known)
+    client = make_client(redis_server.url)
+    prefix = store.keys.bloom
+    assert len([k for k in client.scan_iter(f"{prefix}*")]) > 2  # the hash and its chunks
+    client.delete(store.keys.queue, store.keys.nodes)
+    # when the bloom hash changes between reading it and restarting (a node still writing)
+    stale_keys, stale_layout = store._dedup_record()
+    existing = client.exists(*stale_keys)
+    client.hset(store.keys.bloom, "layout9", "changed")
+    answer = store._restart(keys=[store.keys.meta, store.keys.nodes, store.keys.queue,
+                                  store.keys.deadlines, *stale_keys],
+                            args=[0, 1, *stale_layout])
+    # then the script does nothing and says to read it again
+    assert int(answer[0]) == -1
+    assert client.exists(*stale_keys) == existing > 100
+    client.hdel(store.keys.bloom, "layout9")
+    # when it is restarted, forgetting the seen record
+    result = store.restart(forget_seen=True)
+    # then every key of the dedup record is gone and every URL is new again
+    assert result.done
+    assert [k for k in client.scan_iter(f"{prefix}*")] == []
+    assert client.exists(store.keys.seen) == 0
+    assert insert(store, epoch, known[:500]) == (500, 0)

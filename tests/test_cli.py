@@ -70,6 +70,27 @@ def test_jobs_lists_every_job_with_its_figures(redis_server: RedisServer) -> Non
     assert "news" in clustersync("jobs", url=redis_server.url).stdout
 
 
+def test_jobs_lists_a_job_it_cannot_read_as_unknown_beside_the_others(
+    redis_server: RedisServer,
+) -> None:
+    # given two jobs, one of them with a queue key of the wrong type (another program's)
+    clustersync("seed", "shop", "--create", "http://a/1", url=redis_server.url)
+    clustersync("seed", "news", "--create", "http://b/1", url=redis_server.url)
+    client = make_client(redis_server.url)
+    queue = JobStore(client, "news", "t").keys.queue
+    client.delete(queue)
+    client.set(queue, "not a queue")
+    # when the jobs are listed
+    listed = clustersync("jobs", "--json", url=redis_server.url)
+    table = clustersync("jobs", url=redis_server.url)
+    # then the readable job is listed as usual and the other as unknown, with why
+    assert listed.returncode == 0 and table.returncode == 0, listed.stderr + table.stderr
+    rows = {row["job"]: row for row in json.loads(listed.stdout)}
+    assert rows["shop"]["queued"] == 1
+    assert rows["news"]["state"] == "unknown" and "WRONGTYPE" in rows["news"]["error"]
+    assert "unknown" in table.stdout and "job 'news' cannot be read" in table.stdout
+
+
 @pytest.mark.parametrize("command", [
     "status nope", "status nope --json", "dead nope", "purge nope --yes", "seed nope http://a/1",
 ])
@@ -125,3 +146,38 @@ def test_seed_refuses_a_url_without_a_host_before_writing(redis_server: RedisSer
                          url=redis_server.url)
     assert result.returncode == 2 and "'http://' has no host" in result.stderr
     assert JobStore(make_client(redis_server.url), "shop", "t").status().exists is False
+
+
+def test_a_large_seed_is_refused_whole_for_one_bad_line_near_its_end(
+    redis_server: RedisServer, tmp_path: Path,
+) -> None:
+    # given 12,000 URLs (enough for the worker processes) whose line 11,990 has no scheme
+    lines = [f"https://shop.example/item/{i}" for i in range(12_000)]
+    lines[11_989] = "shop.example/item/oops"
+    urls = tmp_path / "urls.txt"
+    urls.write_text("\n".join(lines) + "\n")
+    # when it is seeded
+    result = clustersync("seed", "shop", "--create", "-f", str(urls), url=redis_server.url)
+    # then the error names the line and nothing was written
+    assert result.returncode == 2, result.stderr
+    assert f"line 11990 of {urls}" in result.stderr and "nothing was seeded" in result.stderr
+    assert JobStore(make_client(redis_server.url), "shop", "t").status().exists is False
+
+
+def test_a_large_seed_queues_every_url_once_and_a_second_seed_finds_them_seen(
+    redis_server: RedisServer, tmp_path: Path,
+) -> None:
+    # given 12,000 distinct URLs, each written twice in a form Scrapy treats as the same URL
+    # (query arguments in another order), so the workers' fingerprints must agree
+    urls = tmp_path / "urls.txt"
+    urls.write_text("".join(f"https://shop.example/item?id={i}&page=2\n" for i in range(12_000))
+                    + "".join(f"https://shop.example/item?page=2&id={i}\n"
+                              for i in range(12_000)))
+    # when the file is seeded, then seeded again
+    first = clustersync("seed", "shop", "--create", "-f", str(urls), url=redis_server.url)
+    again = clustersync("seed", "shop", "-f", str(urls), url=redis_server.url)
+    # then each URL is queued once
+    assert first.returncode == 0, first.stderr
+    assert "seeded 12000 request(s)" in first.stdout and "12000 already seen" in first.stdout
+    assert "seeded 0 request(s)" in again.stdout and "24000 already seen" in again.stdout
+    assert JobStore(make_client(redis_server.url), "shop", "t").status().queued == 12_000

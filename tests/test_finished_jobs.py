@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from testkit.redis_server import RedisServer
 
 from conftest import RedisFactory, SiteFactory
@@ -140,10 +142,15 @@ def test_a_wrong_password_is_reported_as_such_in_one_line_with_a_non_zero_exit(
     assert code != 0
 
 
+@pytest.mark.parametrize("runner", [
+    {},  # Scrapy's default: AsyncCrawlerProcess on the asyncio reactor
+    {"FORCE_CRAWLER_PROCESS": "True"},  # CrawlerProcess
+    {"TWISTED_REACTOR": "twisted.internet.epollreactor.EPollReactor"},
+], ids=["async-runner", "crawler-process", "twisted-reactor"])
 def test_an_unreachable_redis_stops_the_node_in_one_line_with_a_non_zero_exit(
-    site: SiteFactory, tmp_path: Path
+    site: SiteFactory, tmp_path: Path, runner: dict[str, str]
 ) -> None:
-    code, log = _crawl("node1", "redis://127.0.0.1:1/0", site(3).start_url, tmp_path)
+    code, log = _crawl("node1", "redis://127.0.0.1:1/0", site(3).start_url, tmp_path, **runner)
     _one_clean_error(log, "cannot join job 'site' at redis://127.0.0.1:1/0")
     assert "'finish_reason': 'clustersync_redis_unreachable'" in log
     assert code != 0

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from typing_extensions import Self
 
     from ..scheduler import ClusterScheduler
-    from ..store.job import Heartbeat
+    from ..store.results import Heartbeat
 
 logger = logging.getLogger(__name__)
 

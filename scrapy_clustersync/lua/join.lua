@@ -17,13 +17,16 @@
 -- ARGV[5]  dedup           string  "bloom" or "exact", used if the job is new
 -- ARGV[6]  bloom_capacity  int     used if the job is new
 -- ARGV[7]  bloom_error     string  used if the job is new
+-- KEYS[5..]  with "forget-seen": the dedup record (seen, bloom, chunks; see dedup_unchanged)
 -- ARGV[8]  recrawl         string  "" = a finished job stays finished; "keep-seen" or
---                                  "forget-seen" = restart it (the caller forgets the seen
---                                  record for "forget-seen"); "join" = join it as it is
+--                                  "forget-seen" = restart it ("forget-seen" also deletes the
+--                                  dedup record, in the same step); "join" = join it as it is
+-- ARGV[9..]  with "forget-seen": the bloom hash as read to name its chunks
 -- Returns {epoch, claimed 0|1, dedup, bloom_capacity, bloom_error, finished_ms, finished_pages,
 -- finished_nodes, finished_idle_ms, restarted}: the job's settings, not the caller's; the
 -- finished_* fields are "" unless the job is finished (then the node was not added and claimed
--- nothing); restarted is ARGV[8] if this call restarted the job, else "".
+-- nothing); restarted is ARGV[8] if this call restarted the job, "retry" if it did not because
+-- the bloom hash changed since it was read (nothing done), else "".
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 if redis.call('HSETNX', KEYS[1], 'epoch', ARGV[2]) == 1 then
@@ -47,6 +50,13 @@ if tonumber(ARGV[3]) > 0 then
     for i = 1, 4 do finished[i] = record[i] or '' end
     return answer(0)
   elseif record[1] and idle then
+    if ARGV[8] == 'forget-seen' then
+      if not dedup_unchanged(KEYS[6], 9) then
+        restarted = 'retry'
+        return answer(0)
+      end
+      forget_dedup(5)
+    end
     restart_job(KEYS[1], now_ms)
     restarted = ARGV[8]
   end

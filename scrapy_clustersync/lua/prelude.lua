@@ -48,6 +48,26 @@ end
 -- CLUSTERSYNC_RECRAWL do (the queue, stats and dedup record are left alone).
 local FINISH_FIELDS = {'finished_ms', 'finished_pages', 'finished_nodes', 'finished_idle_ms'}
 
+-- The job's dedup record (exact set, bloom hash and the chunks it names) is KEYS[first..] when a
+-- script may forget it; ARGV[expected..] is the bloom hash as the caller read it to name the
+-- chunks (field, value pairs). dedup_unchanged is false if the hash changed since (the caller
+-- reads it again and retries); forget_dedup deletes the record.
+local function dedup_unchanged(bloom, expected)
+  if redis.call('HLEN', bloom) * 2 ~= #ARGV - expected + 1 then
+    return false
+  end
+  for i = expected, #ARGV, 2 do
+    if redis.call('HGET', bloom, ARGV[i]) ~= ARGV[i + 1] then
+      return false
+    end
+  end
+  return true
+end
+
+local function forget_dedup(first)
+  redis.call('UNLINK', unpack(KEYS, first))
+end
+
 local function restart_job(meta, now_ms)
   redis.call('HDEL', meta, 'start_done', 'start_claim', FINISH_FIELDS[1], FINISH_FIELDS[2], FINISH_FIELDS[3], FINISH_FIELDS[4])
   redis.call('HINCRBY', meta, 'restarts', 1)

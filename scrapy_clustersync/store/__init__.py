@@ -5,8 +5,9 @@ from __future__ import annotations
 from .client import make_client
 from .errors import StateLost, StoreError, StoreUnavailable
 from .formats import DeadLetter
-from .job import FlushResult, JobStatus, JobStore, Leased
+from .job import JobStore
 from .ops import Ack, DeadLetterEntry, DeadLetterWrite, Op, Push, PushFlags, Release, StartDone
+from .results import FlushResult, JobStatus, Leased
 
 __all__ = [
     "Ack", "DeadLetter", "DeadLetterEntry", "DeadLetterWrite", "FlushResult", "JobStatus",

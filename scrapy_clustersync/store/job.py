@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from importlib import resources
-from typing import Any, NamedTuple
+from typing import Any
 
 import redis
 
@@ -27,9 +26,20 @@ from .formats import DeadLetter, FormatError, format_node_record, parse_node_rec
 from .formats import as_bytes as _raw
 from .formats import as_text as _text
 from .ops import Op
+from .results import (
+    FinishedRun,
+    FlushResult,
+    Heartbeat,
+    JobStatus,
+    Joined,
+    Leased,
+    Restarted,
+)
 
 DEAD_LETTERS_KEPT = 10_000
 RECLAIM_PER_LEASE = 200
+#: tries at forgetting the seen record while its Bloom filter changes (it does not, with no node)
+FORGET_TRIES = 5
 CALL_ID_BYTES = 8
 
 
@@ -42,139 +52,6 @@ def _load_lua(name: str, *helpers: str) -> str:
 
 def new_call_id() -> str:
     return uuid.uuid4().hex[: CALL_ID_BYTES * 2]
-
-
-class Leased(NamedTuple):
-    """One entry leased to the node: its id, its encoded request and its priority."""
-
-    entry_id: str
-    blob: bytes
-    priority: float
-
-
-@dataclass(frozen=True)
-class FlushResult:
-    pushed: int = 0
-    filtered: int = 0
-    acked: int = 0
-    released: int = 0
-    dead: int = 0
-    bloom_layers: int = 0
-    #: entries in the last Bloom layer in use (0 with exact dedup)
-    bloom_active_entries: int = 0
-    #: fingerprints in the job's exact set (a Bloom job's, until they moved into the filter)
-    exact_entries: int = 0
-
-
-@dataclass(frozen=True)
-class Heartbeat:
-    finished: bool
-    queued: int
-    leased: int
-    live_nodes: int
-    server_ms: int
-    #: "done", "mine" (this node holds the start() claim), "other" or "none"
-    start: str = "none"
-    #: ms from now until the job is finished if nothing changes: 0 it is, -1 it cannot be by
-    #: waiting (work is queued or leased, start() runs, a live node is busy)
-    finish_wait_ms: int = -1
-    #: requests the job's nodes acked (done) in the job's whole life
-    done: int = 0
-
-
-@dataclass(frozen=True)
-class FinishedRun:
-    """How the job's last run ended, as the heartbeat that first found it finished recorded it."""
-
-    at_ms: int
-    #: requests done (acked) in the job's whole life, at that time
-    pages: int
-    #: live nodes then, every one idle for ``idle_ms``
-    nodes: int
-    idle_ms: int
-
-    #: where the record is kept in the job's meta hash (prelude.lua FINISH_FIELDS, same order)
-    META_FIELDS = ("finished_ms", "finished_pages", "finished_nodes", "finished_idle_ms")
-
-    @classmethod
-    def from_meta(cls, meta: dict[str, str]) -> FinishedRun | None:
-        """The record in the job's meta hash (as text), or None while the job has none."""
-        if not meta.get(cls.META_FIELDS[0]):
-            return None
-        return cls(*(int(meta.get(name) or 0) for name in cls.META_FIELDS))
-
-    def why(self) -> str:
-        """Why the job finished, in the words the log uses."""
-        return (f"queue empty, no lease out, {self.nodes} node(s) idle for "
-                f"{self.idle_ms / 1000:g}s")
-
-
-@dataclass(frozen=True)
-class Joined:
-    """What joining the job answered (``JobStore.join_node``)."""
-
-    epoch: str
-    #: this node must run the spider's start()
-    runs_start: bool
-    #: the job's last run finished and nothing is queued: the node did not join (None otherwise)
-    finished: FinishedRun | None = None
-    #: "keep-seen" or "forget-seen" if this node restarted the finished job, else ""
-    restarted: str = ""
-
-
-@dataclass(frozen=True)
-class Restarted:
-    """What ``JobStore.restart`` did: whether it restarted the job, and what it found."""
-
-    done: bool
-    live_nodes: int
-    queued: int
-    leased: int
-
-
-@dataclass
-class JobStatus:
-    job: str
-    exists: bool
-    queued: int
-    leased: int
-    seen: int
-    dead_letters: int
-    counters: dict[str, int]
-    start_claimed_by: str | None
-    start_done: bool
-    server_ms: int
-    nodes: list[dict[str, Any]] = field(default_factory=list)
-    dedup: dict[str, Any] = field(default_factory=dict)
-    #: the job's meta hash as text (epoch, dedup settings, start claim, finish record...)
-    meta: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def state(self) -> str:
-        if not self.exists:
-            return "absent"
-        if any(node["alive"] and not node["idle"] for node in self.nodes):
-            return "running"
-        if self.queued or self.leased:
-            return "waiting for nodes" if not any(n["alive"] for n in self.nodes) else "running"
-        if any(node["alive"] for node in self.nodes):
-            return "idle"
-        return "finished" if self.counters.get("acked") else "seeded"
-
-    @property
-    def unserializable(self) -> int:
-        """Requests the nodes kept because they cannot travel (crawled there, not crash-safe)."""
-        return sum(int(node.get("unserializable", 0)) for node in self.nodes)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "job": self.job, "state": self.state, "queued": self.queued, "leased": self.leased,
-            "seen": self.seen, "done": self.counters.get("acked", 0),
-            "unserializable": self.unserializable,
-            "dead_letters": self.dead_letters, "counters": self.counters,
-            "start_claimed_by": self.start_claimed_by, "start_done": self.start_done,
-            "nodes": self.nodes, "dedup": self.dedup,
-        }
 
 
 class JobStore:
@@ -245,15 +122,23 @@ class JobStore:
         A job whose last run finished, with nothing queued or leased, is not joined when
         ``recrawl`` is "" (``Joined.finished`` says when and how it ended); with "keep-seen" or
         "forget-seen" this call restarts it (``Joined.restarted``) and the node runs start();
-        for "forget-seen" the caller then calls ``forget_seen``; "join" joins it as it is.
+        "forget-seen" also deletes the seen record in the same step; "join" joins it as it is.
         """
         k, d = self.keys, self.dedup
-        with translate_errors(self.client):
-            epoch, claimed, mode, capacity, error, *finish, restarted = self._join(
-                keys=[k.meta, k.nodes, k.queue, k.deadlines],
-                args=[self.node_id, uuid.uuid4().hex, ttl_ms, int(claim), job_mode_for(d.mode),
-                      d.bloom_capacity, repr(d.bloom_error_rate), recrawl],
-            )
+        for _ in range(FORGET_TRIES):
+            dedup_keys, layout = self._dedup_record() if recrawl == "forget-seen" else ([], [])
+            with translate_errors(self.client):
+                epoch, claimed, mode, capacity, error, *finish, restarted = self._join(
+                    keys=[k.meta, k.nodes, k.queue, k.deadlines, *dedup_keys],
+                    args=[self.node_id, uuid.uuid4().hex, ttl_ms, int(claim),
+                          job_mode_for(d.mode), d.bloom_capacity, repr(d.bloom_error_rate),
+                          recrawl, *layout],
+                )
+            if _text(restarted) != "retry":
+                break
+        else:
+            raise StoreError(f"the seen record of job {k.job!r} kept changing while it was "
+                             "being forgotten; is a node still writing to it?")
         self.job_dedup = _text(mode)
         self.dedup = DedupSettings(setting_of(self.job_dedup), int(capacity), float(_text(error)))
         if self.job_dedup == "bloom":  # an older version's job: its filter from the first URL
@@ -263,33 +148,36 @@ class JobStore:
             finished = FinishedRun(*(int(_text(x) or 0) for x in finish))
         return Joined(_text(epoch), bool(int(claimed)), finished, _text(restarted))
 
-    def restart(self, force: bool = False) -> Restarted:
+    def restart(self, force: bool = False, forget_seen: bool = False) -> Restarted:
         """Make the job crawlable again: start() runs again on the next node (see restart.lua).
 
         Refused (``Restarted.done`` False) for a job that does not exist, or, unless ``force``,
-        one with live nodes or work queued or leased. The seen record is kept: see
-        ``forget_seen``.
+        one with live nodes or work queued or leased. The seen record is kept unless
+        ``forget_seen``: then it is deleted in the same step.
         """
         k = self.keys
-        with translate_errors(self.client):
-            done, live, queued, leased = self._restart(
-                keys=[k.meta, k.nodes, k.queue, k.deadlines], args=[int(force)])
-        return Restarted(bool(int(done)), int(live), int(queued), int(leased))
+        for _ in range(FORGET_TRIES):
+            dedup_keys, layout = self._dedup_record() if forget_seen else ([], [])
+            with translate_errors(self.client):
+                done, live, queued, leased = (int(x) for x in self._restart(
+                    keys=[k.meta, k.nodes, k.queue, k.deadlines, *dedup_keys],
+                    args=[int(force), int(forget_seen), *layout]))
+            if done >= 0:
+                return Restarted(bool(done), live, queued, leased)
+        raise StoreError(f"the seen record of job {k.job!r} kept changing while it was being "
+                         "forgotten; is a node still writing to it?")
 
-    def forget_seen(self) -> int:
-        """Delete the job's dedup record (exact set, Bloom filter), so that every URL is crawled
-        again; returns how many keys existed. Meant for a job with no node running."""
-        with translate_errors(self.client):
-            names = self._dedup_keys()
-            return int(self.client.unlink(*names)) if names else 0
-
-    def _dedup_keys(self) -> list[str]:
-        """Every key of the job's dedup record (read from Redis: the Bloom layers in use)."""
+    def _dedup_record(self) -> tuple[list[str], list[str]]:
+        """The keys of the job's dedup record (exact set, bloom hash, the Bloom chunks it names)
+        and the bloom hash as read (field, value pairs), which a script checks is unchanged."""
         k = self.keys
+        with translate_errors(self.client):
+            bloom = {_text(name): _text(value)
+                     for name, value in self.client.hgetall(k.bloom).items()}
         names = [k.seen, k.bloom]
-        for name, value in self.client.hgetall(k.bloom).items():
-            names.extend(bloom_chunks_of(k, _text(name), _text(value)))
-        return names
+        for name, value in bloom.items():
+            names.extend(bloom_chunks_of(k, name, value))
+        return names, [x for pair in bloom.items() for x in pair]
 
     def ensure_job(self) -> str:
         """The job's epoch, creating the job if it is new (used by the CLI's seed)."""
@@ -522,7 +410,7 @@ class JobStore:
         with translate_errors(self.client):
             nodes = [_text(n) for n in self.client.hkeys(k.node_info)]
             names = k.shared_keys() + [k.last_call(n) for n in nodes + ["cli"]]
-            names.extend(self._dedup_keys())
+            names.extend(self._dedup_record()[0])
             # UNLINK: a huge queue or Bloom layer is freed in the background, not in the call
             return int(self.client.unlink(*dict.fromkeys(names)))
 
