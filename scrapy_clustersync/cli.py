@@ -10,10 +10,18 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import NoReturn
 
 import click
 
+from .cli_check import NEEDS_A_PERSON, check, needs_a_person, nodes, show_status, top
+from .cli_common import (
+    _existing_store,
+    _fail,
+    _not_found,
+    _project,
+    _redis_url,
+    _store,
+)
 from .cli_seed import (
     BadSeed,
     SeedEncoder,
@@ -23,70 +31,11 @@ from .cli_seed import (
     prepared_ops,
     read_urls,
 )
-from .cli_status import console, job_rows, print_jobs, print_status, status_dict
-from .config import ConfigError, DedupSettings, redact_url
+from .cli_status import console, job_rows, print_jobs
+from .config import ConfigError, redact_url
 from .projectsettings import ProjectContext, parse_overrides
 from .store import JobStore, StoreError, make_client
 from .store.job import new_call_id
-
-
-class JobNotFound(click.ClickException):
-    """The job named does not exist on this Redis (exit code 3)."""
-
-    exit_code = 3
-
-
-def _project(ctx: click.Context) -> ProjectContext:
-    project: ProjectContext = ctx.obj["project"]
-    return project
-
-
-def _redis_url(ctx: click.Context) -> str:
-    """The Redis URL (flag, environment or project; see projectsettings.py); a usage error
-    naming where it came from if it is missing or bad."""
-    try:
-        url, given_as = _project(ctx).redis_url()
-    except ConfigError as exc:
-        raise click.UsageError(str(exc)) from None
-    ctx.obj["redis_url"], ctx.obj["redis_url_given_as"] = url, given_as
-    return url
-
-
-def _store(ctx: click.Context, job: str | None, dedup: DedupSettings | None = None) -> JobStore:
-    """The store of ``job`` (default: the project's CLUSTERSYNC_JOB) at the Redis given; a
-    usage error if either is bad."""
-    url = _redis_url(ctx)
-    try:
-        name = _project(ctx).job(job)
-    except ConfigError as exc:
-        raise click.UsageError(str(exc)) from None
-    return JobStore(make_client(url), name, node_id="cli", dedup=dedup, writes_seen=None)
-
-
-def _existing_store(ctx: click.Context, job: str | None) -> JobStore:
-    """As ``_store``, for a job that must exist: JobNotFound (exit 3) if it does not."""
-    store = _store(ctx, job)
-    try:
-        exists = store.status().exists
-    except StoreError as exc:
-        _fail(exc, ctx)
-    if not exists:
-        _not_found(ctx, store.keys.job)
-    return store
-
-
-def _not_found(ctx: click.Context, job: str) -> NoReturn:
-    raise JobNotFound(
-        f"job {job!r} does not exist on the Redis at {redact_url(ctx.obj['redis_url'])} "
-        f"(from {ctx.obj['redis_url_given_as']}); `clustersync jobs` lists the jobs there"
-    )
-
-
-def _fail(exc: StoreError, ctx: click.Context) -> NoReturn:
-    raise click.ClickException(
-        f"Redis at {redact_url(ctx.obj['redis_url'])} answered with an error or could not be "
-        f"reached: {exc}"
-    )
 
 
 @click.group()
@@ -137,21 +86,24 @@ def jobs(ctx: click.Context, as_json: bool) -> None:
 @main.command()
 @click.argument("job", required=False)
 @click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
+@click.option("--check", "check_health", is_flag=True,
+              help="Exit 1 when something needs a person: dead nodes holding work, nodes on "
+                   "other code or settings, dead letters (for cron and monitoring).")
 @click.pass_context
-def status(ctx: click.Context, job: str | None, as_json: bool) -> None:
+def status(ctx: click.Context, job: str | None, as_json: bool, check_health: bool) -> None:
     """State, queued, leased, seen, done, rate, dead letters and nodes of JOB (default: the
     project's CLUSTERSYNC_JOB)."""
     store = _store(ctx, job)
     try:
         report = store.status()
+        attention = needs_a_person(store, report) if check_health else []
     except StoreError as exc:
         _fail(exc, ctx)
     if not report.exists:
         _not_found(ctx, store.keys.job)
-    if as_json:
-        click.echo(json.dumps(status_dict(report), indent=2, sort_keys=True))
-    else:
-        print_status(report, console())
+    show_status(report, attention if check_health else None, as_json)
+    if attention:
+        ctx.exit(NEEDS_A_PERSON)
 
 
 @main.command()
@@ -291,6 +243,11 @@ def restart(ctx: click.Context, job: str | None, forget_seen: bool, force: bool,
     click.echo(f"restarted job {job!r}: start() runs again on the next node; "
                + ("the seen record was cleared: every URL is crawled again" if forget_seen
                   else "the seen record is kept: only URLs not seen before are crawled"))
+
+
+main.add_command(check)
+main.add_command(nodes)
+main.add_command(top)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -81,24 +81,30 @@ def status_dict(report: JobStatus) -> dict[str, Any]:
 
 
 def print_status(report: JobStatus, out: Console) -> None:
-    summary = status_dict(report)
-    out.print(f"[bold]job[/bold] {report.job}  [bold]state[/bold] {summary['state']}")
+    for line in summary_lines(report, status_dict(report)):
+        out.print(line)
+    out.print(_nodes_table(report))
+
+
+def summary_lines(report: JobStatus, summary: dict[str, Any]) -> list[str]:
+    """The status above the nodes table, a line each (rich markup)."""
+    lines = [f"[bold]job[/bold] {report.job}  [bold]state[/bold] {summary['state']}"]
     if summary["finished_at"]:
-        out.print(f"  finished     {summary['finished_at']}  "
-                  f"reason: {summary['finished_reason'] or 'not recorded'}")
+        lines.append(f"  finished     {summary['finished_at']}  "
+                     f"reason: {summary['finished_reason'] or 'not recorded'}")
     if report.start_claimed_by:
         done = "done" if report.start_done else "running"
-        out.print(f"  start()      run by {report.start_claimed_by} ({done})")
+        lines.append(f"  start()      run by {report.start_claimed_by} ({done})")
     for name in ("queued", "leased", "seen", "done", "dead_letters"):
-        out.print(f"  {name:<13}{summary[name]:>12,}")
-    out.print(f"  pages/min    {summary['pages_per_min']:>12,.1f}" + _eta_text(summary["eta_s"]))
+        lines.append(f"  {name:<13}{summary[name]:>12,}")
+    lines.append(f"  pages/min    {summary['pages_per_min']:>12,.1f}"
+                 + _eta_text(summary["eta_s"]))
     if report.unserializable:
-        out.print(f"  kept local   {report.unserializable:>12,}  requests refused at enqueue "
-                  "(cannot be encoded), crawled on the node that made them (not crash-safe)")
+        lines.append(f"  kept local   {report.unserializable:>12,}  requests refused at enqueue "
+                     "(cannot be encoded), crawled on the node that made them (not crash-safe)")
     for name in ("pushed", "filtered", "reclaimed"):
-        out.print(f"  {name:<13}{report.counters.get(name, 0):>12,}")
-    _print_dedup(report.dedup, out)
-    out.print(_nodes_table(report))
+        lines.append(f"  {name:<13}{report.counters.get(name, 0):>12,}")
+    return lines + _dedup_lines(report.dedup)
 
 
 def _eta_text(eta: float | None) -> str:
@@ -113,24 +119,25 @@ def _duration(seconds: float) -> str:
     return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
 
 
-def _print_dedup(dedup: dict[str, Any], out: Console) -> None:
+def _dedup_lines(dedup: dict[str, Any]) -> list[str]:
     if dedup.get("mode") != "bloom":
-        out.print(f"  dedup        exact set of {dedup.get('entries', 0):,} fingerprints")
-        return
+        return [f"  dedup        exact set of {dedup.get('entries', 0):,} fingerprints"]
     if dedup.get("stage") == "exact set":  # a small job: no filter until it needs one
-        out.print(f"  dedup        exact set of {dedup['entries']:,} fingerprints, until the "
-                  "job is big enough for its Bloom filter")
-        return
+        return [f"  dedup        exact set of {dedup['entries']:,} fingerprints, until the "
+                "job is big enough for its Bloom filter"]
+    lines = []
     if dedup.get("exact_entries"):
-        out.print(f"  dedup        moving {dedup['exact_entries']:,} fingerprints from the exact "
-                  "set into the Bloom filter")
-    out.print(
+        lines.append(f"  dedup        moving {dedup['exact_entries']:,} fingerprints from the "
+                     "exact set into the Bloom filter")
+    lines.append(
         f"  bloom filter  {dedup['entries']:,} entries (estimated), {dedup['layers']} "
         f"layer(s), {dedup['bytes']:,} bytes, expected error rate now "
         f"{dedup['expected_error_rate']:.2e} (configured {dedup['configured_error_rate']})"
     )
     if dedup.get("prepared_bytes"):
-        out.print(f"  bloom filter  next layer allocated ahead: {dedup['prepared_bytes']:,} bytes")
+        lines.append(f"  bloom filter  next layer allocated ahead: "
+                     f"{dedup['prepared_bytes']:,} bytes")
+    return lines
 
 
 def _nodes_table(report: JobStatus) -> Table:

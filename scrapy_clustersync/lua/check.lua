@@ -1,0 +1,117 @@
+-- check: confirm, and with ARGV[1] = 'repair' mend, what `clustersync check` suspects of the
+-- job's entries (store/check.py finds the suspects from reads that are not one snapshot, so each
+-- is confirmed here, atomically, before it is reported or mended: a crawl running meanwhile
+-- never turns a suspect into a wrong repair).
+--
+-- KEYS[1]  queue      zset  entry id -> queue score (-priority)
+-- KEYS[2]  entries    hash  entry id -> encoded request
+-- KEYS[3]  deadlines  zset  leased entry id -> lease deadline (server ms)
+-- KEYS[4]  leased     hash  leased entry id -> "<queue score>|<node>"
+-- KEYS[5]  nodes      zset  node id -> liveness deadline (server ms)
+-- ARGV[1]  mode  'check' | 'repair'
+-- ARGV[2..] triples: kind, entry id, queue score ('' unless the caller read it from the entry's
+--           request: what an entry that is in no structure goes back to the queue with)
+-- Returns, for each suspect that holds: kind, id, what was done ('' in check mode).
+local t = redis.call('TIME')
+local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local repair = ARGV[1] == 'repair'
+local out = {}
+
+local function queued(id) return redis.call('ZSCORE', KEYS[1], id) end
+local function has_entry(id) return redis.call('HEXISTS', KEYS[2], id) == 1 end
+local function deadline(id) return redis.call('ZSCORE', KEYS[3], id) end
+local function lease(id) return parse_lease(redis.call('HGET', KEYS[4], id)) end
+local function live(node)
+  local until_ms = redis.call('ZSCORE', KEYS[5], node)
+  return until_ms and tonumber(until_ms) >= now_ms
+end
+local function drop_lease(id)
+  redis.call('ZREM', KEYS[3], id)
+  redis.call('HDEL', KEYS[4], id)
+end
+local function requeue(id, score)
+  drop_lease(id)
+  redis.call('ZADD', KEYS[1], score, id)
+end
+
+-- each kind: does it hold now, and how it is mended (returns what was done)
+local KINDS = {
+  lease_of_dead_node = {
+    holds = function(id)
+      local score, owner = lease(id)
+      local until_ms = deadline(id)
+      return owner and not live(owner) and until_ms and tonumber(until_ms) >= now_ms
+    end,
+    mend = function(id)
+      requeue(id, (lease(id)))
+      return 'returned to the queue'
+    end,
+  },
+  queued_and_leased = {
+    holds = function(id) return queued(id) and (lease(id) or deadline(id)) end,
+    mend = function(id)
+      local _, owner = lease(id)
+      if owner and live(owner) then
+        redis.call('ZREM', KEYS[1], id)
+        return 'removed from the queue: leased to live node ' .. owner
+      end
+      drop_lease(id)
+      return 'lease dropped: it stays queued'
+    end,
+  },
+  queued_without_entry = {
+    holds = function(id) return queued(id) and not has_entry(id) end,
+    mend = function(id)
+      redis.call('ZREM', KEYS[1], id)
+      return 'removed from the queue'
+    end,
+  },
+  leased_without_entry = {
+    holds = function(id) return (lease(id) or deadline(id)) and not has_entry(id) end,
+    mend = function(id)
+      drop_lease(id)
+      return 'lease dropped'
+    end,
+  },
+  lease_without_deadline = {
+    holds = function(id) return lease(id) and not deadline(id) and has_entry(id) end,
+    mend = function(id)
+      requeue(id, (lease(id)))
+      return 'returned to the queue'
+    end,
+  },
+  deadline_without_lease = {
+    holds = function(id) return deadline(id) and not lease(id) and has_entry(id) end,
+    mend = function(id, score)
+      drop_lease(id)
+      if queued(id) then return 'deadline dropped: it stays queued' end
+      redis.call('ZADD', KEYS[1], score ~= '' and score or '0', id)
+      return 'returned to the queue'
+    end,
+  },
+  entry_unqueued = {
+    holds = function(id)
+      return has_entry(id) and not queued(id) and not lease(id) and not deadline(id)
+    end,
+    mend = function(id, score)
+      redis.call('ZADD', KEYS[1], score ~= '' and score or '0', id)
+      return 'returned to the queue'
+    end,
+  },
+}
+
+for i = 2, #ARGV - 2, 3 do
+  local kind, id, score = ARGV[i], ARGV[i + 1], ARGV[i + 2]
+  local rule = KINDS[kind]
+  if not rule then
+    return redis.error_reply('CLUSTERSYNC_BAD_CHECK unknown kind ' .. kind)
+  end
+  if rule.holds(id) then
+    local done = ''
+    if repair then done = rule.mend(id, score) end
+    out[#out + 1] = kind
+    out[#out + 1] = id
+    out[#out + 1] = done
+  end
+end
+return out

@@ -1,0 +1,212 @@
+"""`clustersync check [--repair]` and `status --check`: a job broken on purpose in each way its
+invariants forbid is found, mended where that is safe, and a crawl checked and repaired while
+it runs loses nothing and is not "mended" at all."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import redis
+from scrapy import Request
+
+from scrapy_clustersync.codec import RequestCodec
+from scrapy_clustersync.store import JobStore, Push, make_client
+from scrapy_clustersync.store.job import new_call_id
+from testkit.redis_server import RedisServer
+
+from conftest import SiteFactory
+from support import missing_pages, pages_fetched_twice, start_nodes, wait_all
+
+CODEC = RequestCodec(None, max_bytes=2**20)
+
+
+def clustersync(url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "scrapy_clustersync.cli", "--redis-url", url,
+                           *args], capture_output=True, text=True, timeout=60)
+
+
+def job_with_leases(url: str) -> tuple[JobStore, redis.Redis, list[str], list[str]]:
+    """Job "shop": 10 requests (priority 0..9), 4 of them leased to node n1; returns the
+    store, a client, the leased ids and the ids still queued."""
+    store = JobStore(make_client(url), "shop", "n1")
+    epoch = store.join(ttl_ms=60_000)[0]
+    ops = [Push(bytes([i]) * 20, i, CODEC.encode(Request(f"http://a/{i}", priority=i)))
+           for i in range(10)]
+    store.flush(epoch, ops, new_call_id())
+    leased = [lease.entry_id for lease in store.lease(epoch, 4, 60_000, new_call_id())]
+    client = make_client(url)
+    queued = [i.decode() for i in client.zrange(store.keys.queue, 0, -1)]
+    return store, client, leased, queued
+
+
+def findings(url: str, *flags: str) -> tuple[int, list[dict[str, str]]]:
+    done = clustersync(url, "check", "shop", "--json", *flags)
+    assert done.returncode in (0, 1), done.stderr
+    return done.returncode, json.loads(done.stdout)["findings"]
+
+
+Breakage = Callable[[JobStore, redis.Redis, list[str], list[str]], str]
+
+
+def dead_owner(store: JobStore, client: redis.Redis, leased: list[str], _: list[str]) -> str:
+    client.zrem(store.keys.nodes, "n1")  # n1 died and nobody declared it
+    return leased[0]
+
+
+def queued_too(store: JobStore, client: redis.Redis, leased: list[str], _: list[str]) -> str:
+    client.zadd(store.keys.queue, {leased[0]: -5})
+    return leased[0]
+
+
+def no_entry_queued(store: JobStore, client: redis.Redis, _: list[str], queued: list[str]) -> str:
+    client.hdel(store.keys.entries, queued[0])
+    return queued[0]
+
+
+def no_entry_leased(store: JobStore, client: redis.Redis, leased: list[str], _: list[str]) -> str:
+    client.hdel(store.keys.entries, leased[0])
+    return leased[0]
+
+
+def no_deadline(store: JobStore, client: redis.Redis, leased: list[str], _: list[str]) -> str:
+    client.zrem(store.keys.deadlines, leased[0])
+    return leased[0]
+
+
+def no_lease_record(store: JobStore, client: redis.Redis, leased: list[str], _: list[str]) -> str:
+    client.hdel(store.keys.leased, leased[0])
+    return leased[0]
+
+
+def unqueued(store: JobStore, client: redis.Redis, _: list[str], queued: list[str]) -> str:
+    client.zrem(store.keys.queue, queued[0])
+    return queued[0]
+
+
+@pytest.mark.parametrize(("breakage", "kind"), [
+    (dead_owner, "lease_of_dead_node"),
+    (queued_too, "queued_and_leased"),
+    (no_entry_queued, "queued_without_entry"),
+    (no_entry_leased, "leased_without_entry"),
+    (no_deadline, "lease_without_deadline"),
+    (no_lease_record, "deadline_without_lease"),
+    (unqueued, "entry_unqueued"),
+])
+def test_check_finds_each_broken_invariant_and_repair_mends_it(
+    redis_server: RedisServer, breakage: Breakage, kind: str,
+) -> None:
+    # given a job broken on purpose
+    store, client, leased, queued = job_with_leases(redis_server.url)
+    assert findings(redis_server.url) == (0, [])
+    broken = breakage(store, client, leased, queued)
+    # when it is checked: the finding is named, with its entry, and nothing changes
+    code, found = findings(redis_server.url)
+    assert code == 1
+    assert (kind, broken) in {(f["kind"], f["subject"]) for f in found}, found
+    assert all(f["action"] == "" for f in found)
+    assert findings(redis_server.url)[1] == found
+    # when it is repaired
+    code, repaired = findings(redis_server.url, "--repair")
+    # then each entry finding says what was done, and the job checks clean afterwards; but for
+    # a request whose entry was lost, the counters keep saying that one request went missing
+    assert all(f["action"] for f in repaired if f["kind"] != "counts"), repaired
+    code, after = findings(redis_server.url)
+    if kind.endswith("without_entry"):
+        assert code == 1 and [(f["kind"], f["subject"]) for f in after] == [
+            ("counts", "counters")], after
+        assert "does not bound the 9 entries" in after[0]["detail"]
+    else:
+        assert (code, after) == (0, [])
+    # and every request that still has its entry is queued or leased, in its place
+    entries = {i.decode() for i in client.hkeys(store.keys.entries)}
+    held = {i.decode() for i in client.zrange(store.keys.queue, 0, -1)} | {
+        i.decode() for i in client.hkeys(store.keys.leased)}
+    assert entries == held
+    if kind in ("entry_unqueued", "lease_of_dead_node"):
+        expected = -int(client.hget(store.keys.entries, broken) and  # its priority, from it
+                        CODEC.decode(client.hget(store.keys.entries, broken)).priority)
+        assert client.zscore(store.keys.queue, broken) == expected
+
+
+def test_nodes_on_other_code_are_flagged_by_check_and_status_check(
+    redis_server: RedisServer,
+) -> None:
+    # given three live nodes, one of them with another digest of code and settings
+    store, client, _, _ = job_with_leases(redis_server.url)
+    for node, digest in (("n1", "aaa"), ("n2", "aaa"), ("n3", "bbb")):
+        client.zadd(store.keys.nodes, {node: 2**50})
+        client.hset(store.keys.node_info, node, json.dumps(
+            {"digest": digest, "versions": {"scrapy": "2.19"}, "updated": 0}))
+    # when the job is checked, and its status checked
+    code, found = findings(redis_server.url)
+    status = clustersync(redis_server.url, "status", "shop", "--check")
+    # then the odd node is named in both, and both exit 1
+    assert code == 1 and [(f["kind"], f["subject"]) for f in found] == [("nodes_differ", "n3")]
+    assert status.returncode == 1
+    assert "needs attention: node n3: digest 'bbb' differs" in status.stdout
+
+
+def test_status_check_names_a_dead_node_holding_work_and_dead_letters(
+    redis_server: RedisServer,
+) -> None:
+    # given a healthy job: status --check exits 0 and says so
+    store, client, _, _ = job_with_leases(redis_server.url)
+    healthy = clustersync(redis_server.url, "status", "shop", "--check")
+    assert healthy.returncode == 0 and "check: nothing needs a person" in healthy.stdout
+    # when its node dies holding 4 leases, and a dead letter is recorded
+    client.zrem(store.keys.nodes, "n1")
+    client.lpush(store.keys.dead, "-\tn1\t0\ttest\nx")
+    result = clustersync(redis_server.url, "status", "shop", "--check", "--json")
+    # then both are named and the exit code is 1
+    assert result.returncode == 1
+    assert json.loads(result.stdout)["needs_attention"] == [
+        "node n1 is not alive and still holds 4 lease(s)",
+        "1 dead letter(s): `clustersync dead` lists them"]
+
+
+def test_nodes_and_top_show_every_node(redis_server: RedisServer) -> None:
+    store, client, _, _ = job_with_leases(redis_server.url)
+    client.hset(store.keys.node_info, "n1", json.dumps({"host": "web-7", "pages": 12,
+                                                        "updated": 0}))
+    listed = clustersync(redis_server.url, "nodes", "shop", "--json")
+    assert [(n["id"], n["host"]) for n in json.loads(listed.stdout)] == [("n1", "web-7")]
+    top = clustersync(redis_server.url, "top", "shop", "--count", "2", "--interval", "0.1")
+    assert top.returncode == 0 and "web-7" in top.stdout and "queued" in top.stdout
+    assert clustersync(redis_server.url, "nodes", "nope").returncode == 3
+
+
+def test_check_and_repair_during_a_crawl_find_nothing_and_lose_nothing(
+    redis_server: RedisServer, site: SiteFactory, tmp_path: Path,
+) -> None:
+    # given two nodes crawling 300 pages
+    web = site(300, delay_s=0.02)
+    nodes = start_nodes(2, redis_server.url, web.start_url, tmp_path,
+                        settings={"CLUSTERSYNC_JOB": "shop"})
+    # when check --repair runs again and again while they crawl
+    reports: list[subprocess.CompletedProcess[str]] = []
+    stop = threading.Event()
+
+    def keep_checking() -> None:
+        while not stop.is_set():
+            reports.append(clustersync(redis_server.url, "check", "shop", "--repair", "--json"))
+
+    checker = threading.Thread(target=keep_checking)
+    checker.start()
+    try:
+        wait_all(nodes, timeout_s=120)
+    finally:
+        stop.set()
+        checker.join()
+    # then every page was fetched once, and no check found (or mended) anything
+    assert missing_pages(web) == [] and pages_fetched_twice(web) == {}
+    ran = [r for r in reports if r.returncode != 3]  # 3: before the job existed
+    assert len(ran) >= 3, [r.stderr for r in reports]
+    for report in ran:
+        assert report.returncode == 0, report.stdout + report.stderr
+        assert json.loads(report.stdout)["findings"] == []
