@@ -84,6 +84,9 @@ class FakeRedisThread:
     def reactor_alive(self) -> None:
         pass
 
+    def hold_leasing(self, held: bool) -> None:
+        self.leasing_held = held
+
     @property
     def outcome(self) -> str | None:
         return self.finished_with
