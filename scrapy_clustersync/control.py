@@ -66,10 +66,9 @@ class NodeControl:
         return self.state == RUNNING
 
     def close(self) -> None:
-        """Stop following the state; a stop this node held up is settled (the last node to
+        """Stop following the state (at once: the thread ends by itself); a stop this node held up is settled (the last node to
         leave turns ``stopping`` into ``stopped``). Never raises: the node is closing."""
-        self._stop.set()
-        self._thread.join(2 * self._reread_s + 1)
+        self._stop.set()  # the thread ends after its current wait (a daemon: never waited for)
         if self.state in (STOPPING, STOPPED):
             try:
                 self._control.change("settle")

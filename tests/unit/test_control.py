@@ -1,0 +1,115 @@
+"""Job control on an in-memory Redis: control.lua's transitions, the message it publishes, a
+node that follows the state (also when it missed the message), and the state status shows."""
+
+from __future__ import annotations
+
+import time
+
+import fakeredis
+import pytest
+
+from scrapy_clustersync.cli_status import state_of, status_dict
+from scrapy_clustersync.control import NodeControl
+from scrapy_clustersync.store import JobStore
+
+
+@pytest.fixture
+def store() -> JobStore:
+    job = JobStore(fakeredis.FakeRedis(), "shop", node_id="cli", writes_seen=None)
+    job.ensure_job()
+    return job
+
+
+def wait_for(condition: object, timeout_s: float) -> float:
+    """Seconds until ``condition()`` held; fails after ``timeout_s``."""
+    started = time.monotonic()
+    while not condition():  # type: ignore[operator]
+        assert time.monotonic() - started < timeout_s, "timed out"
+        time.sleep(0.01)
+    return time.monotonic() - started
+
+
+def test_pause_resume_and_stop_move_the_job_through_its_states(store: JobStore) -> None:
+    # given a running job with no live node
+    # when it is paused, paused again, resumed and stopped
+    paused = store.set_control("pause")
+    again = store.set_control("pause")
+    resumed = store.set_control("resume")
+    stopped = store.set_control("stop")
+    # then each step says what it did; a stop with no node to wait for is complete at once
+    assert (paused.verdict, paused.before, paused.after) == ("changed", "running", "paused")
+    assert (again.verdict, again.after) == ("same", "paused")
+    assert (resumed.verdict, resumed.after) == ("changed", "running")
+    assert (stopped.verdict, stopped.after) == ("changed", "stopped")
+    assert store.control_state().state == "stopped" and store.control_state().since_ms > 0
+    # and a stopped job cannot be paused, only resumed
+    assert store.set_control("pause").verdict == "stopping"
+    assert store.set_control("resume").after == "running"
+
+
+def test_a_stop_waits_for_live_nodes_and_is_settled_when_the_last_one_left(
+    store: JobStore
+) -> None:
+    # given a job with a live node
+    store.client.zadd(store.keys.nodes, {"node1": 2**52})
+    # when it is stopped, then it is stopping while the node lives
+    assert store.set_control("stop").after == "stopping"
+    assert store.set_control("settle").after == "stopping"
+    # when the node left, then settling completes the stop
+    store.client.zrem(store.keys.nodes, "node1")
+    assert store.set_control("settle").after == "stopped"
+
+
+def test_a_finished_job_cannot_be_paused_or_stopped(store: JobStore) -> None:
+    # given a job its nodes recorded as finished
+    store.client.hset(store.keys.meta, "finished_ms", 1)
+    # when it is paused or stopped, then nothing changes
+    assert store.set_control("pause").verdict == "finished"
+    assert store.set_control("stop").verdict == "finished"
+    assert store.control_state().state == "running"
+
+
+def test_a_change_is_published_on_the_jobs_channel(store: JobStore) -> None:
+    # given a subscriber of the job's control channel
+    subscription = store.control.subscribe()
+    # when the job is paused, then the subscriber hears the new state
+    store.set_control("pause")
+    heard = [subscription.wait(0.1) for _ in range(5)]
+    subscription.close()
+    assert "paused" in heard
+
+
+def test_a_node_applies_a_published_change_at_once(store: JobStore) -> None:
+    # given a node that re-reads the state only every 5 s
+    control = NodeControl(store.control, "shop", reread_s=5)
+    control.start()
+    time.sleep(0.2)  # subscribed
+    # when the job is paused, then the node follows within a second (the message)
+    store.set_control("pause")
+    took = wait_for(lambda: control.state == "paused", 2)
+    control.close()
+    assert took < 1 and not control.allows_downloads
+
+
+def test_a_node_that_missed_the_message_converges_by_reading_again(store: JobStore) -> None:
+    # given a node following the job
+    control = NodeControl(store.control, "shop", reread_s=0.2)
+    control.start()
+    # when the state changes without a message (the node missed it)
+    store.client.hset(store.keys.meta, mapping={"control": "paused", "control_ms": 1})
+    # then the node follows within its re-read interval
+    took = wait_for(lambda: control.state == "paused", 2)
+    control.close()
+    assert took < 1
+
+
+def test_status_shows_the_control_state_and_a_stop_nobody_holds_up_as_stopped(
+    store: JobStore
+) -> None:
+    # given a paused job, then a job stopping with no live node (its nodes were killed)
+    store.set_control("pause")
+    assert state_of(store.status()) == "paused"
+    store.client.hset(store.keys.meta, "control", "stopping")
+    # then status shows it stopped
+    report = store.status()
+    assert state_of(report) == "stopped" and status_dict(report)["control"] == "stopped"
