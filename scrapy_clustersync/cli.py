@@ -295,6 +295,12 @@ def restart(ctx: click.Context, job: str | None, forget_seen: bool, force: bool,
                   else "the seen record is kept: only URLs not seen before are crawled"))
 
 
+def _finished(store: JobStore) -> bool:
+    """The job finished and nothing was queued since (as join.lua and control.lua see it)."""
+    report = store.status()
+    return bool(FinishedRun.from_meta(report.meta)) and not (report.queued or report.leased)
+
+
 def _change_control(ctx: click.Context, job: str | None,
                     action: str) -> tuple[str, ControlChange]:
     """Run ``action`` on JOB's control state; JobNotFound (exit 3) if there is no such job,
@@ -302,8 +308,7 @@ def _change_control(ctx: click.Context, job: str | None,
     store = _existing_store(ctx, job)
     try:
         change = store.set_control(action)
-        finished = change.verdict == "same" and change.after == RUNNING and bool(
-            FinishedRun.from_meta(store.status().meta))
+        finished = change.verdict == "same" and change.after == RUNNING and _finished(store)
     except StoreError as exc:
         _fail(exc, ctx)
     name = store.keys.job

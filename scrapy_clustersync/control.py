@@ -66,8 +66,9 @@ class NodeControl:
         return self.state == RUNNING
 
     def close(self) -> None:
-        """Stop following the state (at once: the thread ends by itself); a stop this node held up is settled (the last node to
-        leave turns ``stopping`` into ``stopped``). Never raises: the node is closing."""
+        """Stop following the state (at once: the thread ends by itself); a stop this node
+        held up is settled (the last node to leave turns ``stopping`` into ``stopped``).
+        Never raises: the node is closing."""
         self._stop.set()  # the thread ends after its current wait (a daemon: never waited for)
         if self.state in (STOPPING, STOPPED):
             try:
@@ -84,6 +85,10 @@ class NodeControl:
                 logger.debug("clustersync: job control channel of %r lost (%s); retrying",
                              self.job, exc)
                 self._stop.wait(RECONNECT_S)
+            except Exception:  # a bug must not end the thread: the node would stop following
+                logger.warning("clustersync: unexpected error following the control state of "
+                               "job %r; retrying", self.job, exc_info=True)
+                self._stop.wait(RECONNECT_S)
             finally:
                 if self._subscription is not None:
                     self._subscription.close()
@@ -96,7 +101,7 @@ class NodeControl:
         while not self._stop.is_set():
             heard = subscription.wait(self._reread_s)
             if heard is not None:
-                self._apply(ControlState(heard))
+                self._apply(ControlState.parse(heard, None))
             self._read()
 
     def _read(self) -> None:

@@ -132,6 +132,8 @@ def test_stop_closes_every_node_and_a_later_run_continues_the_queue(
     print(f"\nstop: nodes closed {closed_s:.2f}s after the CLI returned; {first_run} of "
           f"{web.pages} pages fetched; {report['queued']} queued, {report['leased']} leased")
     assert report["state"] == "stopped" and report["control"] == "stopped"
+    meta = redis_server.client().hget(f"clustersync:{{{JOB}}}:meta", "control")
+    assert meta == b"stopped"  # the last node to leave settled the stop
     assert report["queued"] > 0 and report["leased"] == 0 and first_run < web.pages
     # when it is resumed and crawled again
     resumed = clustersync(redis_server.url, "resume", JOB)

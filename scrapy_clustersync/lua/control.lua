@@ -4,8 +4,10 @@
 -- channel (ARGV[2]), so that nodes apply it at once; nodes also re-read the field every
 -- fraction of a second (control.py), so one that missed the message converges.
 --
--- KEYS[1]  meta   hash  epoch, control, control_ms, finished_ms (heartbeat.lua's finish record)
--- KEYS[2]  nodes  zset  node id -> liveness deadline (server ms)
+-- KEYS[1]  meta       hash  epoch, control, control_ms, finished_ms (heartbeat.lua's finish record)
+-- KEYS[2]  nodes      zset  node id -> liveness deadline (server ms)
+-- KEYS[3]  queue      zset  entry id -> -priority
+-- KEYS[4]  deadlines  zset  leased entry id -> lease deadline (server ms)
 -- ARGV[1]  action  string  "pause", "resume", "stop" or "settle" (change nothing but a stop
 --                          that no live node holds up any more)
 -- ARGV[2]  channel string  the job's control channel (keys.py JobKeys.control_channel)
@@ -14,7 +16,7 @@
 -- "stopping" (pause refused while a stop is under way or done) or "absent" (no such job);
 -- before and after are running, paused, stopping or stopped; control_ms is the server ms of
 -- the state's last change ("" if never changed).
--- Bounded: a few hash fields and one ZCOUNT.
+-- Bounded: a few hash fields, ZCARDs and one ZCOUNT.
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 if not redis.call('HGET', KEYS[1], 'epoch') then
@@ -30,7 +32,9 @@ if state == 'stopping' and redis.call('ZCOUNT', KEYS[2], now_ms, '+inf') == 0 th
   set_state(state)
 end
 local before = state
+-- finished as join.lua sees it: recorded by heartbeat.lua, and nothing queued or leased since
 local finished = state == 'running' and redis.call('HEXISTS', KEYS[1], 'finished_ms') == 1
+  and redis.call('ZCARD', KEYS[3]) == 0 and redis.call('ZCARD', KEYS[4]) == 0
 local action = ARGV[1]
 local verdict = 'same'
 local after = state

@@ -70,7 +70,7 @@ class ControlStore:
         k = self.keys
         with translate_errors(self.client):
             verdict, before, after, since = self._script(
-                keys=[k.meta, k.nodes], args=[action, k.control_channel])
+                keys=[k.meta, k.nodes, k.queue, k.deadlines], args=[action, k.control_channel])
         return ControlChange(as_text(verdict), as_text(before), as_text(after),
                              int(as_text(since) or 0))
 

@@ -69,6 +69,14 @@ def test_a_finished_job_cannot_be_paused_or_stopped(store: JobStore) -> None:
     assert store.control_state().state == "running"
 
 
+def test_a_finished_job_seeded_again_can_be_paused(store: JobStore) -> None:
+    # given a finished job with a URL queued since (the next node crawls it)
+    store.client.hset(store.keys.meta, "finished_ms", 1)
+    store.client.zadd(store.keys.queue, {"entry": 0})
+    # when it is paused, then it is
+    assert store.set_control("pause").after == "paused"
+
+
 def test_a_change_is_published_on_the_jobs_channel(store: JobStore) -> None:
     # given a subscriber of the job's control channel
     subscription = store.control.subscribe()
