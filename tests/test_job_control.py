@@ -12,10 +12,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from scrapy_clustersync.control import NodeControl
+from scrapy_clustersync.store import JobStore, make_client
 from testkit.redis_server import RedisServer
 from testkit.site import TestSite
 
-from conftest import SiteFactory
+from conftest import RedisFactory, SiteFactory
 from support import (
     pages_fetched,
     pages_fetched_twice,
@@ -217,3 +219,30 @@ def test_control_commands_refuse_an_unknown_job_and_transitions_that_make_no_sen
         answer = clustersync(url, command, "small")
         assert answer.returncode == 1, (command, answer.stdout)
         assert "has finished" in answer.stderr and "clustersync restart small" in answer.stderr
+
+
+def test_a_node_follows_the_control_state_again_after_redis_restarted(
+    redis_factory: RedisFactory,
+) -> None:
+    # given a node following a job's control state on a Redis that keeps its data
+    server = redis_factory(persistence=True)
+    store = JobStore(make_client(server.url), JOB, node_id="cli", writes_seen=None)
+    store.ensure_job()
+    control = NodeControl(store.control, JOB)
+    control.start()
+    # when Redis restarts (the node's subscription is cut) and the job is paused after it
+    server.restart(down_s=1.0)
+    store.set_control("pause")
+    # then the node follows within a few seconds, having reconnected by itself
+    took = wait_for_state(control, "paused", 10)
+    print(f"\nafter a Redis restart the node followed the pause in {took:.2f}s")
+    store.set_control("resume")
+    took = wait_for_state(control, "running", 3)
+    control.close()
+    assert took < 1.0
+
+
+def wait_for_state(control: NodeControl, state: str, timeout_s: float) -> float:
+    started = time.monotonic()
+    wait_until(lambda: control.state == state, timeout_s, f"the node to see {state}")
+    return time.monotonic() - started
