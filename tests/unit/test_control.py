@@ -4,13 +4,19 @@ node that follows the state (also when it missed the message), and the state sta
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import fakeredis
 import pytest
 
 from scrapy_clustersync.cli_status import state_of, status_dict
 from scrapy_clustersync.control import NodeControl
+from scrapy_clustersync.extensions.control import JobControl
+from scrapy_clustersync.stopping import is_failure
 from scrapy_clustersync.store import JobStore
+
+from .node_fakes import fake_engine, make_scheduler
+from .test_scheduler import lease_to
 
 
 @pytest.fixture
@@ -121,3 +127,45 @@ def test_status_shows_the_control_state_and_a_stop_nobody_holds_up_as_stopped(
     # then status shows it stopped
     report = store.status()
     assert state_of(report) == "stopped" and status_dict(report)["control"] == "stopped"
+
+
+def test_a_paused_node_hands_out_nothing_and_leases_nothing_until_resumed(
+    tmp_path: Path,
+) -> None:
+    # given a node with a leased request, following its job
+    scheduler, thread = make_scheduler(tmp_path)
+    ext = JobControl(scheduler.crawler)
+    ext.node_opened(scheduler)
+    lease_to(scheduler, thread, "http://a/1", "e1")
+    assert scheduler.control is not None
+    # when the job is paused
+    scheduler.store.set_control("pause")
+    wait_for(lambda: scheduler.control.state == "paused", 2)  # type: ignore[union-attr]
+    ext.check()
+    # then the engine gets nothing, the Redis thread leases nothing, the request is kept
+    assert scheduler.next_request() is None and thread.leasing_held
+    assert len(scheduler) == 1
+    # when it is resumed, then the request is handed out and leasing goes on
+    scheduler.store.set_control("resume")
+    wait_for(lambda: scheduler.control.state == "running", 2)  # type: ignore[union-attr]
+    ext.check()
+    request = scheduler.next_request()
+    assert request is not None and request.url == "http://a/1" and not thread.leasing_held
+    scheduler.control.close()
+
+
+def test_a_stopped_job_closes_the_node_with_clustersync_stopped(tmp_path: Path) -> None:
+    # given a node following its job, with another node alive (so the stop waits for nodes)
+    scheduler, _ = make_scheduler(tmp_path)
+    ext = JobControl(scheduler.crawler)
+    ext.node_opened(scheduler)
+    scheduler.store.client.zadd(scheduler.store.keys.nodes, {"other": 2**52})
+    fake_engine(scheduler).spider = scheduler.crawler.spider
+    # when the job is stopped
+    assert scheduler.store.set_control("stop").after == "stopping"
+    wait_for(lambda: scheduler.control.state == "stopping", 2)  # type: ignore[union-attr]
+    ext.check()
+    # then the engine closes the spider with clustersync_stopped, a failure reason
+    assert fake_engine(scheduler).closed_with == "clustersync_stopped"
+    assert is_failure("clustersync_stopped")
+    scheduler.control.close()  # type: ignore[union-attr]
