@@ -45,6 +45,7 @@ class FakeRedisThread:
         self.node_info: Callable[[], dict[str, Any]] = dict
         self.flushed = 0  # how many submitted ops Redis has applied (see flush())
         self.awaited: list[float] = []  # await_lease() calls, with their timeouts
+        self.leasing_held = False  # hold_leasing(): the job is paused or stopping
 
     # ---- RedisThread ---------------------------------------------------------------------
     def start(self) -> None:

@@ -137,21 +137,22 @@ def test_a_paused_node_hands_out_nothing_and_leases_nothing_until_resumed(
     ext = JobControl(scheduler.crawler)
     ext.node_opened(scheduler)
     lease_to(scheduler, thread, "http://a/1", "e1")
-    assert scheduler.control is not None
+    control = scheduler.control
+    assert control is not None
     # when the job is paused
     scheduler.store.set_control("pause")
-    wait_for(lambda: scheduler.control.state == "paused", 2)  # type: ignore[union-attr]
+    wait_for(lambda: control.state == "paused", 2)
     ext.check()
     # then the engine gets nothing, the Redis thread leases nothing, the request is kept
     assert scheduler.next_request() is None and thread.leasing_held
     assert len(scheduler) == 1
     # when it is resumed, then the request is handed out and leasing goes on
     scheduler.store.set_control("resume")
-    wait_for(lambda: scheduler.control.state == "running", 2)  # type: ignore[union-attr]
+    wait_for(lambda: control.state == "running", 2)
     ext.check()
     request = scheduler.next_request()
     assert request is not None and request.url == "http://a/1" and not thread.leasing_held
-    scheduler.control.close()
+    control.close()
 
 
 def test_a_stopped_job_closes_the_node_with_clustersync_stopped(tmp_path: Path) -> None:
@@ -161,11 +162,13 @@ def test_a_stopped_job_closes_the_node_with_clustersync_stopped(tmp_path: Path) 
     ext.node_opened(scheduler)
     scheduler.store.client.zadd(scheduler.store.keys.nodes, {"other": 2**52})
     fake_engine(scheduler).spider = scheduler.crawler.spider
+    control = scheduler.control
+    assert control is not None
     # when the job is stopped
     assert scheduler.store.set_control("stop").after == "stopping"
-    wait_for(lambda: scheduler.control.state == "stopping", 2)  # type: ignore[union-attr]
+    wait_for(lambda: control.state == "stopping", 2)
     ext.check()
     # then the engine closes the spider with clustersync_stopped, a failure reason
     assert fake_engine(scheduler).closed_with == "clustersync_stopped"
     assert is_failure("clustersync_stopped")
-    scheduler.control.close()  # type: ignore[union-attr]
+    control.close()
