@@ -92,12 +92,15 @@ class JobControl:
             self._stop(node, job)
 
     def _stop(self, node: ClusterScheduler, job: str) -> None:
-        """Close with ``clustersync_stopped``: Scrapy finishes what is under way first."""
+        """Close with ``clustersync_stopped``: Scrapy finishes what is under way first. An
+        engine without an open spider yet is closed at a later check."""
+        engine = self.crawler.engine
+        if engine is None or engine.spider is None:
+            self.applied = RUNNING  # not applied yet: the next check tries again
+            return
         self._closing = True
         logger.error(
             "clustersync: job %r was stopped (`clustersync stop`): this node finishes the "
             "requests under way, hands the rest back to the queue and closes; the queue is kept: "
             "`clustersync resume %s` and a new `scrapy crawl` continue it", job, job)
-        engine = self.crawler.engine
-        if engine is not None and engine.spider is not None:
-            deferred_from_coro(engine.close_spider_async(reason=JOB_STOPPED))
+        deferred_from_coro(engine.close_spider_async(reason=JOB_STOPPED))
