@@ -6,6 +6,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from .config import ClusterConfig, ConfigError
+from .extensions.control import JobControl
 from .extensions.exitcode import ExitCode
 from .extensions.lifecycle import NodeLifecycle
 from .extensions.progress import ClusterProgress
@@ -54,3 +55,4 @@ class Addon:
         )
         settings.set_in_component_priority_dict("EXTENSIONS", NodeLifecycle, 0)
         settings.set_in_component_priority_dict("EXTENSIONS", ClusterProgress, 0)
+        settings.set_in_component_priority_dict("EXTENSIONS", JobControl, 0)

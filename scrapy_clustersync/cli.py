@@ -22,6 +22,7 @@ from .cli_common import (
     _redis_url,
     _store,
 )
+from .cli_control import pause, resume, stop
 from .cli_seed import (
     BadSeed,
     SeedEncoder,
@@ -248,6 +249,9 @@ def restart(ctx: click.Context, job: str | None, forget_seen: bool, force: bool,
 main.add_command(check)
 main.add_command(nodes)
 main.add_command(top)
+main.add_command(pause)
+main.add_command(resume)
+main.add_command(stop)
 
 
 if __name__ == "__main__":  # pragma: no cover

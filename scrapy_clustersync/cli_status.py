@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .store import JobStatus, JobStore, StoreError, StoreUnavailable
+from .store.control import RUNNING, STOPPED, STOPPING, ControlState
 from .store.errors import AccessRefused
 from .store.jobs import job_names
 from .store.results import FinishedRun
@@ -60,9 +61,21 @@ def finished_reason(report: JobStatus) -> str | None:
     return finished.why() if finished is not None else None
 
 
+def control_of(report: JobStatus) -> str:
+    """The job's control state (``clustersync pause|resume|stop``): running, paused, stopping
+    or stopped; a stop no live node holds up any more reads as stopped."""
+    control = ControlState.parse(report.meta.get("control"), None).state
+    if control == STOPPING and not any(node["alive"] for node in report.nodes):
+        return STOPPED
+    return control
+
+
 def state_of(report: JobStatus) -> str:
-    """running, waiting for nodes, idle, seeded, finished; "finished" once the nodes recorded
-    the finish and no live node works on it again."""
+    """paused, stopping or stopped (``clustersync pause|stop``); else running, waiting for
+    nodes, idle, seeded, finished; "finished" once the nodes recorded the finish and no live
+    node works on it again."""
+    if control_of(report) != RUNNING:
+        return control_of(report)
     if finished_at(report) and report.state in ("idle", "finished", "seeded"):
         return "finished"
     return report.state
@@ -75,7 +88,7 @@ def status_dict(report: JobStatus) -> dict[str, Any]:
         state=state_of(report), pages_per_min=round(pages_per_min(report), 1),
         eta_s=eta_s(report), finished_at=finished_at(report),
         finished_reason=finished_reason(report),
-        start_run_by=report.start_claimed_by,
+        start_run_by=report.start_claimed_by, control=control_of(report),
     )
     return summary
 

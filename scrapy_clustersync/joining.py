@@ -8,8 +8,9 @@ import logging
 from datetime import datetime, timezone
 
 from .config import ClusterConfig, redact_url
-from .stopping import JOB_FINISHED, REDIS_AUTH_REFUSED, REDIS_UNREACHABLE
+from .stopping import JOB_FINISHED, JOB_STOPPED, REDIS_AUTH_REFUSED, REDIS_UNREACHABLE
 from .store import JobStore, StoreError
+from .store.control import STOPPED, STOPPING, ControlState
 from .store.errors import AccessRefused
 from .store.results import FinishedRun, Joined
 
@@ -51,9 +52,15 @@ def warn_of_risks(store: JobStore, config: ClusterConfig) -> None:
 def join_job(store: JobStore, config: ClusterConfig) -> Joined | str:
     """Join the job as a node; returns what the join answered, or, with one ERROR line logged,
     the reason the node must stop with (see stopping.py): Redis unreachable or refusing this
-    client, or the job finished (unless ``CLUSTERSYNC_RECRAWL`` restarts it)."""
+    client, the job stopped by ``clustersync stop`` (it is not joined: the node holds nothing
+    and claims no start()), or the job finished (unless ``CLUSTERSYNC_RECRAWL`` restarts it).
+    A paused job is joined: the node waits (the control extension says so)."""
     url = redact_url(config.redis_url)
     try:
+        control = store.control_state()
+        if control.state in (STOPPING, STOPPED):
+            _log_stopped(config.job, control)
+            return JOB_STOPPED
         joined = store.join_node(int(config.lease_timeout_s * 1000), recrawl=config.recrawl)
     except AccessRefused as exc:
         logger.error(
@@ -86,3 +93,11 @@ def _log_finished(job: str, run: FinishedRun) -> None:
         "--forget-seen to crawl every URL again), or set CLUSTERSYNC_RECRAWL = \"keep-seen\" "
         "or \"forget-seen\" for runs that restart it themselves.",
         job, at.strftime("%Y-%m-%d %H:%M:%S UTC"), run.pages, run.why(), job)
+
+
+def _log_stopped(job: str, control: ControlState) -> None:
+    at = datetime.fromtimestamp(control.since_ms / 1000, tz=timezone.utc)
+    logger.error(
+        "clustersync: job %r was stopped at %s (`clustersync stop`); this node stops. Its queue "
+        "is kept: `clustersync resume %s` lets the next `scrapy crawl` continue it.",
+        job, at.strftime("%Y-%m-%d %H:%M:%S UTC"), job)

@@ -34,6 +34,9 @@ class JobKeys:
     - ``dead``     list: dead letters, newest first (formats.DeadLetter): plain text, not
       msgpack: "<entry id>\t<node>\t<server ms>\t<reason>", a newline, then the entry's encoded
       request; for a refused write "-" as the id, then what was refused (ops.dead_letter_for)
+    - ``meta`` also holds ``control`` (running, paused, stopping, stopped; absent = running) and
+      ``control_ms``, written by control.lua; ``control`` is also the name of the job's pub/sub
+      channel (``control_channel``), which is not a key
     - ``call:<node>`` hash: the node's write counter (``writes``, see flush.lua) and its last
       flush and lease call ids with their results (a retried call changes nothing more)
     """
@@ -98,6 +101,12 @@ class JobKeys:
     def last_call(self, node_id: str) -> str:
         """The node's last script call id and result, so a retried call changes nothing more."""
         return self._key(f"call:{node_id}")
+
+    @property
+    def control_channel(self) -> str:
+        """Not a key: the pub/sub channel on which ``control.lua`` announces a pause, resume or
+        stop (named with the job's hash tag, like its keys)."""
+        return self._key("control")
 
     def shared_keys(self) -> list[str]:
         """Every key of the job that is not per node (what ``purge`` deletes besides those)."""

@@ -82,6 +82,10 @@ class RedisThread(Protocol):
     def mark_idle(self) -> None:
         """The engine has nothing in progress."""
 
+    def hold_leasing(self, held: bool) -> None:
+        """While ``held`` (the job is paused or stopping) lease nothing new; what the node
+        holds is kept, and its leases renewed."""
+
     def reactor_alive(self) -> None:
         """The reactor ran just now (a reactor stuck for half a lease stops the heartbeat)."""
 

@@ -17,6 +17,7 @@ from scrapy.utils.defer import deferred_from_coro
 
 from .codec import LEASE_META_KEY, RequestCodec, UndecodableEntry, UnencodableRequest
 from .config import ClusterConfig, redact_url
+from .control import NodeControl
 from .crawlerparts import CrawlerFingerprinter, started_part
 from .dupefilter import ClusterDupeFilter, NodeDedup, project_dupefilter
 from .joining import join_job, warn_of_risks
@@ -97,6 +98,8 @@ class ClusterScheduler:
         self._pushes_at_check = 0
         #: the job's start() on this node (see startrun.py); set by open()
         self.start: StartRun | None = None
+        #: the job's control state (pause, resume, stop) as this node follows it; set by open()
+        self.control: NodeControl | None = None
         #: closes the spider once open, when the node could not join (see stopping.py)
         self._stop: StopWhenOpened | None = None
 
@@ -159,6 +162,9 @@ class ClusterScheduler:
             "mine" if self.runs_start else "other",
         )
         self.start = StartRun(self.crawler, self.config, io, claimed=self.runs_start)
+        self.control = NodeControl(self.store.control, self.config.job)
+        self.control.start()
+        io.hold_leasing(not self.control.allows_downloads)  # a paused job: lease nothing yet
         self._replay_spool(epoch)
         self.leases.watch(getattr(started_part(self.crawler, "engine"), "scraper", None))
         io.start()
@@ -185,6 +191,8 @@ class ClusterScheduler:
         if reason == FINISHED:
             logger.info("clustersync: job %r finished: %s", self.config.job, self.io.finish_note)
         undelivered = self.io.close(unacked=sorted(self.leases.inflight))
+        if self.control is not None:  # after leaving: the last node out settles a stop
+            self.control.close()
         self.publish_counts()
         if undelivered:
             path = self.spool.save(self.config.node_id, self._epoch, undelivered,
@@ -290,8 +298,10 @@ class ClusterScheduler:
     def next_request(self) -> Request | None:
         """The next request for the engine: one kept on this node, else the next leased one.
 
-        None while the node is closing, while its writes wait for Redis (back-pressure) or
-        when nothing is leased yet (the engine asks again; new leases wake it). A node that
+        None while the node is closing, while the job is paused or stopping (``clustersync
+        pause|stop``: requests under way finish, nothing new starts), while its writes wait for
+        Redis (back-pressure) or when nothing is leased yet (the engine asks again; new leases
+        wake it). A node that
         downloads nothing and has nothing leased or kept, but requests of its own on their way
         to Redis, waits for them (``DEQUEUE_WAIT_S`` at most, not at all while Redis is away),
         as Scrapy's scheduler hands out a request as soon as it was enqueued: the node has no
@@ -303,6 +313,8 @@ class ClusterScheduler:
             return None
         io.reactor_alive()
         if io.outcome is not None:
+            return None
+        if self.control is not None and not self.control.allows_downloads:
             return None
         if self.local:
             io.mark_busy()

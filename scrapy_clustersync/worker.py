@@ -72,6 +72,7 @@ class SyncWorker:
         self._prefetched = Prefetch(config.prefetch // 2, wake=self._wake_up)
         self._held: set[str] = set()  # lease ids of this node, owned by the Redis thread
         self._node_idle = False  # set by the reactor thread
+        self._leasing_held = False  # set by the reactor thread: the job is paused or stopping
         #: bumped by the reactor thread whenever the node does something; a node that worked
         #: since its last heartbeat starts its idle time again
         self._activity = 0
@@ -139,6 +140,10 @@ class SyncWorker:
 
     def mark_idle(self) -> None:
         self._node_idle = True
+        self._wake.set()
+
+    def hold_leasing(self, held: bool) -> None:
+        self._leasing_held = held
         self._wake.set()
 
     def reactor_alive(self) -> None:
@@ -343,8 +348,8 @@ class SyncWorker:
         return (now >= self._next_lease or awaited) and self._lease_wanted()
 
     def _lease_wanted(self) -> bool:
-        if self._state_lost or not self.accepting_work:
-            return False  # back-pressure: stop taking work while writes pile up
+        if self._state_lost or not self.accepting_work or self._leasing_held:
+            return False  # back-pressure (writes pile up), or the job is paused or stopping
         return len(self._prefetched) <= self._prefetched.low_water
 
     def _lease(self) -> bool:

@@ -17,6 +17,7 @@ from scrapy import Request
 
 from scrapy_clustersync.codec import RequestCodec
 from scrapy_clustersync.store import JobStore, Push, make_client
+from scrapy_clustersync.store.formats import as_text
 from scrapy_clustersync.store.job import new_call_id
 from testkit.redis_server import RedisServer
 
@@ -41,7 +42,7 @@ def job_with_leases(url: str) -> tuple[JobStore, redis.Redis, list[str], list[st
     store.flush(epoch, ops, new_call_id())
     leased = [lease.entry_id for lease in store.lease(epoch, 4, 60_000, new_call_id())]
     client = make_client(url)
-    queued = [i.decode() for i in client.zrange(store.keys.queue, 0, -1)]
+    queued = [as_text(i) for i in client.zrange(store.keys.queue, 0, -1)]
     return store, client, leased, queued
 
 
@@ -124,14 +125,14 @@ def test_check_finds_each_broken_invariant_and_repair_mends_it(
     else:
         assert (code, after) == (0, [])
     # and every request that still has its entry is queued or leased, in its place
-    entries = {i.decode() for i in client.hkeys(store.keys.entries)}
-    held = {i.decode() for i in client.zrange(store.keys.queue, 0, -1)} | {
-        i.decode() for i in client.hkeys(store.keys.leased)}
+    entries = {as_text(i) for i in client.hkeys(store.keys.entries)}
+    held = {as_text(i) for i in client.zrange(store.keys.queue, 0, -1)} | {
+        as_text(i) for i in client.hkeys(store.keys.leased)}
     assert entries == held
     if kind in ("entry_unqueued", "lease_of_dead_node"):
-        expected = -int(client.hget(store.keys.entries, broken) and  # its priority, from it
-                        CODEC.decode(client.hget(store.keys.entries, broken)).priority)
-        assert client.zscore(store.keys.queue, broken) == expected
+        blob = client.hget(store.keys.entries, broken)
+        assert isinstance(blob, bytes)  # back in the queue with its own priority
+        assert client.zscore(store.keys.queue, broken) == -CODEC.decode(blob).priority
 
 
 def test_nodes_on_other_code_are_flagged_by_check_and_status_check(

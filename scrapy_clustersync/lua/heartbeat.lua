@@ -102,6 +102,7 @@ local function finish_wait()
   if idle_after <= 0 or queued > 0 or leased > 0 or (start ~= 'done' and start ~= 'none') then
     return -1
   end
+  if (redis.call('HGET', KEYS[1], 'control') or 'running') ~= 'running' then return -1 end  -- control.lua
   local wait = 0
   for _, other in ipairs(live) do
     local since = redis.call('HGET', KEYS[4], other)

@@ -13,6 +13,7 @@ from ..bloom import MIGRATE_BATCH, BloomParams, set_limit
 from ..config import DedupSettings
 from ..keys import JobKeys
 from .bloomprep import BloomPreparer
+from .control import ControlChange, ControlState, ControlStore
 from .dedup import (
     bloom_chunks_of,
     bloom_refusal,
@@ -85,6 +86,8 @@ class JobStore:
         self._heartbeat = client.register_script(_load_lua("heartbeat"))
         self._join = client.register_script(_load_lua("join"))
         self._restart = client.register_script(_load_lua("restart"))
+        self.control = ControlStore(client, self.keys,
+                                    client.register_script(_load_lua("control")))
         self._bloom_prep = BloomPreparer(
             client.register_script(_load_lua("bloom_prepare")), self.keys, client)
 
@@ -355,6 +358,14 @@ class JobStore:
         self._saw_writes(int(writes))
         return Heartbeat(bool(finished), int(queued), int(leased), int(live), int(now_ms),
                          _text(start), int(wait_ms), int(done))
+
+    def set_control(self, action: str) -> ControlChange:
+        """Pause, resume or stop the job for every node, or settle a stop (see control.lua)."""
+        return self.control.change(action)
+
+    def control_state(self) -> ControlState:
+        """The job's control state: running, paused, stopping or stopped (one read)."""
+        return self.control.read()
 
     def status(self) -> JobStatus:
         k = self.keys

@@ -45,6 +45,7 @@ class FakeRedisThread:
         self.node_info: Callable[[], dict[str, Any]] = dict
         self.flushed = 0  # how many submitted ops Redis has applied (see flush())
         self.awaited: list[float] = []  # await_lease() calls, with their timeouts
+        self.leasing_held = False  # hold_leasing(): the job is paused or stopping
 
     # ---- RedisThread ---------------------------------------------------------------------
     def start(self) -> None:
@@ -83,6 +84,9 @@ class FakeRedisThread:
 
     def reactor_alive(self) -> None:
         pass
+
+    def hold_leasing(self, held: bool) -> None:
+        self.leasing_held = held
 
     @property
     def outcome(self) -> str | None:

@@ -78,7 +78,8 @@ def test_a_value_comes_back_equal_and_of_the_same_type(codec: RequestCodec, valu
     copy = round_trip(codec, value)
     # then it is the same value, of the same type (a tuple is not turned into a list)
     assert copy == value and type(copy) is type(value)
-    assert repr(copy) == repr(value)
+    if not isinstance(value, (set, frozenset)):  # a set's order depends on the string hash seed
+        assert repr(copy) == repr(value)
 
 
 def test_a_datetime_keeps_its_time_zone_and_fold(codec: RequestCodec) -> None:
