@@ -14,6 +14,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from scrapy_clustersync.cli import main
+from scrapy_clustersync.store.formats import as_text
 from testkit.redis_server import RedisServer, free_port
 from testkit.shapes import tree_paths
 
@@ -88,7 +89,7 @@ def test_tasks_end_success_or_failed_with_where_and_why_and_children_inherit(
     assert (broken["state"], broken["requests"], broken["done"], broken["failed"]) == (
         "failed", 5, 5, 2)
     failure = broken["failure"]
-    assert failure["node"] in {n.decode() for n in client.hkeys("clustersync:{tasks}:node_info")}
+    assert failure["node"] in {as_text(n) for n in client.hkeys("clustersync:{tasks}:node_info")}
     assert failure["at_ms"] <= broken["ended_ms"]
     # and the failed list has both failures, with their reason and attempts
     code, out = cli(redis_server.url, "failed", "tasks", "--json")
