@@ -30,7 +30,13 @@ from scrapy_clustersync.store.ops import (
     TaskPush,
     decode_op,
 )
-from scrapy_clustersync.store.tasks import TaskRecord, read_failed, read_task
+from scrapy_clustersync.store.tasks import (
+    TaskRecord,
+    job_control,
+    read_failed,
+    read_task,
+    read_tasks,
+)
 from testkit.redis_server import RedisServer
 
 CODEC = RequestCodec(None, max_bytes=1 << 20)
@@ -239,3 +245,23 @@ def test_spooled_task_pushes_and_failed_acks_replay_into_the_task(
     assert (replayed.state, replayed.requests, replayed.open, replayed.failed) == (
         "running", 2, 1, 1)
     assert [f.status for f in read_failed(store, 10)] == [410]
+
+
+def test_unfinished_tasks_show_paused_or_terminated_with_their_job_and_finished_ones_do_not(
+    redis_server: RedisServer,
+) -> None:
+    # given a running task and a finished one
+    store, epoch = joined(redis_server)
+    flush(store, epoch, task_push(1, "open"), task_push(2, "done"))
+    first, second = lease(store, epoch, 2)
+    flush(store, epoch, Ack(second))
+    shown = {}
+    # when the job is paused, then stopping (the job-control state in the meta hash)
+    for control in ("paused", "stopping", "running"):
+        store.client.hset(store.keys.meta, "control", control)
+        found = {t.task: t.shown_state(job_control(store)) for t in read_tasks(store)}
+        shown[control] = (found["open"], found["done"])
+    # then the unfinished task shows the job's state; the stored record is unchanged
+    assert shown == {"paused": ("paused", "success"), "stopping": ("terminated", "success"),
+                     "running": ("running", "success")}
+    assert record(store, "open").state == "running"
