@@ -24,12 +24,11 @@ from .cli_seed import (
     read_urls,
 )
 from .cli_status import console, job_rows, print_jobs, print_status, status_dict
-from .cli_tasks import print_failed, print_task, print_tasks
+from .cli_tasks import TASK_COMMANDS
 from .config import ConfigError, DedupSettings, redact_url
 from .projectsettings import ProjectContext, parse_overrides
 from .store import JobStore, StoreError, make_client
 from .store.job import new_call_id
-from .store.tasks import TASK_STATES, job_control, read_failed, read_task, read_tasks
 
 
 class JobNotFound(click.ClickException):
@@ -246,70 +245,6 @@ def dead(ctx: click.Context, job: str | None, limit: int) -> None:
 
 @main.command()
 @click.argument("job")
-@click.argument("task_id", metavar="ID")
-@click.option("--json", "as_json", is_flag=True, help="Print the task as JSON.")
-@click.pass_context
-def task(ctx: click.Context, job: str, task_id: str, as_json: bool) -> None:
-    """State of task ID of JOB (meta["clustersync_task"]): pending, running, success, failed,
-    paused or terminated, with its counts and its first failure."""
-    store = _existing_store(ctx, job)
-    try:
-        record, control = read_task(store, task_id), job_control(store)
-    except StoreError as exc:
-        _fail(exc, ctx)
-    if record is None:
-        raise click.ClickException(
-            f"job {store.keys.job!r} has no task {task_id!r} (no request with "
-            f"meta['clustersync_task'] = {task_id!r} reached Redis); `clustersync tasks "
-            f"{store.keys.job}` lists its tasks")
-    if as_json:
-        click.echo(json.dumps(record.to_dict(control), indent=2, sort_keys=True))
-    else:
-        print_task(record, control, console())
-
-
-@main.command()
-@click.argument("job", required=False)
-@click.option("--state", "states", multiple=True, type=click.Choice(TASK_STATES),
-              help="Only tasks in this state (may be repeated).")
-@click.option("--json", "as_json", is_flag=True, help="Print the tasks as JSON.")
-@click.pass_context
-def tasks(ctx: click.Context, job: str | None, states: tuple[str, ...], as_json: bool) -> None:
-    """The tasks of JOB (default: the project's CLUSTERSYNC_JOB), sorted by id."""
-    store = _existing_store(ctx, job)
-    try:
-        records, control = read_tasks(store), job_control(store)
-    except StoreError as exc:
-        _fail(exc, ctx)
-    records = [r for r in records if not states or r.shown_state(control) in states]
-    if as_json:
-        click.echo(json.dumps([r.to_dict(control) for r in records], indent=2, sort_keys=True))
-    else:
-        print_tasks(records, control, console())
-        click.echo(f"{len(records)} task(s)")
-
-
-@main.command()
-@click.argument("job", required=False)
-@click.option("--limit", default=50, show_default=True, help="How many, newest first.")
-@click.option("--json", "as_json", is_flag=True, help="Print them as JSON.")
-@click.pass_context
-def failed(ctx: click.Context, job: str | None, limit: int, as_json: bool) -> None:
-    """JOB's newest failed requests (CLUSTERSYNC_FAILED_KEEP are kept): URL, HTTP status,
-    error, attempts, task, node and when."""
-    try:
-        records = read_failed(_existing_store(ctx, job), limit)
-    except StoreError as exc:
-        _fail(exc, ctx)
-    if as_json:
-        click.echo(json.dumps([r.to_dict() for r in records], indent=2, sort_keys=True))
-    else:
-        print_failed(records, console())
-        click.echo(f"{len(records)} failed request(s) shown")
-
-
-@main.command()
-@click.argument("job")
 @click.option("--yes", is_flag=True, help="Confirm: delete every key of JOB.")
 @click.pass_context
 def purge(ctx: click.Context, job: str, yes: bool) -> None:
@@ -357,6 +292,10 @@ def restart(ctx: click.Context, job: str | None, forget_seen: bool, force: bool,
     click.echo(f"restarted job {job!r}: start() runs again on the next node; "
                + ("the seen record was cleared: every URL is crawled again" if forget_seen
                   else "the seen record is kept: only URLs not seen before are crawled"))
+
+
+for _command in TASK_COMMANDS:
+    main.add_command(_command)
 
 
 if __name__ == "__main__":  # pragma: no cover
