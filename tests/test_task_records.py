@@ -265,3 +265,18 @@ def test_unfinished_tasks_show_paused_or_terminated_with_their_job_and_finished_
     assert shown == {"paused": ("paused", "success"), "stopping": ("terminated", "success"),
                      "running": ("running", "success")}
     assert record(store, "open").state == "running"
+
+
+@pytest.mark.parametrize("op", [task_push(1, "t"), failed("e1"), failed("e2", status=0)],
+                         ids=["task-push", "failed", "failed-without-status"])
+def test_the_new_ops_read_back_from_a_spool_and_a_failed_ack_becomes_a_release_on_rollback(
+    op: Op,
+) -> None:
+    # given the op as a spool file keeps it
+    stored = msgpack.packb(op.args(), use_bin_type=True)
+    # then it reads back as itself, and a failed ack is an ack (voided into a release when
+    # Redis came back older: the request is crawled again, its failure recorded then)
+    assert decode_op(msgpack.unpackb(stored, raw=False)) == op
+    if isinstance(op, Failed):
+        assert isinstance(op, Ack) and op.settles == op.entry_id
+        assert op.as_release().args() == ["N", op.entry_id]
