@@ -8,6 +8,7 @@ entry must leave the job while the node is still busy with the rest of the site.
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -83,6 +84,11 @@ def test_a_failed_request_is_acked_right_after_its_errback_while_the_node_is_sti
     print(f"\n{reactor} errback={errback}: the failed request left Redis with {fetched} of "
           f"{web.pages} pages fetched")
     assert fetched < web.pages // 2
+    # and it is recorded as failed, in the same write as its ack
+    failed = redis_server.client().lrange("clustersync:{failing}:failed", 0, -1)
+    [record] = [json.loads(each) for each in failed]
+    assert (record["attempts"], record["errback"], record.get("status")) == (3, errback, None)
+    assert "ConnectionRefusedError" in record["error"]
     if errback:
         [ran_at] = [float(line) for line in marks(tmp_path, "errback")]
         print(f"  {gone_at - ran_at:.3f} s after its errback ran")
