@@ -33,6 +33,7 @@ from .cli_seed import (
     read_urls,
 )
 from .cli_status import console, job_rows, print_jobs
+from .cli_tasks import TASK_COMMANDS
 from .config import ConfigError, redact_url
 from .projectsettings import ProjectContext, parse_overrides
 from .store import JobStore, StoreError, make_client
@@ -252,6 +253,8 @@ main.add_command(top)
 main.add_command(pause)
 main.add_command(resume)
 main.add_command(stop)
+for _command in TASK_COMMANDS:
+    main.add_command(_command)
 
 
 if __name__ == "__main__":  # pragma: no cover

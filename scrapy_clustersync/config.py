@@ -38,7 +38,10 @@ DEFAULTS: dict[str, str | int | float | bool] = {
     "CLUSTERSYNC_BLOOM_CAPACITY": 10_000_000,
     "CLUSTERSYNC_BLOOM_ERROR_RATE": 0.001,
     "CLUSTERSYNC_RECRAWL": "",
+    "CLUSTERSYNC_FAILED_KEEP": 1000,
 }
+#: the most failed requests a job may keep (each about 300-600 bytes of Redis)
+FAILED_KEEP_MAX = 1_000_000
 DEDUP_MODES = ("bloom", "exact")
 #: what the first node of a new run does with a finished job: "" stop (exit non-zero),
 #: "keep-seen" restart it (only URLs not seen before are crawled), "forget-seen" restart it
@@ -110,6 +113,8 @@ class ClusterConfig:
     tls: TlsOptions
     dedup: DedupSettings
     recrawl: str = ""
+    #: how many failed requests the job keeps, newest first (0: none)
+    failed_keep: int = 1000
 
     @classmethod
     def from_settings(cls, settings: BaseSettings, spider_name: str) -> ClusterConfig:
@@ -151,6 +156,7 @@ class ClusterConfig:
                 bloom_error_rate=_number(settings, "CLUSTERSYNC_BLOOM_ERROR_RATE", float),
             ),
             recrawl=validate_recrawl(settings.get("CLUSTERSYNC_RECRAWL") or ""),
+            failed_keep=validate_failed_keep(settings),
         )
 
 
@@ -182,6 +188,21 @@ def validate_recrawl(mode: str) -> str:
             "before) or 'forget-seen' (crawl every URL again)."
         )
     return mode
+
+
+def validate_failed_keep(settings: BaseSettings) -> int:
+    """``CLUSTERSYNC_FAILED_KEEP``: a whole number from 0 (keep none) to FAILED_KEEP_MAX."""
+    raw = settings.get("CLUSTERSYNC_FAILED_KEEP", DEFAULTS["CLUSTERSYNC_FAILED_KEEP"])
+    try:
+        value = int(raw)
+        if value == float(raw) and 0 <= value <= FAILED_KEEP_MAX:
+            return value
+    except (TypeError, ValueError):
+        pass
+    raise ConfigError(
+        f"CLUSTERSYNC_FAILED_KEEP = {raw!r} is not a number of failed requests to keep: give a "
+        f"whole number from 0 (keep none) to {FAILED_KEEP_MAX:,}; the default is 1000."
+    )
 
 
 def validate_job_name(job: str, given_as: str = "CLUSTERSYNC_JOB") -> str:

@@ -37,6 +37,11 @@ class JobKeys:
     - ``meta`` also holds ``control`` (running, paused, stopping, stopped; absent = running) and
       ``control_ms``, written by control.lua; ``control`` is also the name of the job's pub/sub
       channel (``control_channel``), which is not a key
+    - ``failed``   list: the newest failed requests, a JSON object each (lua/tasks.lua;
+      store/tasks.py FailedRequest), at most ``CLUSTERSYNC_FAILED_KEEP``
+    - ``tasks``    hash: the user's task id -> its record, a JSON object (lua/tasks.lua;
+      store/tasks.py TaskRecord)
+    - ``task_of``  hash: entry id -> task id, while an entry of a task is queued or leased
     - ``call:<node>`` hash: the node's write counter (``writes``, see flush.lua) and its last
       flush and lease call ids with their results (a retried call changes nothing more)
     """
@@ -91,6 +96,18 @@ class JobKeys:
         return self._key("dead")
 
     @property
+    def failed(self) -> str:
+        return self._key("failed")
+
+    @property
+    def tasks(self) -> str:
+        return self._key("tasks")
+
+    @property
+    def task_of(self) -> str:
+        return self._key("task_of")
+
+    @property
     def bloom(self) -> str:
         return self._key("bloom")
 
@@ -113,4 +130,5 @@ class JobKeys:
         return [
             self.meta, self.queue, self.entries, self.deadlines, self.leased,
             self.seen, self.stats, self.nodes, self.node_info, self.idle, self.dead, self.bloom,
+            self.failed, self.tasks, self.task_of,
         ]

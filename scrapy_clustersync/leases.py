@@ -10,6 +10,10 @@ however long the output. The ack is buffered then, behind all of those pushes in
 ordered write stream, so Redis never holds the ack without the children.
 A request replaced in the downloader (redirect, retry) is acked once its replacement is
 buffered (``ClusterScheduler.enqueue_request`` asks ``replaced_in_downloader``).
+
+A request that failed (see tasks.py for what counts) is acked the same way, at the same moment,
+with a ``Failed`` op that also records why: the tracker learns it from what Scrapy hands the
+errback (``Scraper.call_spider_async`` with a Failure) and from ``handle_spider_error``.
 """
 
 from __future__ import annotations
@@ -21,9 +25,17 @@ from typing import Any
 
 from scrapy import Request
 from scrapy.exceptions import CloseSpider
+from twisted.python.failure import Failure
 
 from .codec import LEASE_META_KEY
 from .store.ops import Ack, Op, Release
+from .tasks import (
+    TASK_META_KEY,
+    RequestFailure,
+    download_failure,
+    inherit_task,
+    spider_failure,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -45,6 +57,8 @@ class LeaseTracker:
         self.scraping: set[str] = set()
         #: of those, the ones whose callback raised CloseSpider: released, not acked
         self._hand_back: set[str] = set()
+        #: of those, the ones that failed, with why and the request (acked with a Failed op)
+        self._failures: dict[str, tuple[RequestFailure, Request]] = {}
 
     def handed_out(self, request: Request, entry_id: str) -> None:
         """``request``, leased as ``entry_id``, goes to the engine."""
@@ -71,13 +85,19 @@ class LeaseTracker:
         """Hand the leased request ``token`` back to the queue, for any node to crawl again."""
         self._settle(token, Release, "clustersync/handed_back")
 
-    def _settle(self, token: str | None, op: type[Ack] | type[Release], stat: str) -> None:
+    def _settle(self, token: str | None, op: Callable[[str], Op], stat: str) -> None:
         submit = self._submit()
         if token not in self.inflight or submit is None:
             return
         self.inflight.discard(token)
         submit(op(token))
         self.counts[stat] += 1
+
+    def _failed(self, request: Request, failure: RequestFailure | None) -> None:
+        """``request``, being scraped, failed: the first reason found is the one recorded."""
+        token = request.meta.get(LEASE_META_KEY)
+        if failure is not None and token in self.scraping and token not in self._failures:
+            self._failures[token] = (failure, request)
 
     def engine_idle(self) -> None:
         """The engine has nothing in progress: a request still under way then ended without
@@ -110,16 +130,44 @@ class LeaseTracker:
                 raise
             return scraped.addBoth(self._scraped, token)
 
+        scraper.enqueue_scrape = watched
+        self._watch_spider_errors(scraper)
+        self._watch_errbacks(scraper)
+
+    def _watch_spider_errors(self, scraper: Any) -> None:
+        """Learn each exception of a callback or errback: CloseSpider hands the request back,
+        any other fails it."""
         handle_spider_error = scraper.handle_spider_error
 
         def watched_error(failure: Any, request: Request, *args: Any, **kwargs: Any) -> Any:
             token = request.meta.get(LEASE_META_KEY)
-            if isinstance(failure.value, CloseSpider) and token in self.scraping:
-                self._hand_back.add(token)
+            if isinstance(failure.value, CloseSpider):
+                if token in self.scraping:
+                    self._hand_back.add(token)
+            else:
+                response = args[0] if args else kwargs.get("response")
+                self._failed(request, spider_failure(failure, response))
             return handle_spider_error(failure, request, *args, **kwargs)
 
-        scraper.enqueue_scrape = watched
         scraper.handle_spider_error = watched_error
+
+    def _watch_errbacks(self, scraper: Any) -> None:
+        """Learn each Failure Scrapy hands a request's errback (or raises without one): a
+        download error, or an exception of a spider middleware's ``process_spider_input`` such
+        as ``HttpError``. The errback's output joins the request's task (Scrapy does not pass
+        it through the spider middlewares)."""
+        call_spider = getattr(scraper, "call_spider_async", None)
+        if call_spider is None:  # pragma: no cover - Scrapy >= 2.13 has it
+            return
+
+        async def watched_call(result: Any, request: Request, *args: Any, **kwargs: Any) -> Any:
+            if not isinstance(result, Failure):
+                return await call_spider(result, request, *args, **kwargs)
+            self._failed(request, download_failure(result, request))
+            output = await call_spider(result, request, *args, **kwargs)
+            return _joining_task(request, output)
+
+        scraper.call_spider_async = watched_call
 
     def _scraped(self, result: Any, token: str) -> Any:
         """Everything the callback or errback of ``token`` produced has been buffered.
@@ -128,9 +176,34 @@ class LeaseTracker:
         to the queue for another node, not acked (the node closes, as the spider asked).
         """
         self.scraping.discard(token)
+        failed = self._failures.pop(token, None)
         if token in self._hand_back:
             self._hand_back.discard(token)
             self.release(token)
+        elif failed is not None:
+            failure, request = failed
+            self.counts["clustersync/failed"] += 1
+            self._settle(token, lambda entry_id: failure.op(entry_id, request),
+                         "clustersync/acked")
         else:
             self.ack(token)
         return result
+
+
+def _joining_task(parent: Request, output: Any) -> Any:
+    """``output`` (an iterable or async iterable of an errback), its requests joining
+    ``parent``'s task."""
+    if parent.meta.get(TASK_META_KEY) is None or output is None:
+        return output
+    if hasattr(output, "__aiter__"):
+        async def joined_async() -> Any:
+            async for each in output:
+                inherit_task(parent, each)
+                yield each
+        return joined_async()
+
+    def joined() -> Any:
+        for each in output:
+            inherit_task(parent, each)
+            yield each
+    return joined()

@@ -1,4 +1,5 @@
-"""Where start() runs once per job: ``ClusterSpiderMiddleware.process_start``.
+"""Where start() runs once per job: ``ClusterSpiderMiddleware.process_start``; and how a
+callback's requests inherit its task: ``process_spider_output``.
 
 It is the spider middleware nearest the engine (the add-on installs it at ``ORDER``), so what
 it yields goes straight to the engine, after every other middleware's ``process_start``. See
@@ -12,6 +13,7 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from .signals import node_opened
+from .tasks import TASK_META_KEY, inherit_task
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -25,7 +27,8 @@ ORDER = -(10**9)
 
 
 class ClusterSpiderMiddleware:
-    """Runs the spider's start() only where the job's ``StartRun`` says (see startrun.py)."""
+    """Runs the spider's start() only where the job's ``StartRun`` says (see startrun.py), and
+    gives the requests a callback yields the task of its request (tasks.py)."""
 
     def __init__(self) -> None:
         self.run: StartRun | None = None
@@ -55,3 +58,16 @@ class ClusterSpiderMiddleware:
             run.ended()  # as in Scrapy, a start() that raises is over (reason start_error)
             raise
         run.ended()
+
+    async def process_spider_output(self, response: Any, result: AsyncIterator[Any]
+                                    ) -> AsyncIterator[Any]:
+        """The callback's output; its requests join the task of ``response``'s request unless
+        they name their own (nearest the engine: also those other middlewares add)."""
+        request = getattr(response, "request", None)
+        if request is None or TASK_META_KEY not in request.meta:
+            async for each in result:
+                yield each
+            return
+        async for each in result:
+            inherit_task(request, each)
+            yield each

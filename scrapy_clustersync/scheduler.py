@@ -30,7 +30,8 @@ from .spool import Spool
 from .startrun import StartRun
 from .stopping import StopWhenOpened
 from .store import JobStore, make_client
-from .store.ops import DeadLetterEntry, Push, PushFlags
+from .store.ops import DeadLetterEntry, PushFlags
+from .tasks import push_of
 from .worker import SyncWorker
 
 if TYPE_CHECKING:
@@ -124,7 +125,8 @@ class ClusterScheduler:
             debug=settings.getbool("DUPEFILTER_DEBUG"),
         )
         spool = Spool(settings.get("CLUSTERSYNC_SPOOL_DIR") or ".clustersync-spool", config.job)
-        store = JobStore(client, config.job, config.node_id, config.dedup)
+        store = JobStore(client, config.job, config.node_id, config.dedup,
+                         failed_keep=config.failed_keep)
         df = project_dupefilter(crawler, dupefilter)
         return cls(crawler, config, store, codec, dupefilter, spool, df=df,
                    order=QueueOrder.from_settings(settings))
@@ -283,7 +285,7 @@ class ClusterScheduler:
         flags = self.order.flags(bool(request.meta.get("is_start_request")))
         if not fingerprint:
             flags |= PushFlags.DONT_FILTER
-        io.submit(Push(fingerprint, int(request.priority), blob, flags))
+        io.submit(push_of(request, fingerprint, int(request.priority), blob, flags))
         io.mark_busy()
         self.counts["clustersync/enqueued"] += 1
         self._count("enqueued", "redis")

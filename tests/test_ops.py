@@ -107,7 +107,7 @@ def test_a_push_describes_itself_by_its_url_and_an_unreadable_one_says_so() -> N
 
 @pytest.mark.parametrize(("args", "message"), [
     ([], "an empty op"),
-    (["Q", "e1"], "unknown opcode 'Q'; this version writes P, A, N, D, X, S"),
+    (["Q", "e1"], "unknown opcode 'Q'; this version writes P, T, A, F, N, D, X, S"),
     ([b"A", "e1"], "unknown opcode b'A'"),
     (["A"], "op 'A' has 0 fields, not 1"),
     (["P", FINGERPRINT, 0, b"blob"], "op 'P' has 3 fields, not 4"),

@@ -13,7 +13,10 @@
 -- KEYS[9]  last_call  hash   this node's write counter, last call id and result (see below)
 -- KEYS[10] bloom      hash   Bloom filter state: layers (active count), count<i>, layout<i>,
 --                           prepared<i> (chunks of layer i allocated by bloom_prepare.lua)
--- KEYS[11..] bloom chunk strings of the described layers, layer by layer, chunk by chunk
+-- KEYS[11] failed     list   the newest failed requests (tasks.lua)
+-- KEYS[12] tasks      hash   task id -> task record (tasks.lua)
+-- KEYS[13] task_of    hash   entry id -> task id, for entries of a task (tasks.lua)
+-- KEYS[14..] bloom chunk strings of the described layers, layer by layer, chunk by chunk
 -- ARGV[1]  epoch      string the job epoch the node joined; another value = Redis lost the job
 -- ARGV[2]  call_id    string unique per call; the same id again returns the stored result
 -- ARGV[3]  node       string node id
@@ -25,12 +28,17 @@
 -- ARGV[7]  set_limit  int    "set-then-bloom": the set takes new fingerprints until it holds this
 --                           many; then the filter does
 -- ARGV[8]  described  int    how many Bloom layers are described next (0 for exact)
--- ARGV[9..] per described layer: bits, hashes, bits per chunk, chunks, capacity (bloom.lua LAYOUT)
--- ARGV[9 + 5*described ..] ops, each an opcode followed by its fields (OP_FIELDS below counts
+-- ARGV[9]  failed_max int    how many failed requests to keep (0: none)
+-- ARGV[10..] per described layer: bits, hashes, bits per chunk, chunks, capacity (bloom.lua
+--                          LAYOUT)
+-- ARGV[10 + 5*described ..] ops, each an opcode followed by its fields (OP_FIELDS below counts
 --                         them; store/ops.py has a record for each opcode):
 --   P fingerprint priority blob flags(0..7)        push unless the fingerprint was seen (flags:
 --                                                  1 no dedup, 2 start request, 4 LIFO)
+--   T fingerprint priority blob flags task         a push of a request of task `task`
 --   A id                                           ack: the request is done
+--   F id url status error attempts errback(0|1)    ack of a request that failed, recorded in
+--                                                  the failed list and in its task
 --   N id                                           release this node's lease back to the queue
 --   D id reason                                    dead-letter a leased entry
 --   X reason record                                dead-letter a write no script could apply
@@ -60,7 +68,8 @@ if redis.call('HGET', KEYS[1], 'epoch') ~= ARGV[1] then
 end
 local refused = wrong_type({{KEYS[2], 'zset'}, {KEYS[3], 'hash'}, {KEYS[4], 'zset'},
                             {KEYS[5], 'hash'}, {KEYS[6], 'set'}, {KEYS[7], 'hash'},
-                            {KEYS[8], 'list'}, {KEYS[9], 'hash'}, {KEYS[10], 'hash'}})
+                            {KEYS[8], 'list'}, {KEYS[9], 'hash'}, {KEYS[10], 'hash'},
+                            {KEYS[11], 'list'}, {KEYS[12], 'hash'}, {KEYS[13], 'hash'}})
 if refused then return refused end
 local last = redis.call('HMGET', KEYS[9], 'writes', 'flush_id', 'flush_result')
 local writes = tonumber(last[1] or '0')
@@ -71,10 +80,11 @@ if last[2] == ARGV[2] then
   return last[3] .. ' ' .. writes
 end
 
-local pushed, filtered, acked, released, dead = 0, 0, 0, 0, 0
+local pushed, filtered, acked, released, dead, failed = 0, 0, 0, 0, 0, 0
 local described = tonumber(ARGV[8])
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+task_setup(KEYS[12], KEYS[13], ARGV[3], now_ms)
 
 -- ---- stored formats: the one place each is written ---------------------------------------------
 -- A dead letter, newest first, ARGV[4] of them kept (store/formats.py DeadLetter parses it):
@@ -89,8 +99,8 @@ local function dead_letter(id, reason, blob)
 end
 
 -- ---- the op table: opcode -> how many fields follow it (store/ops.py: the same counts) --------
-local OP_FIELDS = {P = 4, A = 1, N = 1, D = 2, X = 2, S = 0}
-local first_op = 9 + #LAYOUT * described
+local OP_FIELDS = {P = 4, T = 5, A = 1, F = 6, N = 1, D = 2, X = 2, S = 0}
+local first_op = 10 + #LAYOUT * described
 
 -- Calls visit(opcode, ARGV index of the op's first field, op number) for each op of the batch,
 -- in order, and returns the first value visit returns (nil if none does). An op's opcode must
@@ -131,13 +141,13 @@ end
 -- an error reply if the batch needs a Bloom layer not described or allocated; else nil
 local function prepare_dedup()
   if mode == 'exact' then return nil end
-  bloom_setup(KEYS[10], 9, described, 11)
+  bloom_setup(KEYS[10], 10, described, 14)
   set_entries = redis.call('SCARD', KEYS[6])
   adding_to_set = mode == 'set-then-bloom' and BLOOM.active == 0
     and set_entries < tonumber(ARGV[7])
   if adding_to_set then return nil end
   local pushes = 0
-  each_op(function(op) if op == 'P' then pushes = pushes + 1 end end)
+  each_op(function(op) if op == 'P' or op == 'T' then pushes = pushes + 1 end end)
   return bloom_refusal(pushes)
 end
 
@@ -149,7 +159,7 @@ local function check_op(op, f, number)
   local count = OP_FIELDS[op]
   if not count then return bad_op(number, 'unknown opcode ' .. tostring(op)) end
   if f + count - 1 > #ARGV then return bad_op(number, 'missing fields') end
-  if op == 'P' then
+  if op == 'P' or op == 'T' then
     local prio = tonumber(ARGV[f + 1])
     local flags = tonumber(ARGV[f + 3])
     if not flags or flags ~= math.floor(flags) or flags < 0 or flags > 7 then
@@ -161,8 +171,12 @@ local function check_op(op, f, number)
     if not prio or prio ~= prio or prio == math.huge or prio == -math.huge then
       return bad_op(number, 'priority is not a finite number')
     end
-  elseif (op == 'A' or op == 'N' or op == 'D') and ARGV[f] == '' then
+    if op == 'T' and ARGV[f + 4] == '' then return bad_op(number, 'empty task id') end
+  elseif (op == 'A' or op == 'F' or op == 'N' or op == 'D') and ARGV[f] == '' then
     return bad_op(number, 'empty entry id')
+  end
+  if op == 'F' and not (tonumber(ARGV[f + 2]) and tonumber(ARGV[f + 4])) then
+    return bad_op(number, 'status and attempts must be numbers')
   end
   return nil
 end
@@ -181,24 +195,37 @@ local function entry_id(flags, seq)
   if math.floor(flags / 4) % 2 == 1 then order = LIFO_BASE - seq end
   return kind .. string.format('%016x', order) .. id_tail
 end
+-- The entry `id` is done (acked; `failure`: what failed, or nil), if it still is in the job:
+-- a lease that was reclaimed sits in the queue again; the work is done, so it goes there too.
+-- A repeated or late ack finds nothing and changes nothing.
+local function settle(id, failure)
+  if drop_lease(id) + redis.call('ZREM', KEYS[2], id) == 0 then return end
+  redis.call('HDEL', KEYS[3], id)
+  acked = acked + 1
+  local task = task_settled(id, failure)
+  if failure then
+    failed = failed + 1
+    failed_record(KEYS[11], tonumber(ARGV[9]), id, task, failure)
+  end
+end
+
 local function apply_op(op, f)
-  if op == 'P' then
+  if op == 'P' or op == 'T' then
     local fp, prio, blob, flags = ARGV[f], ARGV[f + 1], ARGV[f + 2], tonumber(ARGV[f + 3])
+    local id = nil
     if flags % 2 == 1 or is_new(fp) then
-      local id = entry_id(flags, redis.call('HINCRBY', KEYS[1], 'seq', 1))
+      id = entry_id(flags, redis.call('HINCRBY', KEYS[1], 'seq', 1))
       redis.call('HSET', KEYS[3], id, blob)
       redis.call('ZADD', KEYS[2], -tonumber(prio), id)
       pushed = pushed + 1
     else
       filtered = filtered + 1
     end
+    if op == 'T' then task_pushed(ARGV[f + 4], id) end
   elseif op == 'A' then
-    local id = ARGV[f]
-    -- a lease that was reclaimed sits in the queue again: the work is done, so drop it there too
-    if drop_lease(id) + redis.call('ZREM', KEYS[2], id) > 0 then
-      redis.call('HDEL', KEYS[3], id)
-      acked = acked + 1
-    end
+    settle(ARGV[f], nil)
+  elseif op == 'F' then
+    settle(ARGV[f], failure_of(ARGV[f + 1], ARGV[f + 2], ARGV[f + 3], ARGV[f + 4], ARGV[f + 5]))
   elseif op == 'N' then
     local id = ARGV[f]
     local score, owner = parse_lease(redis.call('HGET', KEYS[5], id))
@@ -210,8 +237,9 @@ local function apply_op(op, f)
   elseif op == 'D' then
     local id = ARGV[f]
     dead_letter(id, ARGV[f + 1], redis.call('HGET', KEYS[3], id) or '')
-    drop_lease(id)
-    redis.call('ZREM', KEYS[2], id)
+    if drop_lease(id) + redis.call('ZREM', KEYS[2], id) > 0 then
+      task_settled(id, {node = ARGV[3], at_ms = now_ms, error = 'dead letter: ' .. ARGV[f + 1]})
+    end
     redis.call('HDEL', KEYS[3], id)
   elseif op == 'X' then
     dead_letter('-', ARGV[f], ARGV[f + 1])
@@ -221,7 +249,8 @@ local function apply_op(op, f)
 end
 each_op(apply_op)
 
-local counters = {pushed = pushed, filtered = filtered, acked = acked, released = released, dead = dead}
+local counters = {pushed = pushed, filtered = filtered, acked = acked, released = released,
+                  dead = dead, failed = failed}
 for name, value in pairs(counters) do
   if value > 0 then
     redis.call('HINCRBY', KEYS[7], name, value)

@@ -9,6 +9,8 @@
 -- KEYS[5]  leased     hash   leased entry id -> "<queue score>|<node>"
 -- KEYS[6]  stats      hash   job counters
 -- KEYS[7]  last_call  hash   this node's write counter, last call id and result
+-- KEYS[8]  tasks      hash   task id -> task record (tasks.lua: a pending task turns running)
+-- KEYS[9]  task_of    hash   entry id -> task id
 -- ARGV[1]  epoch        string  the job epoch the node joined
 -- ARGV[2]  call_id      string  unique per call
 -- ARGV[3]  node         string  node id
@@ -24,7 +26,8 @@ if redis.call('HGET', KEYS[1], 'epoch') ~= ARGV[1] then
   return redis.error_reply('CLUSTERSYNC_STATE_LOST job epoch missing or changed')
 end
 local refused = wrong_type({{KEYS[2], 'zset'}, {KEYS[3], 'hash'}, {KEYS[4], 'zset'},
-                            {KEYS[5], 'hash'}, {KEYS[6], 'hash'}, {KEYS[7], 'hash'}})
+                            {KEYS[5], 'hash'}, {KEYS[6], 'hash'}, {KEYS[7], 'hash'},
+                            {KEYS[8], 'hash'}, {KEYS[9], 'hash'}})
 if refused then return refused end
 local node = ARGV[3]
 local writes, rolled_back = bump_writes(KEYS[7], ARGV[7])
@@ -35,6 +38,7 @@ local function lease_one(id, score, deadline)
   local blob = redis.call('HGET', KEYS[3], id)
   redis.call('ZADD', KEYS[4], deadline, id)
   redis.call('HSET', KEYS[5], id, lease_value(score, node))
+  task_leased(id)
   out[#out + 1] = id
   out[#out + 1] = blob or ''
   out[#out + 1] = tostring(score)
@@ -43,6 +47,7 @@ end
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local deadline = now_ms + tonumber(ARGV[5])
+task_setup(KEYS[8], KEYS[9], node, now_ms)
 
 local last = redis.call('HMGET', KEYS[7], 'lease_id', 'lease_result')
 if last[1] == ARGV[2] then

@@ -38,6 +38,8 @@ from .results import (
 )
 
 DEAD_LETTERS_KEPT = 10_000
+#: failed requests kept by default (CLUSTERSYNC_FAILED_KEEP)
+FAILED_KEPT = 1000
 RECLAIM_PER_LEASE = 200
 #: tries at forgetting the seen record while its Bloom filter changes (it does not, with no node)
 FORGET_TRIES = 5
@@ -65,8 +67,11 @@ class JobStore:
         node_id: str,
         dedup: DedupSettings | None = None,
         writes_seen: int | None = 0,
+        failed_keep: int = FAILED_KEPT,
     ) -> None:
         self.client = client
+        #: how many failed requests the job keeps (CLUSTERSYNC_FAILED_KEEP)
+        self.failed_keep = failed_keep
         self.keys = JobKeys(job)
         self.node_id = node_id
         #: The node's write counter as the last answer from Redis gave it (every script of the
@@ -80,9 +85,9 @@ class JobStore:
         self._bloom_layers_described = 1
         self._bloom_in_use = False  # the job's filter has a layer in use, as last seen
         self._exact_entries = 0  # the job's exact set, as last seen
-        self._flush = client.register_script(_load_lua("flush", "bloom"))
+        self._flush = client.register_script(_load_lua("flush", "bloom", "tasks"))
         self._migrate = client.register_script(_load_lua("dedup_migrate", "bloom"))
-        self._lease = client.register_script(_load_lua("lease"))
+        self._lease = client.register_script(_load_lua("lease", "tasks"))
         self._heartbeat = client.register_script(_load_lua("heartbeat"))
         self._join = client.register_script(_load_lua("join"))
         self._restart = client.register_script(_load_lua("restart"))
@@ -93,7 +98,8 @@ class JobStore:
 
     def as_node(self, node_id: str, writes_seen: int) -> JobStore:
         """This job's store acting as node ``node_id`` (the spool replays a node's writes)."""
-        store = JobStore(self.client, self.keys.job, node_id, self.dedup, writes_seen=writes_seen)
+        store = JobStore(self.client, self.keys.job, node_id, self.dedup, writes_seen=writes_seen,
+                         failed_keep=self.failed_keep)
         store.job_dedup = self.job_dedup
         return store
 
@@ -295,16 +301,17 @@ class JobStore:
     ) -> tuple[list[str], list[Any]]:
         k = self.keys
         keys = [k.meta, k.queue, k.entries, k.deadlines, k.leased, k.seen, k.stats, k.dead,
-                k.last_call(self.node_id), k.bloom]
+                k.last_call(self.node_id), k.bloom, k.failed, k.tasks, k.task_of]
         args: list[Any] = [epoch, call_id, self.node_id, DEAD_LETTERS_KEPT, self.job_dedup,
                            self._expected_writes()]
         if self.dedup.mode == "bloom":
             params = self._bloom_params()
             chunk_keys, layout = describe_layers(params, self._bloom_layers_described, k)
             keys.extend(chunk_keys)
-            args.extend([set_limit(params), *layout])
+            count, *layouts = layout  # ARGV: set limit, layers described, failed_max, layouts
+            args.extend([set_limit(params), count, self.failed_keep, *layouts])
         else:
-            args.extend([0, 0])
+            args.extend([0, 0, self.failed_keep])
         for op in ops:
             args.extend(op.args())
         return keys, args
@@ -317,7 +324,8 @@ class JobStore:
         k = self.keys
         writes, *flat = self._run(
             self._lease,
-            [k.meta, k.queue, k.entries, k.deadlines, k.leased, k.stats, k.last_call(self.node_id)],
+            [k.meta, k.queue, k.entries, k.deadlines, k.leased, k.stats, k.last_call(self.node_id),
+             k.tasks, k.task_of],
             [epoch, call_id, self.node_id, count, lease_ms, RECLAIM_PER_LEASE,
              self._expected_writes()],
         )

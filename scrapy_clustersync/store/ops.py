@@ -96,6 +96,32 @@ class Push(_WriteOp):
                 f"priority {self.priority!r})")[:DESCRIBE_MAX_CHARS]
 
 
+#: how many characters of a task id travel (a longer one is refused when the push is made)
+TASK_ID_MAX_CHARS = 200
+
+
+@dataclass(frozen=True)
+class TaskPush(Push):
+    """A push of a request that belongs to the user's task ``task`` (opcode ``T``).
+
+    The script keeps entry -> task, so that the lease and the ack of the entry update the task
+    without decoding the request. A push without a task stays a ``P`` op (the same arguments as
+    before tasks existed: spool files of either version read the same).
+    """
+
+    OPCODE: ClassVar[str] = "T"
+    task: str = ""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not self.task or len(self.task) > TASK_ID_MAX_CHARS:
+            raise ValueError(f"a task id is 1 to {TASK_ID_MAX_CHARS} characters, not "
+                             f"{self.task!r:.60}")
+
+    def args(self) -> list[Arg]:
+        return [*super().args(), self.task]
+
+
 @dataclass(frozen=True)
 class _LeaseOp(_WriteOp):
     """An op that ends the lease ``entry_id``: its args are the opcode and the id."""
@@ -128,6 +154,30 @@ class Ack(_LeaseOp):
     def as_release(self) -> Release:
         """The release of the same lease: the request is crawled again (see worker.py)."""
         return Release(self.entry_id)
+
+
+@dataclass(frozen=True)
+class Failed(Ack):
+    """The leased request ``entry_id`` is done, and failed (opcode ``F``): an ack that also
+    records why, in the job's failed requests and in its task (see leases.py for what counts
+    as failed).
+
+    ``url``: the request's URL; ``status``: the HTTP status (0: no response); ``error``: the
+    exception (class and message) or "HTTP <status>"; ``attempts``: downloads tried (0:
+    unknown); ``errback``: the request's errback ran.
+    """
+
+    OPCODE: ClassVar[str] = "F"
+    ACTION: ClassVar[str] = "failed ack"
+    url: str
+    status: int
+    error: str
+    attempts: int
+    errback: bool
+
+    def args(self) -> list[Arg]:
+        return [self.OPCODE, self.entry_id, self.url, self.status, self.error, self.attempts,
+                int(self.errback)]
 
 
 @dataclass(frozen=True)
@@ -186,9 +236,11 @@ class StartDone(_WriteOp):
 
 
 #: one buffered write
-Op: TypeAlias = Push | Ack | Release | DeadLetterEntry | DeadLetterWrite | StartDone
+Op: TypeAlias = (Push | TaskPush | Ack | Failed | Release | DeadLetterEntry | DeadLetterWrite
+                 | StartDone)
 OP_KINDS: dict[str, type[Op]] = {
-    kind.OPCODE: kind for kind in (Push, Ack, Release, DeadLetterEntry, DeadLetterWrite, StartDone)
+    kind.OPCODE: kind for kind in (Push, TaskPush, Ack, Failed, Release, DeadLetterEntry,
+                                   DeadLetterWrite, StartDone)
 }
 
 

@@ -16,6 +16,8 @@ def config(**settings: object) -> ClusterConfig:
 def test_defaults_need_no_tuning() -> None:
     cfg = config()
     assert cfg.job == "spider" and cfg.idle_close_after_s == 0.5 and cfg.prefetch == 32
+    assert cfg.failed_keep == 1000
+    assert config(CLUSTERSYNC_FAILED_KEEP="0").failed_keep == 0
 
 
 @pytest.mark.parametrize(
@@ -28,6 +30,11 @@ def test_defaults_need_no_tuning() -> None:
         ({"CLUSTERSYNC_LEASE_TIMEOUT": 0}, "CLUSTERSYNC_LEASE_TIMEOUT = 0 is too small"),
         ({"CLUSTERSYNC_HEARTBEAT_INTERVAL": 30}, "at most a third of CLUSTERSYNC_LEASE_TIMEOUT"),
         ({"CLUSTERSYNC_BATCH_SIZE": 10**6}, "CLUSTERSYNC_BATCH_SIZE = 1000000 is too large"),
+        ({"CLUSTERSYNC_FAILED_KEEP": -1}, "CLUSTERSYNC_FAILED_KEEP = -1 is not a number of "
+                                          "failed requests to keep: give a whole number from 0"),
+        ({"CLUSTERSYNC_FAILED_KEEP": "many"}, "CLUSTERSYNC_FAILED_KEEP = 'many' is not"),
+        ({"CLUSTERSYNC_FAILED_KEEP": 2.5}, "CLUSTERSYNC_FAILED_KEEP = 2.5 is not"),
+        ({"CLUSTERSYNC_FAILED_KEEP": 10**7}, "to 1,000,000; the default is 1000"),
     ],
 )
 def test_bad_settings_are_refused_by_name(settings: dict[str, object], message: str) -> None:
