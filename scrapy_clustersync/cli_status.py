@@ -117,7 +117,26 @@ def summary_lines(report: JobStatus, summary: dict[str, Any]) -> list[str]:
                      "(cannot be encoded), crawled on the node that made them (not crash-safe)")
     for name in ("pushed", "filtered", "reclaimed"):
         lines.append(f"  {name:<13}{report.counters.get(name, 0):>12,}")
-    return lines + _dedup_lines(report.dedup)
+    return lines + _stats_lines(report.scrapy_stats) + _dedup_lines(report.dedup)
+
+
+STATUS_PREFIX = "downloader/response_status_count/"
+
+
+def _stats_lines(stats: dict[str, int]) -> list[str]:
+    """The cluster's Scrapy stats in two lines: responses by status, then errors and bytes."""
+    if not stats:
+        return []
+    statuses = sorted((name[len(STATUS_PREFIX):], value) for name, value in stats.items()
+                      if name.startswith(STATUS_PREFIX))
+    errors = stats.get("log_count/ERROR", 0)
+    return [
+        "  responses    " + (", ".join(f"{code}: {n:,}" for code, n in statuses) or "none"),
+        f"  items {stats.get('item_scraped_count', 0):,}, retries {stats.get('retry/count', 0):,}"
+        f", download errors {stats.get('downloader/exception_count', 0):,}, ERROR lines "
+        f"{errors:,}, {stats.get('downloader/response_bytes', 0) / 2**20:,.1f} MiB received"
+        " (all nodes)",
+    ]
 
 
 def _eta_text(eta: float | None) -> str:

@@ -42,6 +42,9 @@ class JobKeys:
     - ``tasks``    hash: the user's task id -> its record, a JSON object (lua/tasks.lua;
       store/tasks.py TaskRecord)
     - ``task_of``  hash: entry id -> task id, while an entry of a task is queued or leased
+    - ``scrapy_stats`` hash: the nodes' Scrapy stats (pages, items, errors, responses by
+      status, retries, bytes: clusterstats.py SUMMED), summed over every node of the job
+    - ``node_stats`` hash: "<node id>\t<stat>" -> the same, per node
     - ``call:<node>`` hash: the node's write counter (``writes``, see flush.lua) and its last
       flush and lease call ids with their results (a retried call changes nothing more)
     """
@@ -108,6 +111,14 @@ class JobKeys:
         return self._key("task_of")
 
     @property
+    def scrapy_stats(self) -> str:
+        return self._key("scrapy_stats")
+
+    @property
+    def node_stats(self) -> str:
+        return self._key("node_stats")
+
+    @property
     def bloom(self) -> str:
         return self._key("bloom")
 
@@ -130,5 +141,5 @@ class JobKeys:
         return [
             self.meta, self.queue, self.entries, self.deadlines, self.leased,
             self.seen, self.stats, self.nodes, self.node_info, self.idle, self.dead, self.bloom,
-            self.failed, self.tasks, self.task_of,
+            self.failed, self.tasks, self.task_of, self.scrapy_stats, self.node_stats,
         ]

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from scrapy import Request
 from scrapy.utils.defer import deferred_from_coro
 
+from .clusterstats import StatsSender
 from .codec import LEASE_META_KEY, RequestCodec, UndecodableEntry, UnencodableRequest
 from .config import ClusterConfig, redact_url
 from .control import NodeControl
@@ -101,6 +102,8 @@ class ClusterScheduler:
         self.start: StartRun | None = None
         #: the job's control state (pause, resume, stop) as this node follows it; set by open()
         self.control: NodeControl | None = None
+        #: sends the growth of this node's Scrapy stats to the job's sums (clusterstats.py)
+        self.stats_sender: StatsSender | None = None
         #: closes the spider once open, when the node could not join (see stopping.py)
         self._stop: StopWhenOpened | None = None
 
@@ -164,6 +167,8 @@ class ClusterScheduler:
             "mine" if self.runs_start else "other",
         )
         self.start = StartRun(self.crawler, self.config, io, claimed=self.runs_start)
+        self.stats_sender = StatsSender(self.crawler.stats, io.submit,
+                                        max(1.0, self.config.heartbeat_interval_s))
         self.control = NodeControl(self.store.control, self.config.job)
         self.control.start()
         io.hold_leasing(not self.control.allows_downloads)  # a paused job: lease nothing yet
@@ -192,6 +197,8 @@ class ClusterScheduler:
             return
         if reason == FINISHED:
             logger.info("clustersync: job %r finished: %s", self.config.job, self.io.finish_note)
+        if self.stats_sender is not None:  # the last growth leaves with the last writes
+            self.stats_sender.send()
         undelivered = self.io.close(unacked=sorted(self.leases.inflight))
         if self.control is not None:  # after leaving: the last node out settles a stop
             self.control.close()
@@ -370,6 +377,8 @@ class ClusterScheduler:
         if io is None:
             return None
         self.publish_counts()
+        if self.stats_sender is not None:
+            self.stats_sender.maybe_send()
         io.reactor_alive()
         if io.outcome is not None:
             return io.outcome

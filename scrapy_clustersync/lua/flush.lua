@@ -16,6 +16,8 @@
 -- KEYS[11] failed     list   the newest failed requests (tasks.lua)
 -- KEYS[12] tasks      hash   task id -> task record (tasks.lua)
 -- KEYS[13] task_of    hash   entry id -> task id, for entries of a task (tasks.lua)
+-- KEYS[14] scrapy_stats hash  the Scrapy stats of every node, summed (C ops)
+-- KEYS[15] node_stats   hash  "<node>\t<stat>" -> the same, per node
 -- KEYS[14..] bloom chunk strings of the described layers, layer by layer, chunk by chunk
 -- ARGV[1]  epoch      string the job epoch the node joined; another value = Redis lost the job
 -- ARGV[2]  call_id    string unique per call; the same id again returns the stored result
@@ -43,6 +45,7 @@
 --   D id reason                                    dead-letter a leased entry
 --   X reason record                                dead-letter a write no script could apply
 --   S                                              the job's start() is exhausted
+--   C counts                                       add Scrapy stats: "<name>\t<int>" lines
 -- Returns "pushed filtered acked released dead active_bloom_layers active_layer_entries
 -- exact_entries writes" (exact_entries: fingerprints in the set).
 -- Every check runs before the first write, so an error never leaves a batch half applied:
@@ -69,7 +72,8 @@ end
 local refused = wrong_type({{KEYS[2], 'zset'}, {KEYS[3], 'hash'}, {KEYS[4], 'zset'},
                             {KEYS[5], 'hash'}, {KEYS[6], 'set'}, {KEYS[7], 'hash'},
                             {KEYS[8], 'list'}, {KEYS[9], 'hash'}, {KEYS[10], 'hash'},
-                            {KEYS[11], 'list'}, {KEYS[12], 'hash'}, {KEYS[13], 'hash'}})
+                            {KEYS[11], 'list'}, {KEYS[12], 'hash'}, {KEYS[13], 'hash'},
+                            {KEYS[14], 'hash'}, {KEYS[15], 'hash'}})
 if refused then return refused end
 local last = redis.call('HMGET', KEYS[9], 'writes', 'flush_id', 'flush_result')
 local writes = tonumber(last[1] or '0')
@@ -99,7 +103,7 @@ local function dead_letter(id, reason, blob)
 end
 
 -- ---- the op table: opcode -> how many fields follow it (store/ops.py: the same counts) --------
-local OP_FIELDS = {P = 4, T = 5, A = 1, F = 6, N = 1, D = 2, X = 2, S = 0}
+local OP_FIELDS = {P = 4, T = 5, A = 1, F = 6, N = 1, D = 2, X = 2, S = 0, C = 1}
 local first_op = 10 + #LAYOUT * described
 
 -- Calls visit(opcode, ARGV index of the op's first field, op number) for each op of the batch,
@@ -141,7 +145,7 @@ end
 -- an error reply if the batch needs a Bloom layer not described or allocated; else nil
 local function prepare_dedup()
   if mode == 'exact' then return nil end
-  bloom_setup(KEYS[10], 10, described, 14)
+  bloom_setup(KEYS[10], 10, described, 16)
   set_entries = redis.call('SCARD', KEYS[6])
   adding_to_set = mode == 'set-then-bloom' and BLOOM.active == 0
     and set_entries < tonumber(ARGV[7])
@@ -177,6 +181,14 @@ local function check_op(op, f, number)
   end
   if op == 'F' and not (tonumber(ARGV[f + 2]) and tonumber(ARGV[f + 4])) then
     return bad_op(number, 'status and attempts must be numbers')
+  end
+  if op == 'C' then
+    -- every line checked here: HINCRBY failing half way would leave the batch half applied
+    for line in string.gmatch(ARGV[f], '[^\n]+') do
+      if not string.match(line, '^[^\t]+\t%-?%d%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?$') then
+        return bad_op(number, 'counts must be "<name><tab><integer of at most 15 digits>" lines')
+      end
+    end
   end
   return nil
 end
@@ -245,6 +257,11 @@ local function apply_op(op, f)
     dead_letter('-', ARGV[f], ARGV[f + 1])
   elseif op == 'S' then
     redis.call('HSET', KEYS[1], 'start_done', ARGV[3])
+  elseif op == 'C' then
+    for name, value in string.gmatch(ARGV[f], '([^\t\n]+)\t(%-?%d+)') do
+      redis.call('HINCRBY', KEYS[14], name, value)
+      redis.call('HINCRBY', KEYS[15], ARGV[3] .. '\t' .. name, value)
+    end
   end
 end
 each_op(apply_op)

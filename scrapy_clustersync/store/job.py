@@ -301,7 +301,8 @@ class JobStore:
     ) -> tuple[list[str], list[Any]]:
         k = self.keys
         keys = [k.meta, k.queue, k.entries, k.deadlines, k.leased, k.seen, k.stats, k.dead,
-                k.last_call(self.node_id), k.bloom, k.failed, k.tasks, k.task_of]
+                k.last_call(self.node_id), k.bloom, k.failed, k.tasks, k.task_of,
+                k.scrapy_stats, k.node_stats]
         args: list[Any] = [epoch, call_id, self.node_id, DEAD_LETTERS_KEPT, self.job_dedup,
                            self._expected_writes()]
         if self.dedup.mode == "bloom":
@@ -390,15 +391,20 @@ class JobStore:
             pipe.hgetall(k.idle)
             pipe.hgetall(k.bloom)
             pipe.time()
-            meta, queued, leased, seen, stats, dead, live, info, idle, bloom, now = pipe.execute()
+            pipe.hgetall(k.scrapy_stats)
+            pipe.hgetall(k.node_stats)
+            (meta, queued, leased, seen, stats, dead, live, info, idle, bloom, now, summed,
+             per_node) = pipe.execute()
         server_ms = int(now[0]) * 1000 + int(now[1]) // 1000
         alive = {_text(n): score >= server_ms for n, score in live}
         idle_since = {_text(n): int(v) for n, v in idle.items()}
+        node_stats = stats_by_node(per_node)
         nodes = []
         for raw_id, raw_info in sorted(info.items()):
             node = _text(raw_id)
             record = parse_node_record(raw_info)
-            record.update(id=node, alive=alive.get(node, False), idle=node in idle_since)
+            record.update(id=node, alive=alive.get(node, False), idle=node in idle_since,
+                          stats=node_stats.get(node, {}))
             nodes.append(record)
         meta_t = {_text(a): _text(b) for a, b in meta.items()}
         dedup = dedup_status(meta_t, {_text(a): _text(b) for a, b in bloom.items()}, int(seen))
@@ -408,6 +414,7 @@ class JobStore:
             counters={_text(a): int(b) for a, b in stats.items()},
             start_claimed_by=meta_t.get("start_claim"), start_done="start_done" in meta_t,
             server_ms=server_ms, nodes=nodes, dedup=dedup, meta=meta_t,
+            scrapy_stats={_text(a): int(b) for a, b in summed.items()},
         )
 
     def dead_letters(self, limit: int = 100) -> list[DeadLetter]:
@@ -433,3 +440,11 @@ class JobStore:
             # UNLINK: a huge queue or Bloom layer is freed in the background, not in the call
             return int(self.client.unlink(*dict.fromkeys(names)))
 
+
+def stats_by_node(flat: dict[Any, Any]) -> dict[str, dict[str, int]]:
+    """The ``node_stats`` hash ("<node>\t<stat>" -> int) as node -> stat -> int."""
+    nodes: dict[str, dict[str, int]] = {}
+    for key, value in flat.items():
+        node, _, name = _text(key).partition("\t")
+        nodes.setdefault(node, {})[name] = int(value)
+    return nodes

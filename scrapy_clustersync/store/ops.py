@@ -235,12 +235,27 @@ class StartDone(_WriteOp):
         return "start() done"
 
 
+@dataclass(frozen=True)
+class StatsCounts(_WriteOp):
+    """Add to the job's and the node's Scrapy stats (opcode ``C``): ``counts`` holds one
+    "<stat name>\t<integer>" line per stat that grew since the node last sent it."""
+
+    OPCODE: ClassVar[str] = "C"
+    counts: str
+
+    def args(self) -> list[Arg]:
+        return [self.OPCODE, self.counts]
+
+    def describe(self) -> str:
+        return f"stats counts ({self.counts.count(chr(10)) + 1} stats)"[:DESCRIBE_MAX_CHARS]
+
+
 #: one buffered write
 Op: TypeAlias = (Push | TaskPush | Ack | Failed | Release | DeadLetterEntry | DeadLetterWrite
-                 | StartDone)
+                 | StartDone | StatsCounts)
 OP_KINDS: dict[str, type[Op]] = {
     kind.OPCODE: kind for kind in (Push, TaskPush, Ack, Failed, Release, DeadLetterEntry,
-                                   DeadLetterWrite, StartDone)
+                                   DeadLetterWrite, StartDone, StatsCounts)
 }
 
 

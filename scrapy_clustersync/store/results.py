@@ -117,6 +117,8 @@ class JobStatus:
     dedup: dict[str, Any] = field(default_factory=dict)
     #: the job's meta hash as text (epoch, dedup settings, start claim, finish record...)
     meta: dict[str, str] = field(default_factory=dict)
+    #: the Scrapy stats of every node, summed (clusterstats.py); each node's are in its record
+    scrapy_stats: dict[str, int] = field(default_factory=dict)
 
     @property
     def state(self) -> str:
@@ -142,5 +144,5 @@ class JobStatus:
             "unserializable": self.unserializable,
             "dead_letters": self.dead_letters, "counters": self.counters,
             "start_claimed_by": self.start_claimed_by, "start_done": self.start_done,
-            "nodes": self.nodes, "dedup": self.dedup,
+            "nodes": self.nodes, "dedup": self.dedup, "stats": self.scrapy_stats,
         }

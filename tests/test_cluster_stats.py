@@ -1,0 +1,88 @@
+"""The cluster's Scrapy stats: every node's pages, items, responses by status and bytes are
+summed in Redis, per job and per node, and match what the site served to each node."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from scrapy.statscollectors import MemoryStatsCollector
+
+from scrapy_clustersync.clusterstats import StatsSender, is_summed
+from scrapy_clustersync.store import JobStore, Op, make_client
+from scrapy_clustersync.store.errors import BadBatch
+from scrapy_clustersync.store.job import new_call_id
+from scrapy_clustersync.store.ops import StatsCounts
+from testkit.redis_server import RedisServer
+
+from conftest import SiteFactory
+from support import start_nodes, wait_all
+
+
+def test_two_nodes_stats_are_summed_per_job_and_per_node(
+    redis_server: RedisServer, site: SiteFactory, tmp_path: Path,
+) -> None:
+    # given two nodes crawling a 300-page site
+    web = site(300)
+    nodes = start_nodes(2, redis_server.url, web.start_url, tmp_path,
+                        settings={"CLUSTERSYNC_JOB": "shop"})
+    wait_all(nodes, timeout_s=120)
+    # when the job's status is read
+    done = subprocess.run([sys.executable, "-m", "scrapy_clustersync.cli", "--redis-url",
+                           redis_server.url, "status", "shop", "--json"],
+                          capture_output=True, text=True, timeout=60)
+    status = json.loads(done.stdout)
+    # then the job's sums match what the site served, and each node's what it was served
+    served = {node.name: sum(web.hits_by_agent().get(node.name, {}).values()) for node in nodes}
+    assert sum(served.values()) == 300
+    assert status["stats"]["response_received_count"] == 300
+    assert status["stats"]["downloader/response_status_count/200"] == 300
+    assert status["stats"]["downloader/response_bytes"] > 300 * 100
+    by_node = {record["id"]: record["stats"] for record in status["nodes"]}
+    assert sorted(s["response_received_count"] for s in by_node.values()) == sorted(
+        served.values())
+    assert sum(s["downloader/request_count"] for s in by_node.values()) == \
+        status["stats"]["downloader/request_count"]
+    text = subprocess.run([sys.executable, "-m", "scrapy_clustersync.cli", "--redis-url",
+                           redis_server.url, "status", "shop"],
+                          capture_output=True, text=True, timeout=60).stdout
+    assert "responses    200: 300" in text
+
+
+def test_the_sender_sends_only_what_grew_of_summed_stats() -> None:
+    # given a node's stats, of kinds summed and not
+    stats = MemoryStatsCollector.__new__(MemoryStatsCollector)
+    stats._stats = {"response_received_count": 3, "elapsed_time_seconds": 1.5,
+                    "memusage/max": 10, "downloader/response_status_count/404": 1,
+                    "retry/count": 2, "log_count/INFO": 7}
+    sent: list[Op] = []
+    sender = StatsSender(stats, sent.append, every_s=60)
+    # when it sends twice, and again after more pages
+    sender.send()
+    sender.send()
+    stats._stats["response_received_count"] = 5
+    sender.send()
+    # then the first send has every summed stat, the second nothing, the third the growth
+    assert sent == [
+        StatsCounts("downloader/response_status_count/404\t1\nresponse_received_count\t3\n"
+                    "retry/count\t2"),
+        StatsCounts("response_received_count\t2"),
+    ]
+    assert not is_summed("memusage/max", 10) and not is_summed("x", True)
+
+
+@pytest.mark.parametrize("counts", ["no tab", "pages\t1.5", "pages\t" + "9" * 16,
+                                    "ok\t1\nbad line"])
+def test_malformed_stats_counts_are_refused_before_any_change(
+    redis_server: RedisServer, counts: str,
+) -> None:
+    store = JobStore(make_client(redis_server.url), "shop", "n1")
+    epoch = store.join(ttl_ms=60_000)[0]
+    with pytest.raises(BadBatch):
+        store.flush(epoch, [StatsCounts("ok\t1"), StatsCounts(counts)], new_call_id())
+    assert store.status().scrapy_stats == {}
+    store.flush(epoch, [StatsCounts("ok\t1\nother\t-2")], new_call_id())
+    assert store.status().scrapy_stats == {"ok": 1, "other": -2}
