@@ -142,8 +142,9 @@ def one_line(reason: str) -> str:
 def format_node_record(info: Mapping[str, Any]) -> str:
     """The node record a heartbeat stores: ``info`` (JSON-ready values) as a JSON object.
 
-    What a node sends is nodeinfo.py's snapshot and its state ("running", "idle", "redis
-    away", "closed"); readers take every field as optional.
+    What a node sends is nodeinfo.py's snapshot and its state ("starting", "crawling",
+    "idle", "disconnected", "closed"; worker.py ``_state``); readers take every field as
+    optional.
     """
     return json.dumps(dict(info))
 
