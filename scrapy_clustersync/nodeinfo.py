@@ -11,6 +11,7 @@ load_avg (1, 5, 15 min), settings_version (None until shared settings exist), ve
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import platform
 import socket
@@ -64,11 +65,12 @@ class NodeInfo:
         self.concurrency = settings.getint("CONCURRENT_REQUESTS", 16) if settings else None
         #: what does not change while the node runs, computed once
         self.fixed: dict[str, Any] = {
-            "node": node_id, "host": socket.gethostname(), "ip": local_ip(redis_url),
+            "node": node_id, "host": socket.gethostname(),
             "pid": os.getpid(), "spider": spider_name, "runs_start": runs_start,
             "concurrency": self.concurrency, "settings_version": None,
             "versions": versions(), "digest": project_digest(settings, spider_cls),
         }
+        self.redis_url = redis_url
         self.process = psutil.Process(os.getpid())
         self.process.cpu_percent(None)
         self.started = time.time()
@@ -79,6 +81,8 @@ class NodeInfo:
         """A JSON-ready record; called from the Redis thread, so it only reads."""
         # one C-level copy: the reactor thread keeps changing the stats meanwhile
         stats: Mapping[str, Any] = self.stats.get_stats().copy() if self.stats else {}
+        if "ip" not in self.fixed:  # here, in the Redis thread: it may ask DNS
+            self.fixed["ip"] = local_ip(self.redis_url)
         pages = int(stats.get("response_received_count", 0))
         with self.process.oneshot():
             rss = self.process.memory_info().rss
@@ -141,6 +145,8 @@ def local_ip(redis_url: str) -> str:
     parts = urlsplit(redis_url)
     if parts.scheme == "unix" or not parts.hostname:
         return "127.0.0.1" if parts.scheme == "unix" else ""
+    if parts.hostname == "localhost" or _is_loopback(parts.hostname):
+        return "127.0.0.1"
     try:
         family = socket.AF_INET6 if ":" in parts.hostname else socket.AF_INET
         with socket.socket(family, socket.SOCK_DGRAM) as probe:
@@ -148,3 +154,10 @@ def local_ip(redis_url: str) -> str:
             return str(probe.getsockname()[0])
     except (OSError, ValueError):
         return ""
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
