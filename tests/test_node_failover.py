@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import redis
+from test_store import joined, push_op
 
 from scrapy_clustersync.store import Ack, JobStore, StartDone, make_client
 from scrapy_clustersync.store.job import new_call_id
@@ -33,7 +34,6 @@ from support import (
     wait_all,
     wait_until,
 )
-from test_store import joined, push_op
 
 HEARTBEAT_S = 0.5
 DEAD_AFTER_S = 1.5
