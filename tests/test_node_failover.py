@@ -274,11 +274,15 @@ def test_the_start_owner_killed_mid_start_is_taken_over_once_declared_dead(
     # given a spider whose start() yields 150 pages slowly, run by the first of two nodes
     web = site(150)
     project = project_with_spiders(tmp_path, "slowstart", SLOW_START)
-    options = {"project_dir": project, "spider": "slowstart", "env": node_env(tmp_path)}
     settings = {**FAILOVER, "PAGES": "150"}
-    owner = start_node("owner", redis_server.url, web.start_url, tmp_path, settings, **options)
+
+    def node(name: str) -> Node:
+        return start_node(name, redis_server.url, web.start_url, tmp_path, settings,
+                          project_dir=project, spider="slowstart", env=node_env(tmp_path))
+
+    owner = node("owner")
     wait_until(lambda: len(marks(tmp_path, "started")) >= 5, 60, "start() to be under way")
-    other = start_node("other", redis_server.url, web.start_url, tmp_path, settings, **options)
+    other = node("other")
     wait_until(lambda: "joined job" in other.log(), 60, "the second node to join")
     # when the node running start() is killed while start() still yields
     owner.kill()
