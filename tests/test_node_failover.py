@@ -18,6 +18,7 @@ import redis
 from test_store import joined, push_op
 
 from scrapy_clustersync.store import Ack, JobStore, StartDone, make_client
+from scrapy_clustersync.store.formats import as_text
 from scrapy_clustersync.store.job import new_call_id
 from testkit.redis_server import RedisServer
 from testkit.site import TestSite
@@ -149,13 +150,13 @@ def node_id_of(client: redis.Redis, job: str, node: Node) -> str:
     """The cluster's id of ``node`` (its record carries its pid)."""
     for raw_id, raw in client.hgetall(f"clustersync:{{{job}}}:node_info").items():
         if json.loads(raw).get("pid") == node.process.pid:
-            return str(raw_id.decode())
+            return as_text(raw_id)
     raise AssertionError(f"{node.name} has no node record")
 
 
 def leases_of(client: redis.Redis, job: str, node_id: str) -> int:
     values = client.hvals(f"clustersync:{{{job}}}:leased")
-    return sum(1 for value in values if value.decode().split("|", 1)[1] == node_id)
+    return sum(as_text(value).split("|", 1)[1] == node_id for value in values)
 
 
 def dead_record(client: redis.Redis, job: str, node_id: str) -> dict[str, Any] | None:
