@@ -409,7 +409,7 @@ class SyncWorker:
                 "clustersync: node %s sent no heartbeat for %gs (CLUSTERSYNC_NODE_DEAD_AFTER): "
                 "declared dead; its %d leased requests are back in the queue", node,
                 self.config.node_dead_after_s, leases)
-        if beat.my_death is not None:
+        if beat.my_death is not None and not leaving:  # (a leaving node held nothing more)
             self._rejoin(beat.my_death, beat.server_ms)
         self._activity_at_beat = activity
         self._cluster = beat
