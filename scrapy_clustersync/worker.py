@@ -87,6 +87,8 @@ class SyncWorker:
         #: ``_activity`` as it was when a heartbeat answered "finished"; None while not finished
         self._finished_at: int | None = None
         self._state_lost: str | None = None
+        #: declared_ms of the last death of this node a heartbeat told it of (0: none)
+        self._death_told = 0
         #: the last heartbeat's answer: the cluster as Redis saw it then (None before the first)
         self._cluster: Heartbeat | None = None
         self._away_since: float | None = None
@@ -403,14 +405,18 @@ class SyncWorker:
             take_start=True,  # any live node takes start() over from a node that is gone
             # after an outage, nodes retry up to OUTAGE_BACKOFF_MAX_S apart: none is dead for it
             grace_ms=int((OUTAGE_BACKOFF_MAX_S + self.config.heartbeat_interval_s) * 1000),
+            told_ms=self._death_told,
         )
         for node, leases in beat.declared_dead:
             logger.warning(
                 "clustersync: node %s sent no heartbeat for %gs (CLUSTERSYNC_NODE_DEAD_AFTER): "
                 "declared dead; its %d leased requests are back in the queue", node,
                 self.config.node_dead_after_s, leases)
-        if beat.my_death is not None and not leaving:  # (a leaving node held nothing more)
-            self._rejoin(beat.my_death, beat.server_ms)
+        death = beat.my_death
+        if death is not None and death.declared_ms != self._death_told:
+            self._death_told = death.declared_ms
+            if not leaving:  # (a leaving node holds nothing more)
+                self._rejoin(death, beat.server_ms)
         self._activity_at_beat = activity
         self._cluster = beat
         self._idle_reported_at = activity if idle else None

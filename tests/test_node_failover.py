@@ -42,6 +42,12 @@ DEAD_AFTER_S = 1.5
 FAILOVER = {"CLUSTERSYNC_HEARTBEAT_INTERVAL": str(HEARTBEAT_S),
             "CLUSTERSYNC_NODE_DEAD_AFTER": str(DEAD_AFTER_S),
             "CLUSTERSYNC_LEASE_TIMEOUT": "30", "CONCURRENT_REQUESTS": "4"}
+#: every field of a node record (the CLI reads them by these names)
+NODE_RECORD_FIELDS = {
+    "node", "host", "ip", "pid", "started", "updated", "state", "cpu_percent", "rss_bytes",
+    "load_avg", "concurrency", "inflight", "leased", "prefetched", "buffered", "pages", "items",
+    "errors", "pages_per_min", "settings_version", "versions", "digest", "spider", "runs_start",
+}
 #: what the measured time may exceed DEAD_AFTER_S + one heartbeat by: polling, a busy machine
 MARGIN_S = 1.0
 
@@ -92,14 +98,18 @@ def test_a_node_declared_dead_learns_it_rejoins_and_its_late_ack_counts_once(
     assert [e.entry_id for e in b.lease(epoch, 1, 60_000, new_call_id())] == [entry.entry_id]
     # when a comes back: its next heartbeat tells it, and its lease is not renewed
     answer = beat(a, epoch, lease_ids=[entry.entry_id])
-    assert answer.my_death is not None and answer.my_death.by == "b"
-    assert answer.my_death.leases_returned == 1
+    death = answer.my_death
+    assert death is not None and (death.by, death.leases_returned) == ("b", 1)
+    # (a heartbeat retried after its answer was lost tells it again, until a says it knows)
+    assert beat(a, epoch).my_death == death
+    assert beat(a, epoch, told_ms=death.declared_ms).my_death is None
     # and a finishes the request and acks it, then b does too
     a.flush(epoch, [Ack(entry.entry_id)], new_call_id())
     b.flush(epoch, [Ack(entry.entry_id)], new_call_id())
     # then a is live again and no longer listed dead, and the request was counted done once
     status = b.status()
     assert status.dead_nodes == []
+    assert redis_server.client().hlen("clustersync:{job}:dead_nodes") == 0
     assert [n["alive"] for n in status.nodes if n["id"] == "a"] == [True]
     assert (status.counters["acked"], status.queued, status.leased) == (1, 0, 0)
 
@@ -206,6 +216,8 @@ def test_a_killed_node_is_declared_dead_in_seconds_and_the_other_finishes_every_
     assert dead["by"] == node_id_of(client, "site", survivor) and dead["declared_at"]
     assert set(dead["held"]) == {"leased", "prefetched", "inflight", "buffered"}
     assert [n["state"] for n in report["nodes"] if n["id"] == victim_id] == ["dead"]
+    [live] = [n for n in report["nodes"] if n["alive"]]
+    assert set(live) >= NODE_RECORD_FIELDS and live["state"] in ("crawling", "idle")
     # and the other node finishes the crawl with every page
     wait_all([survivor], timeout_s=90)
     assert missing_pages(web) == []

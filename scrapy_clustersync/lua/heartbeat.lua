@@ -30,7 +30,9 @@
 --                                 nodes alive at the last heartbeat before it get this long
 --                                 more (their retries are spread out) instead of being
 --                                 declared dead for Redis's absence
--- ARGV[11..] lease ids this node holds, to renew
+-- ARGV[11] told_ms        int     declared_ms of the last death of this node it was told of
+--                                 (0: none): that record is deleted now, as the node knows it
+-- ARGV[12..] lease ids this node holds, to renew
 -- Returns {finished 0|1, queued, leased, live nodes, server ms, writes, start, finish_wait, done,
 -- declared, my_death};
 -- start is "done" (start() exhausted), "mine" (this node holds the claim, perhaps just taken
@@ -41,7 +43,8 @@
 -- node this call declared dead ("" if none); my_death is this node's own dead_nodes record if
 -- another node had declared it dead ("" if not): the node has come back (a long pause, a cut
 -- network), is live again from this call on and must not use what it held (prefetched
--- entries are back in the queue).
+-- entries are back in the queue). The record is answered until a heartbeat says, in told_ms,
+-- that the node was told (a retried call whose answer was lost tells it again).
 -- Death: a node whose liveness deadline passed is declared dead by the next heartbeat of any
 -- node, in this one atomic step: its leases go back to the queue with their old score (as
 -- lease.lua's reclaim; they skip dedup), it leaves the live set and the idle hash, and a record
@@ -84,10 +87,12 @@ if last_beat > 0 and now_ms - last_beat > tonumber(ARGV[3]) and not leaving then
 end
 redis.call('HSET', KEYS[1], 'beat_ms', now_ms)
 
--- this node back after others declared it dead: it is live again from here on
+-- this node back after others declared it dead: it is live again from here on, and listed
+-- dead until it says it knows
 local my_death = redis.call('HGET', KEYS[10], node) or ''
-if my_death ~= '' then
+if my_death ~= '' and string.match(my_death, '^{"declared_ms":(%d+),') == ARGV[11] then
   redis.call('HDEL', KEYS[10], node)
+  my_death = ''
 end
 
 redis.call('HSET', KEYS[3], node, ARGV[5])
@@ -143,7 +148,7 @@ end
 local declared = declare_dead()
 
 local lease_deadline = now_ms + tonumber(ARGV[4])
-for j = 11, #ARGV do
+for j = 12, #ARGV do
   local _, owner = parse_lease(redis.call('HGET', KEYS[6], ARGV[j]))
   if owner == node then
     redis.call('ZADD', KEYS[5], 'XX', lease_deadline, ARGV[j])

@@ -337,6 +337,7 @@ class JobStore:
         busy_since_last: bool = False,
         take_start: bool = False,
         grace_ms: int = 0,
+        told_ms: int = 0,
     ) -> Heartbeat:
         """Keep the node alive for ``ttl_ms`` (its NODE_DEAD_AFTER; 0: it leaves), renew
         leases, declare dead the nodes whose liveness ran out (their leases back in the queue:
@@ -347,13 +348,14 @@ class JobStore:
         is gone (``Heartbeat.start == "mine"`` then); every node asks for it. ``grace_ms``:
         after a gap with no heartbeat from any node (Redis was away) the nodes alive before it
         get that long more before they can be declared dead. ``Heartbeat.my_death`` is set if
-        another node had declared this one dead: it is live again now.
+        another node had declared this one dead: it is live again now, and answered the same
+        record until a heartbeat passes its ``declared_ms`` as ``told_ms``.
         """
         k = self.keys
         idle_flag = (2 if busy_since_last else 1) if idle else 0
         args: list[Any] = [epoch, self.node_id, ttl_ms, lease_ms, format_node_record(info),
                            idle_flag, idle_after_ms, self._expected_writes(), int(take_start),
-                           grace_ms, *lease_ids]
+                           grace_ms, told_ms, *lease_ids]
         (finished, queued, leased, live, now_ms, writes, start, wait_ms, done, declared,
          my_death) = self._run(
             self._heartbeat,
@@ -387,8 +389,9 @@ class JobStore:
         server_ms = int(now[0]) * 1000 + int(now[1]) // 1000
         alive = {_text(n): score >= server_ms for n, score in live}
         idle_since = {_text(n): int(v) for n, v in idle.items()}
-        dead_nodes = sorted((DeadNode.parse(_text(n), v) for n, v in deaths.items()),
-                            key=lambda d: (d.declared_ms, d.node))
+        # a node back from the dead is live again (listed dead until its next heartbeat)
+        dead_nodes = sorted((DeadNode.parse(_text(n), v) for n, v in deaths.items()
+                             if not alive.get(_text(n))), key=lambda d: (d.declared_ms, d.node))
         declared = {d.node for d in dead_nodes}
         nodes = []
         for raw_id, raw_info in sorted(info.items()):
