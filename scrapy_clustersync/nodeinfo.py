@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 RATE_WINDOW_S = 60.0
 #: Scrapy's stats that count errors: spider exceptions by class, download errors
 SPIDER_EXCEPTIONS_PREFIX = "spider_exceptions/"
+SPIDER_EXCEPTIONS_COUNT = "spider_exceptions/count"
 DOWNLOAD_ERRORS = "downloader/exception_count"
 
 
@@ -118,10 +119,13 @@ class NodeInfo:
 
 
 def errors_in(stats: Mapping[str, Any]) -> int:
-    """Spider exceptions (Scrapy counts them by class) plus download errors."""
-    spider = sum(int(value) for name, value in stats.items()
-                 if name.startswith(SPIDER_EXCEPTIONS_PREFIX) and isinstance(value, int))
-    return spider + int(stats.get(DOWNLOAD_ERRORS, 0))
+    """Spider exceptions plus download errors. Scrapy counts spider exceptions in total
+    (``spider_exceptions/count``) and by class; a Scrapy without the total, by class only."""
+    spider = stats.get(SPIDER_EXCEPTIONS_COUNT)
+    if spider is None:
+        spider = sum(int(value) for name, value in stats.items()
+                     if name.startswith(SPIDER_EXCEPTIONS_PREFIX) and isinstance(value, int))
+    return int(spider) + int(stats.get(DOWNLOAD_ERRORS, 0))
 
 
 def load_avg() -> list[float]:
