@@ -10,6 +10,8 @@ here, and tests read what the scripts wrote back through these parsers (tests/te
 - ``DeadLetter``: an item of the dead list; flush.lua ``dead_letter`` (for ops D and X)
 - node record: a value of the node_info hash, the JSON object the node sends with each
   heartbeat (heartbeat.lua stores it as it is)
+- death record: a value of the dead_nodes hash, JSON written by heartbeat.lua ``declare_dead``
+  (declared_ms first: the script matches it there) and parsed by results.py ``DeadNode``
 
 No Redis here: values come in as redis-py returns them (bytes) or as text.
 """
