@@ -24,6 +24,7 @@ DEFAULTS: dict[str, str | int | float | bool] = {
     "CLUSTERSYNC_IDLE_CLOSE_AFTER": 0.5,
     "CLUSTERSYNC_LEASE_TIMEOUT": 60.0,
     "CLUSTERSYNC_HEARTBEAT_INTERVAL": 1.0,
+    "CLUSTERSYNC_NODE_DEAD_AFTER": 0.0,  # 0 = three heartbeat intervals
     "CLUSTERSYNC_BATCH_SIZE": 200,
     "CLUSTERSYNC_PREFETCH": 0,  # 0 = twice CONCURRENT_REQUESTS
     "CLUSTERSYNC_BUFFER_LIMIT": 100_000,
@@ -43,6 +44,8 @@ DEFAULTS: dict[str, str | int | float | bool] = {
 #: the most failed requests a job may keep (each about 300-600 bytes of Redis)
 FAILED_KEEP_MAX = 1_000_000
 DEDUP_MODES = ("bloom", "exact")
+#: CLUSTERSYNC_NODE_DEAD_AFTER when unset: this many heartbeat intervals without one
+DEAD_AFTER_HEARTBEATS = 3
 #: what the first node of a new run does with a finished job: "" stop (exit non-zero),
 #: "keep-seen" restart it (only URLs not seen before are crawled), "forget-seen" restart it
 #: and forget the seen record (every URL is crawled again)
@@ -115,6 +118,8 @@ class ClusterConfig:
     recrawl: str = ""
     #: how many failed requests the job keeps, newest first (0: none)
     failed_keep: int = 1000
+    #: a node whose heartbeats stopped this long is declared dead and its leases go back
+    node_dead_after_s: float = 3.0
 
     @classmethod
     def from_settings(cls, settings: BaseSettings, spider_name: str) -> ClusterConfig:
@@ -128,6 +133,8 @@ class ClusterConfig:
                 f"CLUSTERSYNC_HEARTBEAT_INTERVAL ({heartbeat}s) must be at most a third of "
                 f"CLUSTERSYNC_LEASE_TIMEOUT ({lease}s), or live nodes lose their leases."
             )
+        dead_after = validate_dead_after(
+            _number(settings, "CLUSTERSYNC_NODE_DEAD_AFTER", float, minimum=0.0), heartbeat)
         prefetch = _number(settings, "CLUSTERSYNC_PREFETCH", int, minimum=0)
         if prefetch == 0:
             prefetch = 2 * max(1, settings.getint("CONCURRENT_REQUESTS", 16))
@@ -157,7 +164,24 @@ class ClusterConfig:
             ),
             recrawl=validate_recrawl(settings.get("CLUSTERSYNC_RECRAWL") or ""),
             failed_keep=validate_failed_keep(settings),
+            node_dead_after_s=dead_after,
         )
+
+
+def validate_dead_after(dead_after_s: float, heartbeat_s: float) -> float:
+    """``CLUSTERSYNC_NODE_DEAD_AFTER`` in seconds (0: three heartbeat intervals); raise
+    ConfigError if it is under two heartbeat intervals: one late heartbeat would then be
+    enough to declare a live node dead (its requests crawled twice)."""
+    if dead_after_s == 0:
+        return DEAD_AFTER_HEARTBEATS * heartbeat_s
+    if dead_after_s < 2 * heartbeat_s:
+        raise ConfigError(
+            f"CLUSTERSYNC_NODE_DEAD_AFTER ({dead_after_s:g}s) must be at least two "
+            f"CLUSTERSYNC_HEARTBEAT_INTERVAL ({heartbeat_s:g}s), or one late heartbeat declares "
+            f"a live node dead; leave it unset for {DEAD_AFTER_HEARTBEATS} intervals "
+            f"({DEAD_AFTER_HEARTBEATS * heartbeat_s:g}s)."
+        )
+    return dead_after_s
 
 
 def validate_redis_url(url: str, given_as: str = "CLUSTERSYNC_REDIS_URL") -> str:

@@ -61,7 +61,7 @@ def join_job(store: JobStore, config: ClusterConfig) -> Joined | str:
         if control.state in (STOPPING, STOPPED):
             _log_stopped(config.job, control)
             return JOB_STOPPED
-        joined = store.join_node(int(config.lease_timeout_s * 1000), recrawl=config.recrawl)
+        joined = store.join_node(int(config.node_dead_after_s * 1000), recrawl=config.recrawl)
     except AccessRefused as exc:
         logger.error(
             "clustersync: Redis at %s refused this node (%s): check the user and password in "

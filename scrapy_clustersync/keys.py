@@ -27,6 +27,9 @@ class JobKeys:
     - ``node_info`` hash: node id -> JSON record (host, pid, state, figures; see
       formats.format_node_record)
     - ``idle``     hash: node id -> server ms since which the node is idle
+    - ``dead_nodes`` hash: node id -> JSON record of its death, written by the heartbeat that
+      declared it dead (heartbeat.lua: declared_ms, by, deadline_ms, leases_returned, record);
+      the field goes when the node comes back
     - ``bloom``    hash: Bloom filter state (active layers, entries and layout per layer, the
       layout as formats.BloomLayout writes it, and ``prepared<layer>``: how many chunks of a
       layer exist, allocated ahead of need)
@@ -95,6 +98,10 @@ class JobKeys:
         return self._key("idle")
 
     @property
+    def dead_nodes(self) -> str:
+        return self._key("dead_nodes")
+
+    @property
     def dead(self) -> str:
         return self._key("dead")
 
@@ -142,4 +149,5 @@ class JobKeys:
             self.meta, self.queue, self.entries, self.deadlines, self.leased,
             self.seen, self.stats, self.nodes, self.node_info, self.idle, self.dead, self.bloom,
             self.failed, self.tasks, self.task_of, self.scrapy_stats, self.node_stats,
+            self.dead_nodes,
         ]

@@ -108,6 +108,18 @@ class Prefetch:
         """The ids of the entries waiting (one atomic copy: the reactor may pop meanwhile)."""
         return [entry.entry_id for entry, _ in list(self._entries)]
 
+    def drop_all(self) -> list[str]:
+        """Remove every waiting entry, one atomic pop at a time, so that each one either went
+        to the reactor before or is returned here, never both (a node declared dead drops
+        them while its reactor may be taking one); returns their ids and those handed back."""
+        ids = self.returned()
+        while True:
+            try:
+                entry, _ = self._entries.popleft()
+            except IndexError:
+                return ids
+            ids.append(entry.entry_id)
+
     def drain(self) -> list[str]:
         """Remove every waiting entry; returns their ids (the node closes: to release)."""
         ids = self.entry_ids()

@@ -161,7 +161,9 @@ class ClusterScheduler:
         warn_of_risks(self.store, self.config)
         inflight = self.leases.inflight
         node_info = NodeInfo(self.crawler.stats, spider.name, self.runs_start,
-                             inflight=lambda: len(inflight))
+                             inflight=lambda: len(inflight), node_id=self.config.node_id,
+                             settings=self.crawler.settings, spider_cls=type(spider),
+                             redis_url=self.config.redis_url)
         self.io = io = self._make_redis_thread(
             self.store, self.config, epoch, node_info.snapshot, self._wake_engine_threadsafe,
             "mine" if self.runs_start else "other",

@@ -30,7 +30,7 @@ from .store import JobStore, Op, StateLost, StoreError, StoreUnavailable
 from .store.errors import BadBatch, RolledBack
 from .store.job import new_call_id
 from .store.ops import StartDone
-from .store.results import Heartbeat
+from .store.results import DeadNode, Heartbeat
 from .writes import WriteStream
 
 logger = logging.getLogger(__name__)
@@ -88,6 +88,8 @@ class SyncWorker:
         #: ``_activity`` as it was when a heartbeat answered "finished"; None while not finished
         self._finished_at: int | None = None
         self._state_lost: str | None = None
+        #: declared_ms of the last death of this node a heartbeat told it of (0: none)
+        self._death_told = 0
         #: the last heartbeat's answer: the cluster as Redis saw it then (None before the first)
         self._cluster: Heartbeat | None = None
         self._away_since: float | None = None
@@ -186,8 +188,10 @@ class SyncWorker:
         return {**self._totals, "outranked": self._prefetched.outranked}
 
     def figures(self) -> dict[str, Any]:
-        """What the node record shows of this thread (see nodeinfo.py)."""
-        return {"prefetched": len(self._prefetched), "buffered": self._backlog}
+        """What the node record shows of this thread (see nodeinfo.py): leases held (under way
+        or prefetched), prefetched, writes buffered."""
+        return {"leased": len(self._held), "prefetched": len(self._prefetched),
+                "buffered": self._backlog}
 
     def close(self, unacked: list[str]) -> Undelivered:
         self._stop.set()
@@ -395,7 +399,7 @@ class SyncWorker:
         idle = self._node_idle and self._quiet
         beat = self.store.heartbeat(
             self.epoch,
-            ttl_ms=0 if leaving else int(self.config.lease_timeout_s * 1000),
+            ttl_ms=0 if leaving else int(self.config.node_dead_after_s * 1000),
             lease_ms=int(self.config.lease_timeout_s * 1000),
             info=self._node_info() | self.figures()
             | {"state": "closed" if leaving else self._state(idle)},
@@ -404,7 +408,20 @@ class SyncWorker:
             lease_ids=sorted(self._held),
             busy_since_last=activity != self._activity_at_beat,
             take_start=True,  # any live node takes start() over from a node that is gone
+            # after an outage, nodes retry up to OUTAGE_BACKOFF_MAX_S apart: none is dead for it
+            grace_ms=int((OUTAGE_BACKOFF_MAX_S + self.config.heartbeat_interval_s) * 1000),
+            told_ms=self._death_told,
         )
+        for node, leases in beat.declared_dead:
+            logger.warning(
+                "clustersync: node %s sent no heartbeat for %gs (CLUSTERSYNC_NODE_DEAD_AFTER): "
+                "declared dead; its %d leased requests are back in the queue", node,
+                self.config.node_dead_after_s, leases)
+        death = beat.my_death
+        if death is not None and death.declared_ms != self._death_told:
+            self._death_told = death.declared_ms
+            if not leaving:  # (a leaving node holds nothing more)
+                self._rejoin(death, beat.server_ms)
         self._activity_at_beat = activity
         self._cluster = beat
         self._idle_reported_at = activity if idle else None
@@ -412,6 +429,22 @@ class SyncWorker:
         if not leaving:
             self._finished_at = activity if beat.finished and idle else None
         return beat.finish_wait_ms
+
+    def _rejoin(self, death: DeadNode, now_ms: int) -> None:
+        """Another node declared this one dead (it stood still or was cut off): its leases went
+        back to the queue then. Drop the prefetched entries (they are queued again; releasing
+        those leased since changes nothing for the others), let the requests under way finish:
+        their acks remove them from the queue or from another node's lease, counted once. The
+        heartbeat that told it already made the node live again."""
+        dropped = self._prefetched.drop_all()
+        self._writes.release(dropped)
+        logger.warning(
+            "clustersync: node %s was declared dead by node %s %.1fs ago (no heartbeat for "
+            "%gs: the process stood still or lost its network) and %d of its leases went back "
+            "to the queue; it drops its %d prefetched requests, lets the %d under way finish "
+            "and rejoins the job", self.config.node_id, death.by,
+            max(0, now_ms - death.declared_ms) / 1000, self.config.node_dead_after_s,
+            death.leases_returned, len(dropped), max(0, len(self._held) - len(dropped)))
 
     def _reactor_stuck(self) -> bool:
         stuck_s = time.monotonic() - self._reactor_tick
@@ -423,9 +456,17 @@ class SyncWorker:
         return True
 
     def _state(self, idle: bool) -> str:
+        """The node's state in its record: starting (nothing done yet), crawling, idle, paused
+        (the job is paused or stopping: it starts nothing new), disconnected (Redis away);
+        "closed" is sent by a node that leaves, and ``status`` shows "dead" for a node
+        declared dead."""
         if self._away_since is not None:
-            return "redis away"
-        return "idle" if idle else "running"
+            return "disconnected"
+        if self._leasing_held:
+            return "paused"
+        if idle:
+            return "idle"
+        return "starting" if self._activity == 0 and not self._held else "crawling"
 
     def _went_away(self, exc: Exception) -> None:
         self._outage_tries += 1

@@ -26,6 +26,8 @@ FAST_SETTINGS = {
     "CLUSTERSYNC_IDLE_CLOSE_AFTER": "1",
     "CLUSTERSYNC_HEARTBEAT_INTERVAL": "0.3",
     "CLUSTERSYNC_LEASE_TIMEOUT": "3",
+    # as long as the lease: a node stalled by a busy test machine is not declared dead sooner
+    "CLUSTERSYNC_NODE_DEAD_AFTER": "3",
     "LOG_LEVEL": "INFO",
 }
 

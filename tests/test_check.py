@@ -209,5 +209,8 @@ def test_check_and_repair_during_a_crawl_find_nothing_and_lose_nothing(
     ran = [r for r in reports if r.returncode != 3]  # 3: before the job existed
     assert len(ran) >= 3, [r.stderr for r in reports]
     for report in ran:
-        assert report.returncode == 0, report.stdout + report.stderr
-        assert json.loads(report.stdout)["findings"] == []
+        found = json.loads(report.stdout)["findings"]
+        # the test nodes differ in USER_AGENT (the site counts hits by it), which is in their
+        # digest: that finding is right, and is the only one
+        assert {f["kind"] for f in found} <= {"nodes_differ"}, found
+        assert report.returncode == (1 if found else 0), report.stderr

@@ -1,5 +1,6 @@
--- heartbeat: keep a node alive, renew its leases, record whether it is idle, follow the job's
--- start(), and say whether the whole job is finished. A node that leaves (ttl_ms = 0) is
+-- heartbeat: keep a node alive, renew its leases, record whether it is idle, declare dead the
+-- nodes whose heartbeats stopped (their leases back in the queue, in the same step), follow the
+-- job's start(), and say whether the whole job is finished. A node that leaves (ttl_ms = 0) is
 -- removed from the live set.
 --
 -- KEYS[1]  meta       hash   job epoch, start_claim, start_done
@@ -10,10 +11,12 @@
 -- KEYS[6]  leased     hash   leased entry id -> "<queue score>|<node>"
 -- KEYS[7]  queue      zset   entry id -> -priority
 -- KEYS[8]  last_call  hash   this node's write counter (see flush.lua)
--- KEYS[9]  stats      hash   job counters (acked: requests done)
+-- KEYS[9]  stats      hash   job counters (acked: requests done; reclaimed, declared_dead)
+-- KEYS[10] dead_nodes hash   node id -> JSON record of its death (see declare_dead below)
 -- ARGV[1]  epoch          string  the job epoch the node joined
 -- ARGV[2]  node           string  node id
--- ARGV[3]  ttl_ms         int     liveness duration; 0 = the node leaves the job
+-- ARGV[3]  ttl_ms         int     liveness duration (CLUSTERSYNC_NODE_DEAD_AFTER); 0 = the
+--                                 node leaves the job
 -- ARGV[4]  lease_ms       int     lease duration for renewed leases
 -- ARGV[5]  info           string  the node's JSON record
 -- ARGV[6]  idle           0|1|2   0 busy; 1 idle; 2 idle now but busy since its last heartbeat
@@ -22,13 +25,34 @@
 -- ARGV[8]  writes         int     the node's write counter as it last saw it; -1 = no check
 -- ARGV[9]  take_start     0|1     the node waits for start(): take the claim over if its
 --                                 holder is no longer alive
--- ARGV[10..] lease ids this node holds, to renew
--- Returns {finished 0|1, queued, leased, live nodes, server ms, writes, start, finish_wait, done};
+-- ARGV[10] grace_ms       int     after a gap in which no node's heartbeat arrived (Redis was
+--                                 away, or every node stood still) for longer than ttl_ms, the
+--                                 nodes alive at the last heartbeat before it get this long
+--                                 more (their retries are spread out) instead of being
+--                                 declared dead for Redis's absence
+-- ARGV[11] told_ms        int     declared_ms of the last death of this node it was told of
+--                                 (0: none): that record is deleted now, as the node knows it
+-- ARGV[12..] lease ids this node holds, to renew
+-- Returns {finished 0|1, queued, leased, live nodes, server ms, writes, start, finish_wait, done,
+-- declared, my_death};
 -- start is "done" (start() exhausted), "mine" (this node holds the claim, perhaps just taken
 -- over), "other" (another live node runs it) or "none" (nobody claimed it); finish_wait is
 -- how many ms from now the job is finished if nothing changes (0: it is), -1 if it cannot be
 -- by waiting (work is queued or leased, start() runs, a live node is busy); done is how many
--- requests the job's nodes acked in its whole life.
+-- requests the job's nodes acked in its whole life; declared is one line "<leases>\t<node>" per
+-- node this call declared dead ("" if none); my_death is this node's own dead_nodes record if
+-- another node had declared it dead ("" if not): the node has come back (a long pause, a cut
+-- network), is live again from this call on and must not use what it held (prefetched
+-- entries are back in the queue). The record is answered until a heartbeat says, in told_ms,
+-- that the node was told (a retried call whose answer was lost tells it again).
+-- Death: a node whose liveness deadline passed is declared dead by the next heartbeat of any
+-- node, in this one atomic step: its leases go back to the queue with their old score (as
+-- lease.lua's reclaim; they skip dedup), it leaves the live set and the idle hash, and a record
+-- {declared_ms, by, deadline_ms, leases_returned, record} goes to dead_nodes, record being
+-- the node's last node_info JSON. Finding its leases scans the leased hash once (O(leased),
+-- HGETALL) per heartbeat that finds a death: a rare event, and leased is bounded by the nodes'
+-- prefetch and concurrency; at most DEATHS_PER_BEAT nodes per call. Lease deadlines stay the
+-- backstop (lease.lua).
 -- The job is finished when start() is done (or was never claimed), the queue is empty, no
 -- lease is out and every live node has been idle for idle_after_ms (idle: nothing buffered,
 -- prefetched or held; a node that worked since its last heartbeat starts its idle time again).
@@ -42,7 +66,7 @@ if redis.call('HGET', KEYS[1], 'epoch') ~= ARGV[1] then
 end
 local refused = wrong_type({{KEYS[2], 'zset'}, {KEYS[3], 'hash'}, {KEYS[4], 'hash'},
                             {KEYS[5], 'zset'}, {KEYS[6], 'hash'}, {KEYS[7], 'zset'},
-                            {KEYS[8], 'hash'}, {KEYS[9], 'hash'}})
+                            {KEYS[8], 'hash'}, {KEYS[9], 'hash'}, {KEYS[10], 'hash'}})
 if refused then return refused end
 local node = ARGV[2]
 local writes, rolled_back = bump_writes(KEYS[8], ARGV[8])
@@ -50,6 +74,26 @@ if not writes then return rolled_back end
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local leaving = tonumber(ARGV[3]) == 0
+local DEATHS_PER_BEAT = 100
+
+-- a gap with no heartbeat at all is Redis's absence (or the whole cluster's), not a death
+local last_beat = tonumber(redis.call('HGET', KEYS[1], 'beat_ms') or '0')
+if last_beat > 0 and now_ms - last_beat > tonumber(ARGV[3]) and not leaving then
+  local grace = now_ms + tonumber(ARGV[3]) + tonumber(ARGV[10])
+  local alive_then = redis.call('ZRANGEBYSCORE', KEYS[2], last_beat, '+inf', 'LIMIT', 0, 100000)
+  for _, other in ipairs(alive_then) do
+    redis.call('ZADD', KEYS[2], 'GT', grace, other)
+  end
+end
+redis.call('HSET', KEYS[1], 'beat_ms', now_ms)
+
+-- this node back after others declared it dead: it is live again from here on, and listed
+-- dead until it says it knows
+local my_death = redis.call('HGET', KEYS[10], node) or ''
+if my_death ~= '' and string.match(my_death, '^{"declared_ms":(%d+),') == ARGV[11] then
+  redis.call('HDEL', KEYS[10], node)
+  my_death = ''
+end
 
 redis.call('HSET', KEYS[3], node, ARGV[5])
 if leaving then
@@ -66,8 +110,45 @@ else
   end
 end
 
+-- declare dead every other node whose deadline passed, returning its leases to the queue
+local function declare_dead()
+  local dead = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', '(' .. now_ms, 'LIMIT', 0,
+                          DEATHS_PER_BEAT)
+  if #dead == 0 then return '' end
+  local returned, deadline = {}, {}
+  for _, other in ipairs(dead) do
+    returned[other] = 0
+    deadline[other] = redis.call('ZSCORE', KEYS[2], other)
+  end
+  local leases = redis.call('HGETALL', KEYS[6])
+  for i = 1, #leases, 2 do
+    local score, owner = parse_lease(leases[i + 1])
+    if owner and returned[owner] then
+      redis.call('ZREM', KEYS[5], leases[i])
+      redis.call('HDEL', KEYS[6], leases[i])
+      redis.call('ZADD', KEYS[7], score, leases[i])
+      returned[owner] = returned[owner] + 1
+    end
+  end
+  local lines, total = {}, 0
+  for _, other in ipairs(dead) do
+    local record = redis.call('HGET', KEYS[3], other) or 'null'
+    redis.call('HSET', KEYS[10], other, '{"declared_ms":' .. now_ms .. ',"by":' ..
+               cjson.encode(node) .. ',"deadline_ms":' .. deadline[other] ..
+               ',"leases_returned":' .. returned[other] .. ',"record":' .. record .. '}')
+    redis.call('ZREM', KEYS[2], other)
+    redis.call('HDEL', KEYS[4], other)
+    total = total + returned[other]
+    lines[#lines + 1] = returned[other] .. '\t' .. other
+  end
+  if total > 0 then redis.call('HINCRBY', KEYS[9], 'reclaimed', total) end
+  redis.call('HINCRBY', KEYS[9], 'declared_dead', #dead)
+  return table.concat(lines, '\n')
+end
+local declared = declare_dead()
+
 local lease_deadline = now_ms + tonumber(ARGV[4])
-for j = 10, #ARGV do
+for j = 12, #ARGV do
   local _, owner = parse_lease(redis.call('HGET', KEYS[6], ARGV[j]))
   if owner == node then
     redis.call('ZADD', KEYS[5], 'XX', lease_deadline, ARGV[j])
@@ -124,4 +205,4 @@ if wait == 0 then
 elseif wait < 0 then
   redis.call('HDEL', KEYS[1], FINISH_FIELDS[1], FINISH_FIELDS[2], FINISH_FIELDS[3], FINISH_FIELDS[4])
 end
-return {finished, queued, leased, #live, now_ms, writes, start, wait, done}
+return {finished, queued, leased, #live, now_ms, writes, start, wait, done, declared, my_death}

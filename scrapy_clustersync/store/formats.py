@@ -10,6 +10,8 @@ here, and tests read what the scripts wrote back through these parsers (tests/te
 - ``DeadLetter``: an item of the dead list; flush.lua ``dead_letter`` (for ops D and X)
 - node record: a value of the node_info hash, the JSON object the node sends with each
   heartbeat (heartbeat.lua stores it as it is)
+- death record: a value of the dead_nodes hash, JSON written by heartbeat.lua ``declare_dead``
+  (declared_ms first: the script matches it there) and parsed by results.py ``DeadNode``
 
 No Redis here: values come in as redis-py returns them (bytes) or as text.
 """
@@ -142,8 +144,9 @@ def one_line(reason: str) -> str:
 def format_node_record(info: Mapping[str, Any]) -> str:
     """The node record a heartbeat stores: ``info`` (JSON-ready values) as a JSON object.
 
-    What a node sends is nodeinfo.py's snapshot and its state ("running", "idle", "redis
-    away", "closed"); readers take every field as optional.
+    What a node sends is nodeinfo.py's snapshot and its state ("starting", "crawling",
+    "idle", "disconnected", "closed"; worker.py ``_state``); readers take every field as
+    optional.
     """
     return json.dumps(dict(info))
 

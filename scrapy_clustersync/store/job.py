@@ -28,6 +28,7 @@ from .formats import as_bytes as _raw
 from .formats import as_text as _text
 from .ops import Op
 from .results import (
+    DeadNode,
     FinishedRun,
     FlushResult,
     Heartbeat,
@@ -35,6 +36,7 @@ from .results import (
     Joined,
     Leased,
     Restarted,
+    parse_declared,
 )
 
 DEAD_LETTERS_KEPT = 10_000
@@ -346,27 +348,37 @@ class JobStore:
         lease_ids: Sequence[str],
         busy_since_last: bool = False,
         take_start: bool = False,
+        grace_ms: int = 0,
+        told_ms: int = 0,
     ) -> Heartbeat:
-        """Keep the node alive (``ttl_ms=0``: it leaves), renew leases, learn if all is done.
+        """Keep the node alive for ``ttl_ms`` (its NODE_DEAD_AFTER; 0: it leaves), renew
+        leases, declare dead the nodes whose liveness ran out (their leases back in the queue:
+        ``Heartbeat.declared_dead``), learn if all is done.
 
         ``busy_since_last``: the node worked since its last heartbeat, so an idle node's idle
         time starts now. ``take_start``: the node takes the start() claim over if its holder
-        is gone (``Heartbeat.start == "mine"`` then); every node asks for it.
+        is gone (``Heartbeat.start == "mine"`` then); every node asks for it. ``grace_ms``:
+        after a gap with no heartbeat from any node (Redis was away) the nodes alive before it
+        get that long more before they can be declared dead. ``Heartbeat.my_death`` is set if
+        another node had declared this one dead: it is live again now, and answered the same
+        record until a heartbeat passes its ``declared_ms`` as ``told_ms``.
         """
         k = self.keys
         idle_flag = (2 if busy_since_last else 1) if idle else 0
         args: list[Any] = [epoch, self.node_id, ttl_ms, lease_ms, format_node_record(info),
                            idle_flag, idle_after_ms, self._expected_writes(), int(take_start),
-                           *lease_ids]
-        finished, queued, leased, live, now_ms, writes, start, wait_ms, done = self._run(
+                           grace_ms, told_ms, *lease_ids]
+        (finished, queued, leased, live, now_ms, writes, start, wait_ms, done, declared,
+         my_death) = self._run(
             self._heartbeat,
             [k.meta, k.nodes, k.node_info, k.idle, k.deadlines, k.leased, k.queue,
-             k.last_call(self.node_id), k.stats],
+             k.last_call(self.node_id), k.stats, k.dead_nodes],
             args,
         )
         self._saw_writes(int(writes))
         return Heartbeat(bool(finished), int(queued), int(leased), int(live), int(now_ms),
-                         _text(start), int(wait_ms), int(done))
+                         _text(start), int(wait_ms), int(done), parse_declared(_text(declared)),
+                         DeadNode.parse(self.node_id, my_death) if _text(my_death) else None)
 
     def set_control(self, action: str) -> ControlChange:
         """Pause, resume or stop the job for every node, or settle a stop (see control.lua)."""
@@ -390,21 +402,28 @@ class JobStore:
             pipe.hgetall(k.node_info)
             pipe.hgetall(k.idle)
             pipe.hgetall(k.bloom)
+            pipe.hgetall(k.dead_nodes)
             pipe.time()
             pipe.hgetall(k.scrapy_stats)
             pipe.hgetall(k.node_stats)
-            (meta, queued, leased, seen, stats, dead, live, info, idle, bloom, now, summed,
-             per_node) = pipe.execute()
+            (meta, queued, leased, seen, stats, dead, live, info, idle, bloom, deaths, now,
+             summed, per_node) = pipe.execute()
         server_ms = int(now[0]) * 1000 + int(now[1]) // 1000
         alive = {_text(n): score >= server_ms for n, score in live}
         idle_since = {_text(n): int(v) for n, v in idle.items()}
         node_stats = stats_by_node(per_node)
+        # a node back from the dead is live again (listed dead until its next heartbeat)
+        dead_nodes = sorted((DeadNode.parse(_text(n), v) for n, v in deaths.items()
+                             if not alive.get(_text(n))), key=lambda d: (d.declared_ms, d.node))
+        declared = {d.node for d in dead_nodes}
         nodes = []
         for raw_id, raw_info in sorted(info.items()):
             node = _text(raw_id)
             record = parse_node_record(raw_info)
             record.update(id=node, alive=alive.get(node, False), idle=node in idle_since,
                           stats=node_stats.get(node, {}))
+            if node in declared:
+                record["state"] = "dead"
             nodes.append(record)
         meta_t = {_text(a): _text(b) for a, b in meta.items()}
         dedup = dedup_status(meta_t, {_text(a): _text(b) for a, b in bloom.items()}, int(seen))
@@ -413,7 +432,7 @@ class JobStore:
             seen=int(dedup["entries"]), dead_letters=int(dead),
             counters={_text(a): int(b) for a, b in stats.items()},
             start_claimed_by=meta_t.get("start_claim"), start_done="start_done" in meta_t,
-            server_ms=server_ms, nodes=nodes, dedup=dedup, meta=meta_t,
+            server_ms=server_ms, nodes=nodes, dedup=dedup, meta=meta_t, dead_nodes=dead_nodes,
             scrapy_stats={_text(a): int(b) for a, b in summed.items()},
         )
 

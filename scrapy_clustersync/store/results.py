@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import Any, NamedTuple
 
 
@@ -47,6 +49,64 @@ class Heartbeat:
     finish_wait_ms: int = -1
     #: requests the job's nodes acked (done) in the job's whole life
     done: int = 0
+    #: the nodes this heartbeat declared dead: (node id, leases it returned to the queue)
+    declared_dead: tuple[tuple[str, int], ...] = ()
+    #: this node's own death record if another node had declared it dead (it came back after
+    #: a long pause or a network cut; see DeadNode), else None
+    my_death: DeadNode | None = None
+
+
+def parse_declared(text: str) -> tuple[tuple[str, int], ...]:
+    """The nodes a heartbeat declared dead, from its "<leases>\\t<node>" lines."""
+    pairs = (line.split("\t", 1) for line in text.splitlines() if "\t" in line)
+    return tuple((node, int(count)) for count, node in pairs)
+
+
+@dataclass(frozen=True)
+class DeadNode:
+    """A node declared dead: its heartbeats stopped for CLUSTERSYNC_NODE_DEAD_AFTER.
+
+    Written by the heartbeat (heartbeat.lua ``declare_dead``) that declared it, in the same
+    atomic step that returned its leases to the queue; kept in the job's ``dead_nodes`` hash
+    until the node comes back.
+    """
+
+    node: str
+    #: server ms when it was declared dead, and by which node
+    declared_ms: int
+    by: str
+    #: server ms its liveness ran out (its last heartbeat + its NODE_DEAD_AFTER)
+    deadline_ms: int
+    #: how many of its leases went back to the queue
+    leases_returned: int
+    #: its last node record (nodeinfo.py): what it held then (leased, prefetched, inflight...)
+    record: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, node: str, value: str | bytes) -> DeadNode:
+        """The record as heartbeat.lua wrote it; a value that is no such record (another
+        program wrote it) gives one with zeros and the text as ``record["unreadable"]``."""
+        text = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+        try:
+            data = json.loads(text)
+        except ValueError:
+            data = None
+        if not isinstance(data, dict):
+            return cls(node, 0, "", 0, 0, {"unreadable": text[:200]})
+        record = data.get("record")
+        return cls(node, int(data.get("declared_ms") or 0), str(data.get("by") or ""),
+                   int(data.get("deadline_ms") or 0), int(data.get("leases_returned") or 0),
+                   record if isinstance(record, dict) else {})
+
+    def to_dict(self) -> dict[str, Any]:
+        """As ``status --json`` lists it; ``held``: what its last record said it held."""
+        held = {name: self.record.get(name, 0)
+                for name in ("leased", "prefetched", "inflight", "buffered")}
+        declared_at = datetime.fromtimestamp(self.declared_ms / 1000, timezone.utc)
+        return {"node": self.node, "declared_ms": self.declared_ms,
+                "declared_at": declared_at.isoformat(timespec="seconds"), "by": self.by,
+                "deadline_ms": self.deadline_ms, "leases_returned": self.leases_returned,
+                "held": held, "record": self.record}
 
 
 @dataclass(frozen=True)
@@ -119,6 +179,8 @@ class JobStatus:
     meta: dict[str, str] = field(default_factory=dict)
     #: the Scrapy stats of every node, summed (clusterstats.py); each node's are in its record
     scrapy_stats: dict[str, int] = field(default_factory=dict)
+    #: the nodes declared dead and not come back, oldest death first
+    dead_nodes: list[DeadNode] = field(default_factory=list)
 
     @property
     def state(self) -> str:
@@ -145,4 +207,5 @@ class JobStatus:
             "dead_letters": self.dead_letters, "counters": self.counters,
             "start_claimed_by": self.start_claimed_by, "start_done": self.start_done,
             "nodes": self.nodes, "dedup": self.dedup, "stats": self.scrapy_stats,
+            "dead_nodes": [dead.to_dict() for dead in self.dead_nodes],
         }

@@ -104,3 +104,19 @@ def test_pushes_redis_applied_are_forgotten_when_nothing_is_prefetched() -> None
         recent.add(number, -number)  # falling priorities: each one kept
     Prefetch(low_water=0, wake=lambda: None).take(recent, pushes_settled=1000)
     assert recent.highest_after(0) == float("-inf")
+
+
+def test_a_node_declared_dead_drops_every_entry_it_has_not_handed_out() -> None:
+    # given a node whose reactor took two entries and handed one back (outranked), one waiting
+    prefetch = Prefetch(low_water=0, wake=lambda: None)
+    recent = RecentPushes()
+    prefetch.add(leased(3, 0, 5, 5), covered=1)
+    recent.add(2, 2)
+    assert prefetch.take(recent, 0) == ("e0", b"request 0")
+    assert prefetch.take(recent, 0) == ("e2", b"request 2")  # e1 handed back on the way
+    # when the node learns it was declared dead and drops what it holds
+    dropped = prefetch.drop_all()
+    # then the entries not handed to Scrapy are dropped, once, and none is handed out after
+    assert dropped == ["e1", "e3"]
+    assert prefetch.take(RecentPushes(), 0) is None
+    assert prefetch.drop_all() == [] and prefetch.returned() == []

@@ -1,0 +1,314 @@
+"""A node whose heartbeats stop is declared dead by the others within CLUSTERSYNC_NODE_DEAD_AFTER
+(plus one of their heartbeats), in one step with putting its leases back in the queue; a node
+declared dead that comes back drops what it held, acks nothing twice and rejoins; start() moves
+on to a live node. (tests/test_failover.py is about a failover of Redis itself.)
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import redis
+from test_store import joined, push_op
+
+from scrapy_clustersync.store import Ack, JobStore, StartDone, make_client
+from scrapy_clustersync.store.formats import as_text
+from scrapy_clustersync.store.job import new_call_id
+from testkit.redis_server import RedisServer
+from testkit.site import TestSite
+
+from conftest import SiteFactory
+from support import (
+    Node,
+    marks,
+    missing_pages,
+    node_env,
+    project_with_spiders,
+    start_node,
+    start_nodes,
+    wait_all,
+    wait_until,
+)
+
+HEARTBEAT_S = 0.5
+DEAD_AFTER_S = 1.5
+#: leases far longer than the death threshold: what returns a dead node's work is its death
+FAILOVER = {"CLUSTERSYNC_HEARTBEAT_INTERVAL": str(HEARTBEAT_S),
+            "CLUSTERSYNC_NODE_DEAD_AFTER": str(DEAD_AFTER_S),
+            "CLUSTERSYNC_LEASE_TIMEOUT": "30", "CONCURRENT_REQUESTS": "4"}
+#: every field of a node record (the CLI reads them by these names)
+NODE_RECORD_FIELDS = {
+    "node", "host", "ip", "pid", "started", "updated", "state", "cpu_percent", "rss_bytes",
+    "load_avg", "concurrency", "inflight", "leased", "prefetched", "buffered", "pages", "items",
+    "errors", "pages_per_min", "settings_version", "versions", "digest", "spider", "runs_start",
+}
+#: what the measured time may exceed DEAD_AFTER_S + one heartbeat by: polling, a busy machine
+MARGIN_S = 1.0
+
+
+def beat(store: JobStore, epoch: str, ttl_ms: int = 10_000, **kw: Any) -> Any:
+    options: dict[str, Any] = {"lease_ms": 60_000, "info": {}, "idle": False,
+                               "idle_after_ms": 1000, "lease_ids": []}
+    return store.heartbeat(epoch, ttl_ms=ttl_ms, **(options | kw))
+
+
+# ---- the heartbeat script, deterministic -------------------------------------------------------
+
+def test_a_silent_node_is_declared_dead_with_its_leases_back_in_the_queue_in_their_place(
+    redis_server: RedisServer,
+) -> None:
+    # given node a holding two leases and node b one, of three requests of three priorities
+    a, epoch = joined(redis_server, "a")
+    b, _ = joined(redis_server, "b")
+    a.flush(epoch, [push_op(f"http://x/{p}", priority=p) for p in (3, 2, 1)], new_call_id())
+    held = [entry.entry_id for entry in a.lease(epoch, 2, 60_000, new_call_id())]
+    b.lease(epoch, 1, 60_000, new_call_id())
+    beat(a, epoch, ttl_ms=300, info={"leased": 2, "inflight": 2})
+    # when a sends no heartbeat for longer than its dead-after, and b's heartbeat comes
+    time.sleep(0.4)
+    answer = beat(b, epoch)
+    # then b declared a dead in that call, and a's two leases are queued again, first in line
+    assert answer.declared_dead == (("a", 2),)
+    assert [entry.entry_id for entry in b.lease(epoch, 5, 60_000, new_call_id())] == held
+    status = b.status()
+    [dead] = status.dead_nodes
+    assert (dead.node, dead.by, dead.leases_returned) == ("a", "b", 2)
+    assert dead.record == {"leased": 2, "inflight": 2}
+    assert [n["state"] for n in status.nodes if n["id"] == "a"] == ["dead"]
+    assert (status.counters["reclaimed"], status.counters["declared_dead"]) == (2, 1)
+
+
+def test_a_node_declared_dead_learns_it_rejoins_and_its_late_ack_counts_once(
+    redis_server: RedisServer,
+) -> None:
+    # given node a declared dead while it held a lease, which b then leased
+    a, epoch = joined(redis_server, "a")
+    b, _ = joined(redis_server, "b")
+    a.flush(epoch, [push_op("http://x/1")], new_call_id())
+    [entry] = a.lease(epoch, 1, 60_000, new_call_id())
+    beat(a, epoch, ttl_ms=300)
+    time.sleep(0.4)
+    beat(b, epoch)
+    assert [e.entry_id for e in b.lease(epoch, 1, 60_000, new_call_id())] == [entry.entry_id]
+    # when a comes back: its next heartbeat tells it, and its lease is not renewed
+    answer = beat(a, epoch, lease_ids=[entry.entry_id])
+    death = answer.my_death
+    assert death is not None and (death.by, death.leases_returned) == ("b", 1)
+    # (a heartbeat retried after its answer was lost tells it again, until a says it knows)
+    assert beat(a, epoch).my_death == death
+    assert beat(a, epoch, told_ms=death.declared_ms).my_death is None
+    # and a finishes the request and acks it, then b does too
+    a.flush(epoch, [Ack(entry.entry_id)], new_call_id())
+    b.flush(epoch, [Ack(entry.entry_id)], new_call_id())
+    # then a is live again and no longer listed dead, and the request was counted done once
+    status = b.status()
+    assert status.dead_nodes == []
+    assert redis_server.client().hlen("clustersync:{job}:dead_nodes") == 0
+    assert [n["alive"] for n in status.nodes if n["id"] == "a"] == [True]
+    assert (status.counters["acked"], status.queued, status.leased) == (1, 0, 0)
+
+
+def test_no_node_is_declared_dead_for_a_gap_in_which_no_heartbeat_reached_redis(
+    redis_server: RedisServer,
+) -> None:
+    # given two live nodes, then a gap longer than their dead-after in which no heartbeat
+    # arrives at all (Redis was away, or every node stood still)
+    a, epoch = joined(redis_server, "a")
+    b, _ = joined(redis_server, "b")
+    beat(a, epoch, ttl_ms=300)
+    beat(b, epoch, ttl_ms=300)
+    time.sleep(0.4)
+    # when the first heartbeat after it comes, then nobody is declared dead: b gets the grace
+    assert beat(a, epoch, ttl_ms=300, grace_ms=1000).declared_dead == ()
+    graced_at = time.monotonic()
+    # and a node that stays silent past the grace, while a beats on, is declared dead then
+    declared: tuple[tuple[str, int], ...] = ()
+    while not declared and time.monotonic() < graced_at + 3:
+        time.sleep(0.1)
+        declared = beat(a, epoch, ttl_ms=300, grace_ms=1000).declared_dead
+    assert declared == (("b", 0),)
+    assert time.monotonic() - graced_at >= 1.2
+
+
+def test_a_dead_start_owner_hands_start_over_in_the_call_that_declares_it_dead(
+    redis_server: RedisServer,
+) -> None:
+    # given node a that claimed start() and did not exhaust it, and node b waiting
+    client = make_client(redis_server.url)
+    a, b = JobStore(client, "job", "a"), JobStore(client, "job", "b")
+    epoch, claimed = a.join(ttl_ms=300)
+    assert claimed and b.join(ttl_ms=10_000)[1] is False
+    assert beat(b, epoch, take_start=True).start == "other"
+    # when a stops sending heartbeats past its dead-after
+    time.sleep(0.4)
+    answer = beat(b, epoch, take_start=True)
+    # then b's heartbeat declared a dead and took start() over, and b can finish it
+    assert (answer.declared_dead, answer.start) == ((("a", 0),), "mine")
+    b.flush(epoch, [StartDone()], new_call_id())
+    assert beat(b, epoch, take_start=True).start == "done"
+
+
+# ---- real nodes ---------------------------------------------------------------------------------
+
+def node_id_of(client: redis.Redis, job: str, node: Node) -> str:
+    """The cluster's id of ``node`` (its record carries its pid)."""
+    for raw_id, raw in client.hgetall(f"clustersync:{{{job}}}:node_info").items():
+        if json.loads(raw).get("pid") == node.process.pid:
+            return as_text(raw_id)
+    raise AssertionError(f"{node.name} has no node record")
+
+
+def leases_of(client: redis.Redis, job: str, node_id: str) -> int:
+    values = client.hvals(f"clustersync:{{{job}}}:leased")
+    return sum(as_text(value).split("|", 1)[1] == node_id for value in values)
+
+
+def dead_record(client: redis.Redis, job: str, node_id: str) -> dict[str, Any] | None:
+    raw = client.hget(f"clustersync:{{{job}}}:dead_nodes", node_id)
+    return json.loads(raw) if raw else None
+
+
+def fetched_by(web: TestSite, name: str) -> int:
+    return sum(web.hits_by_agent().get(name, {}).values())
+
+
+def status_json(url: str, job: str) -> dict[str, Any]:
+    result = subprocess.run([sys.executable, "-m", "scrapy_clustersync.cli", "--redis-url", url,
+                             "status", job, "--json"], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    return dict(json.loads(result.stdout))
+
+
+def test_a_killed_node_is_declared_dead_in_seconds_and_the_other_finishes_every_page(
+    redis_server: RedisServer, site: SiteFactory, tmp_path: Path
+) -> None:
+    # given two nodes crawling a slow-ish site, with 30-second leases
+    web = site(400, delay_s=0.1)
+    client = redis_server.client()
+    victim, survivor = start_nodes(2, redis_server.url, web.start_url, tmp_path, FAILOVER)
+    wait_until(lambda: fetched_by(web, "node1") >= 40, 60, "node1 to fetch 40 pages")
+    victim_id = node_id_of(client, "site", victim)
+    # when one is killed with SIGKILL and not restarted
+    victim.kill()
+    killed_at = time.monotonic()
+    wait_until(lambda: dead_record(client, "site", victim_id) is not None, 30,
+               "the killed node to be declared dead")
+    back_s = time.monotonic() - killed_at
+    returned = dead_record(client, "site", victim_id)["leases_returned"]  # type: ignore[index]
+    print(f"killed node declared dead and its {returned} leases back in the queue {back_s:.2f}s "
+          f"after the kill (NODE_DEAD_AFTER {DEAD_AFTER_S}s, heartbeat {HEARTBEAT_S}s)")
+    # then its leases were back in the queue within NODE_DEAD_AFTER + one heartbeat, in one step
+    # with the death (no lease of it is left once the record exists), long before they expire
+    assert returned > 0
+    assert leases_of(client, "site", victim_id) == 0
+    assert back_s <= DEAD_AFTER_S + HEARTBEAT_S + MARGIN_S
+    # and status lists it as dead, with when, by whom and what it held
+    report = status_json(redis_server.url, "site")
+    [dead] = report["dead_nodes"]
+    assert (dead["node"], dead["leases_returned"]) == (victim_id, returned)
+    assert dead["held"]["leased"] > 0
+    assert dead["by"] == node_id_of(client, "site", survivor) and dead["declared_at"]
+    assert set(dead["held"]) == {"leased", "prefetched", "inflight", "buffered"}
+    assert [n["state"] for n in report["nodes"] if n["id"] == victim_id] == ["dead"]
+    [live] = [n for n in report["nodes"] if n["alive"]]
+    assert set(live) >= NODE_RECORD_FIELDS and live["state"] in ("crawling", "idle")
+    # and the other node finishes the crawl with every page
+    wait_all([survivor], timeout_s=90)
+    assert missing_pages(web) == []
+    assert survivor.finish_reason() == "finished"
+    assert "declared dead; its" in survivor.log()
+
+
+def test_a_node_frozen_past_the_dead_threshold_loses_nothing_acks_once_and_rejoins(
+    redis_server: RedisServer, site: SiteFactory, tmp_path: Path
+) -> None:
+    # given two nodes crawling
+    web = site(400, delay_s=0.1)
+    client = redis_server.client()
+    frozen, other = start_nodes(2, redis_server.url, web.start_url, tmp_path, FAILOVER)
+    wait_until(lambda: fetched_by(web, "node1") >= 40, 60, "node1 to fetch 40 pages")
+    frozen_id = node_id_of(client, "site", frozen)
+    # when one is frozen (SIGSTOP) until the other declared it dead and crawled on, then woken
+    frozen.process.send_signal(signal.SIGSTOP)
+    wait_until(lambda: dead_record(client, "site", frozen_id) is not None, 30,
+               "the frozen node to be declared dead")
+    time.sleep(1.0)
+    frozen.process.send_signal(signal.SIGCONT)
+    woken_with = fetched_by(web, "node1")
+    # then it learns it was declared dead, says so once, and is live again
+    wait_until(lambda: dead_record(client, "site", frozen_id) is None, 15, "it to rejoin")
+    wait_all([frozen, other], timeout_s=90)
+    log = frozen.log()
+    assert log.count("was declared dead by node") == 1, log[-3000:]
+    # and it crawled on after it woke (beyond what it had under way then)
+    print(f"node1 fetched {woken_with} pages before it woke, "
+          f"{fetched_by(web, 'node1') - woken_with} after it woke")
+    assert fetched_by(web, "node1") > woken_with + 8
+    # and no page is lost, none was acked twice, both nodes ended the job normally
+    assert missing_pages(web) == []
+    stats = client.hgetall("clustersync:{site}:stats")
+    assert int(stats[b"acked"]) == 400
+    assert [frozen.finish_reason(), other.finish_reason()] == ["finished", "finished"]
+
+
+SLOW_START = '''
+    import scrapy
+
+    from example.spiders.helpers import mark, sleep
+    from example.spiders.site import SiteSpider
+
+
+    class SlowStartSpider(SiteSpider):
+        """start() yields page 0 .. PAGES-1 slowly; callbacks follow nothing."""
+
+        name = "slowstart"
+
+        async def start(self):
+            base = self.start_url.rsplit("/", 1)[0]
+            for index in range(self.settings.getint("PAGES")):
+                mark("started", f"{self.settings.get('USER_AGENT')} {index}")
+                yield scrapy.Request(f"{base}/{index}.html")
+                await sleep(0.05)
+
+        def parse(self, response):
+            yield {"url": response.url}
+'''
+
+
+def test_the_start_owner_killed_mid_start_is_taken_over_once_declared_dead(
+    redis_server: RedisServer, site: SiteFactory, tmp_path: Path
+) -> None:
+    # given a spider whose start() yields 150 pages slowly, run by the first of two nodes
+    web = site(150)
+    project = project_with_spiders(tmp_path, "slowstart", SLOW_START)
+    settings = {**FAILOVER, "PAGES": "150"}
+
+    def node(name: str) -> Node:
+        return start_node(name, redis_server.url, web.start_url, tmp_path, settings,
+                          project_dir=project, spider="slowstart", env=node_env(tmp_path))
+
+    owner = node("owner")
+    wait_until(lambda: len(marks(tmp_path, "started")) >= 5, 60, "start() to be under way")
+    other = node("other")
+    wait_until(lambda: "joined job" in other.log(), 60, "the second node to join")
+    # when the node running start() is killed while start() still yields
+    owner.kill()
+    killed_at = time.monotonic()
+    wait_until(lambda: "runs it now" in other.log(), 30, "the other node to take start() over")
+    taken_over_s = time.monotonic() - killed_at
+    print(f"start() taken over {taken_over_s:.2f}s after the owner's kill")
+    # (the start() loop polls the heartbeat's answer every 0.25 s)
+    assert taken_over_s <= DEAD_AFTER_S + HEARTBEAT_S + MARGIN_S + 0.25
+    wait_all([other], timeout_s=90)
+    # then the other node declared it dead, ran start() and the crawl completed
+    assert all(not line.startswith("other") for line in marks(tmp_path, "started")[:5])
+    assert any(line.startswith("other") for line in marks(tmp_path, "started"))
+    assert "declared dead; its" in other.log()
+    assert missing_pages(web) == []
+    assert other.finish_reason() == "finished"
