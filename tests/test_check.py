@@ -22,7 +22,14 @@ from scrapy_clustersync.store.job import new_call_id
 from testkit.redis_server import RedisServer
 
 from conftest import SiteFactory
-from support import missing_pages, pages_fetched_twice, start_nodes, wait_all
+from support import (
+    missing_pages,
+    pages_fetched_twice,
+    start_node,
+    start_nodes,
+    wait_all,
+    wait_until,
+)
 
 CODEC = RequestCodec(None, max_bytes=2**20)
 
@@ -214,3 +221,37 @@ def test_check_and_repair_during_a_crawl_find_nothing_and_lose_nothing(
         # digest: that finding is right, and is the only one
         assert {f["kind"] for f in found} <= {"nodes_differ"}, found
         assert report.returncode == (1 if found else 0), report.stderr
+
+
+def test_a_node_started_with_other_settings_is_flagged_by_status_check_and_check(
+    redis_server: RedisServer, site: SiteFactory, tmp_path: Path,
+) -> None:
+    # given three nodes of one job crawling, the third with another DOWNLOAD_DELAY
+    web = site(400, delay_s=0.05)
+    same = {"CLUSTERSYNC_JOB": "shop", "USER_AGENT": "crawler"}
+    nodes = start_nodes(2, redis_server.url, web.start_url, tmp_path, settings=same)
+    odd = start_node("odd", redis_server.url, web.start_url, tmp_path,
+                     settings={**same, "DOWNLOAD_DELAY": "0.01"})
+    try:
+        # when all three are live, the job is checked
+        def all_live() -> bool:
+            listed = clustersync(redis_server.url, "nodes", "shop", "--json")
+            return listed.returncode == 0 and sum(
+                1 for n in json.loads(listed.stdout) if n["alive"] and n.get("digest")) == 3
+
+        wait_until(all_live, timeout_s=60, what="three live nodes")
+        status = clustersync(redis_server.url, "status", "shop", "--check", "--json")
+        checked = clustersync(redis_server.url, "check", "shop", "--json")
+    finally:
+        wait_all([*nodes, odd], timeout_s=120)
+    # then the odd node, found by its pid, is the one named, by both commands
+    records = {n["pid"]: n["id"] for n in json.loads(status.stdout)["nodes"]}
+    odd_id = records[odd.process.pid]
+    assert status.returncode == 1
+    digest_lines = [line for line in json.loads(status.stdout)["needs_attention"]
+                    if "digest" in line]
+    assert len(digest_lines) == 1 and digest_lines[0].startswith(f"node {odd_id}: digest")
+    found = json.loads(checked.stdout)["findings"]
+    assert checked.returncode == 1
+    assert [(f["kind"], f["subject"]) for f in found if f["kind"] == "nodes_differ"] == [
+        ("nodes_differ", odd_id)]

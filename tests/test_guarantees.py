@@ -93,7 +93,7 @@ SPIDERS = '''
             for index in range(self.settings.getint("PAGES")):
                 mark("started", f"{self.settings.get('USER_AGENT')} {index}")
                 yield scrapy.Request(f"{base}/{index}.html")
-                await sleep(0.2)
+                await sleep(self.settings.getfloat("START_SLEEP", 0.2))
 
         def parse(self, response):
             yield {"url": response.url}

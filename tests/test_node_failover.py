@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import redis
+from test_guarantees import SPIDERS
 from test_store import joined, push_op
 
 from scrapy_clustersync.store import Ack, JobStore, StartDone, make_client
@@ -257,28 +258,6 @@ def test_a_node_frozen_past_the_dead_threshold_loses_nothing_acks_once_and_rejoi
     assert [frozen.finish_reason(), other.finish_reason()] == ["finished", "finished"]
 
 
-SLOW_START = '''
-    import scrapy
-
-    from example.spiders.helpers import mark, sleep
-    from example.spiders.site import SiteSpider
-
-
-    class SlowStartSpider(SiteSpider):
-        """start() yields page 0 .. PAGES-1 slowly; callbacks follow nothing."""
-
-        name = "slowstart"
-
-        async def start(self):
-            base = self.start_url.rsplit("/", 1)[0]
-            for index in range(self.settings.getint("PAGES")):
-                mark("started", f"{self.settings.get('USER_AGENT')} {index}")
-                yield scrapy.Request(f"{base}/{index}.html")
-                await sleep(0.05)
-
-        def parse(self, response):
-            yield {"url": response.url}
-'''
 
 
 def test_the_start_owner_killed_mid_start_is_taken_over_once_declared_dead(
@@ -286,8 +265,9 @@ def test_the_start_owner_killed_mid_start_is_taken_over_once_declared_dead(
 ) -> None:
     # given a spider whose start() yields 150 pages slowly, run by the first of two nodes
     web = site(150)
-    project = project_with_spiders(tmp_path, "slowstart", SLOW_START)
-    settings = {**FAILOVER, "PAGES": "150"}
+    # (the spider is test_guarantees.py's, yielding every 0.05 s)
+    project = project_with_spiders(tmp_path, "guarantees", SPIDERS)
+    settings = {**FAILOVER, "PAGES": "150", "START_SLEEP": "0.05"}
 
     def node(name: str) -> Node:
         return start_node(name, redis_server.url, web.start_url, tmp_path, settings,
