@@ -129,7 +129,7 @@ def test_the_node_record_a_heartbeat_stores_parses_back_to_what_the_node_sent(
     # then it is what the node sent, and status shows it with the node's liveness
     assert parse_node_record(raw) == info
     [node] = store.status().nodes
-    assert node == info | {"id": "n1", "alive": True, "idle": False}
+    assert node == info | {"id": "n1", "alive": True, "idle": False, "stats": {}}
 
 
 # ---- the formats on their own ------------------------------------------------------------------
