@@ -18,11 +18,10 @@ from pathlib import Path
 from typing import Any
 
 import msgpack
-from scrapy import Request
 from scrapy.settings import Settings
 from test_guarantees import SPIDERS
 from test_node_failover import FAILOVER, beat
-from test_store import CODEC, FINGERPRINTER, joined, push_op
+from test_store import joined, push_op
 
 from scrapy_clustersync.clusterstats import StatsSender
 from scrapy_clustersync.config import ClusterConfig
@@ -30,7 +29,6 @@ from scrapy_clustersync.store import JobStore, make_client
 from scrapy_clustersync.store.check import JobCheck
 from scrapy_clustersync.store.formats import as_text
 from scrapy_clustersync.store.job import new_call_id
-from scrapy_clustersync.tasks import push_of
 from scrapy_clustersync.worker import SyncWorker
 from testkit.redis_server import RedisServer
 
@@ -114,17 +112,17 @@ def test_short_redis_stalls_during_a_crawl_declare_no_node_dead_and_lose_nothing
     redis_server: RedisServer, site: SiteFactory, tmp_path: Path
 ) -> None:
     # given two nodes crawling (heartbeat 0.5 s, dead-after 1.5 s)
-    web = site(500, delay_s=0.15)
+    web = site(600, delay_s=0.3)
     client = redis_server.client()
     nodes = start_nodes(2, redis_server.url, web.start_url, tmp_path, FAILOVER)
     wait_until(lambda: pages_fetched(web) >= 30, 60, "30 pages")
-    # when Redis stalls four times for 1.25 s each (less than the dead-after), 2.5 s apart
-    for _ in range(4):
+    # when Redis stalls eight times for 1.25 s each (less than the dead-after), 1.5 s apart
+    for _ in range(8):
         stall_redis(redis_server, 1.25)
-        time.sleep(2.5)
+        time.sleep(1.5)
     declared = int(client.hget("clustersync:{site}:stats", "declared_dead") or 0)
     told = sum(node.log().count("was declared dead by node") for node in nodes)
-    print(f"after 4 Redis stalls of 1.25s (dead-after 1.5s): {declared} nodes declared dead, "
+    print(f"after 8 Redis stalls of 1.25s (dead-after 1.5s): {declared} nodes declared dead, "
           f"{told} told so; {pages_fetched(web)} pages fetched so far")
     wait_all(nodes, timeout_s=90)
     # then no node was declared dead for them, and no page is lost
@@ -193,7 +191,7 @@ def test_a_node_back_from_the_dead_hands_out_only_entries_redis_has_leased_to_it
     assert taken_by_b & set(prefetched) == set()
 
 
-# ---- 4. failed records and task ids that Redis cannot take -------------------------------------
+# ---- 4. failed records Redis cannot take -------------------------------------
 
 def test_a_failed_request_whose_error_text_holds_a_lone_surrogate_does_not_wedge_the_node(
     redis_server: RedisServer, site: SiteFactory, tmp_path: Path
@@ -212,34 +210,6 @@ def test_a_failed_request_whose_error_text_holds_a_lone_surrogate_does_not_wedge
     assert missing_pages(web) == []
     assert node.finish_reason() == "finished"
     assert len(failed) == 1 and "ValueError" in as_text(failed[0])
-
-
-def test_a_task_id_with_a_lone_surrogate_does_not_stop_the_nodes_later_writes(
-    redis_server: RedisServer,
-) -> None:
-    # given a node's Redis thread
-    config = ClusterConfig.from_settings(
-        Settings({"CLUSTERSYNC_REDIS_URL": redis_server.url}), "job")
-    store = JobStore(make_client(redis_server.url), "job", config.node_id)
-    epoch = store.join(ttl_ms=60_000, claim=False)[0]
-    worker = SyncWorker(store, config, epoch, node_info=dict, on_leased=lambda: None)
-    # when a request whose task id came from scraped text with half an emoji is pushed, then
-    # another request
-    odd = Request("http://x/odd", meta={"clustersync_task": "sku-" + chr(0xDC9A)})
-    plain = Request("http://x/plain")
-    for request in (odd, plain):
-        worker.submit(push_of(request, FINGERPRINTER.fingerprint(request), 0,
-                              CODEC.encode(request), 0))
-    worker.start()
-    # then the other request reaches the queue (the node's writes go on)
-    deadline = time.monotonic() + 5
-    while store.status().queued == 0 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    queued = store.status().queued
-    backlog = worker.figures()["buffered"]
-    worker._stop.set()
-    print(f"queued {queued}, writes stuck in the node {backlog}")
-    assert queued >= 1
 
 
 # ---- 5. cluster stats ------------------------------------------------------------------------
