@@ -108,6 +108,24 @@ def test_a_redis_stall_shorter_than_the_dead_threshold_declares_no_node_dead(
     assert beat(a, epoch, ttl_ms=1000, grace_ms=GRACE_MS).my_death is None
 
 
+def test_a_node_leaving_first_after_an_outage_does_not_make_the_others_dead_for_it(
+    redis_server: RedisServer,
+) -> None:
+    # given three live nodes (dead-after 0.3 s)
+    a, epoch = joined(redis_server, "a")
+    b, _ = joined(redis_server, "b")
+    c, _ = joined(redis_server, "c")
+    for store in (a, b, c):
+        beat(store, epoch, ttl_ms=300, grace_ms=1000)
+    # when Redis is away for 0.4 s, and the first heartbeat after it is c's leaving one (c was
+    # stopped during the outage: it sent its writes, then leaves), then a's
+    time.sleep(0.4)
+    beat(c, epoch, ttl_ms=0)
+    answer = beat(a, epoch, ttl_ms=300, grace_ms=1000)
+    # then nobody is declared dead for the outage: b gets the grace as if c had not left
+    assert answer.declared_dead == ()
+
+
 def test_short_redis_stalls_during_a_crawl_declare_no_node_dead_and_lose_nothing(
     redis_server: RedisServer, site: SiteFactory, tmp_path: Path
 ) -> None:
