@@ -303,7 +303,7 @@ def test_a_spool_file_of_a_job_without_tasks_holds_only_writes_the_previous_vers
     assert node.wait(60) == 0
     # then its spool file holds only ops the previous version reads (architecture.md: "spool
     # files written without tasks read the same in this version and the previous one")
-    [path] = list((tmp_path / "spool").glob("*.spool"))
+    [path] = list((tmp_path / "spool").rglob("*.spool"))
     spool = msgpack.unpackb(path.read_bytes(), raw=False)
     opcodes = {op[0] for _, ops in spool["batches"] for op in ops}
     print(f"opcodes in the spool file: {sorted(opcodes)}")
