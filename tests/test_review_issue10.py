@@ -128,21 +128,26 @@ def test_a_node_leaving_first_after_an_outage_does_not_make_the_others_dead_for_
     assert redis_server.client().hlen("clustersync:{job}:dead_nodes") == 0
 
 
-def test_short_redis_stalls_during_a_crawl_declare_no_node_dead_and_lose_nothing(
-    redis_server: RedisServer, site: SiteFactory, tmp_path: Path
+def test_short_redis_outages_during_a_crawl_declare_no_node_dead_and_lose_nothing(
+    redis_server: RedisServer, site: SiteFactory, proxy_factory: ProxyFactory, tmp_path: Path
 ) -> None:
-    # given two nodes crawling (heartbeat 0.5 s, dead-after 1.5 s)
+    # given two nodes crawling through a proxy to Redis (heartbeat 0.5 s, dead-after 1.5 s)
+    proxy = proxy_factory(redis_server)
     web = site(600, delay_s=0.3)
     client = redis_server.client()
-    nodes = start_nodes(2, redis_server.url, web.start_url, tmp_path, FAILOVER)
+    nodes = start_nodes(2, proxy.url(), web.start_url, tmp_path,
+                        {**FAILOVER, "CLUSTERSYNC_SOCKET_TIMEOUT": "1"})
     wait_until(lambda: pages_fetched(web) >= 30, 60, "30 pages")
-    # when Redis stalls eight times for 1.25 s each (less than the dead-after), 1.5 s apart
+    # when Redis stops answering eight times for 0.75 s (less than the dead-after), 2.5 s
+    # apart (a stall, a failover): calls hang, fail when it is back, and are retried
     for _ in range(8):
-        stall_redis(redis_server, 1.25)
-        time.sleep(1.5)
+        proxy.cut(blackhole=True)
+        time.sleep(0.75)
+        proxy.restore()
+        time.sleep(2.5)
     declared = int(client.hget("clustersync:{site}:stats", "declared_dead") or 0)
     told = sum(node.log().count("was declared dead by node") for node in nodes)
-    print(f"after 8 Redis stalls of 1.25s (dead-after 1.5s): {declared} nodes declared dead, "
+    print(f"after 8 Redis outages of 0.75s (dead-after 1.5s): {declared} nodes declared dead, "
           f"{told} told so; {pages_fetched(web)} pages fetched so far")
     wait_all(nodes, timeout_s=90)
     # then no node was declared dead for them, and no page is lost
