@@ -212,6 +212,8 @@ class JobStore:
                 raise BadBatch(f"a write cannot be encoded for Redis ({exc})") from None
             try:
                 raw = self._run(self._flush, keys, args)
+            except UnicodeEncodeError as exc:  # redis-py encodes text when it sends: never sent
+                raise BadBatch(f"a write cannot be encoded for Redis ({exc})") from None
             except StoreError as exc:
                 prepared = self._grow_bloom_for_batch(epoch, exc, prepared)
                 continue
