@@ -45,10 +45,10 @@
 -- network), is live again from this call on and must not use what it held (prefetched
 -- entries are back in the queue). The record is answered until a heartbeat says, in told_ms,
 -- that the node was told (a retried call whose answer was lost tells it again).
--- Death: a node whose liveness deadline passed is declared dead by the next heartbeat of any
--- node, in this one atomic step: its leases go back to the queue with their old score (as
--- lease.lua's reclaim; they skip dedup), it leaves the live set and the idle hash, and a record
--- {declared_ms, by, deadline_ms, leases_returned, record} goes to dead_nodes, record being
+-- Death: a node whose liveness deadline passed is declared dead by the next heartbeat of any node
+-- that does not leave, in this one atomic step: its leases go back to the queue with their old
+-- score (as lease.lua's reclaim; they skip dedup), it leaves the live set and the idle hash, and a
+-- record {declared_ms, by, deadline_ms, leases_returned, record} goes to dead_nodes, record being
 -- the node's last node_info JSON. Finding its leases scans the leased hash once (O(leased),
 -- HGETALL) per heartbeat that finds a death: a rare event, and leased is bounded by the nodes'
 -- prefetch and concurrency; at most DEATHS_PER_BEAT nodes per call. Lease deadlines stay the
@@ -85,7 +85,9 @@ if last_beat > 0 and now_ms - last_beat > tonumber(ARGV[3]) and not leaving then
     redis.call('ZADD', KEYS[2], 'GT', grace, other)
   end
 end
-redis.call('HSET', KEYS[1], 'beat_ms', now_ms)
+if not leaving then  -- a leaving node's beat must not hide the gap from the next one
+  redis.call('HSET', KEYS[1], 'beat_ms', now_ms)
+end
 
 -- this node back after others declared it dead: it is live again from here on, and listed
 -- dead until it says it knows
@@ -145,7 +147,10 @@ local function declare_dead()
   redis.call('HINCRBY', KEYS[9], 'declared_dead', #dead)
   return table.concat(lines, '\n')
 end
-local declared = declare_dead()
+-- a leaving node declares nobody dead: it cannot give the outage grace (it has no liveness),
+-- and the next heartbeat of a live node does it, with the grace if a gap calls for it
+local declared = ''
+if not leaving then declared = declare_dead() end
 
 local lease_deadline = now_ms + tonumber(ARGV[4])
 for j = 12, #ARGV do
