@@ -416,6 +416,9 @@ class SyncWorker:
             take_start=True,  # any live node takes start() over from a node that is gone
             # after an outage, nodes retry up to OUTAGE_BACKOFF_MAX_S apart: none is dead for it
             grace_ms=int((OUTAGE_BACKOFF_MAX_S + self.config.heartbeat_interval_s) * 1000),
+            # a gap of two heartbeats: a live node's heartbeats come one interval apart
+            gap_ms=int(min(self.config.node_dead_after_s,
+                           2 * self.config.heartbeat_interval_s) * 1000),
             told_ms=self._death_told,
         )
         for node, leases in beat.declared_dead:

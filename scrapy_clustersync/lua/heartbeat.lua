@@ -32,7 +32,11 @@
 --                                 declared dead for Redis's absence
 -- ARGV[11] told_ms        int     declared_ms of the last death of this node it was told of
 --                                 (0: none): that record is deleted now, as the node knows it
--- ARGV[12..] lease ids this node holds, to renew
+-- ARGV[12] gap_ms       int     how long a gap with no heartbeat must be to give the grace (0:
+--                                 ttl_ms). Shorter than ttl_ms (the worker passes two
+--                                 heartbeat intervals): an outage of less than ttl_ms still
+--                                 lets the deadline of a node that beat a little before it pass
+-- ARGV[13..] lease ids this node holds, to renew
 -- Returns {finished 0|1, queued, leased, live nodes, server ms, writes, start, finish_wait, done,
 -- declared, my_death};
 -- start is "done" (start() exhausted), "mine" (this node holds the claim, perhaps just taken
@@ -78,7 +82,9 @@ local DEATHS_PER_BEAT = 100
 
 -- a gap with no heartbeat at all is Redis's absence (or the whole cluster's), not a death
 local last_beat = tonumber(redis.call('HGET', KEYS[1], 'beat_ms') or '0')
-if last_beat > 0 and now_ms - last_beat > tonumber(ARGV[3]) and not leaving then
+local gap_ms = tonumber(ARGV[12])
+if gap_ms <= 0 then gap_ms = tonumber(ARGV[3]) end
+if last_beat > 0 and now_ms - last_beat > gap_ms and not leaving then
   local grace = now_ms + tonumber(ARGV[3]) + tonumber(ARGV[10])
   local alive_then = redis.call('ZRANGEBYSCORE', KEYS[2], last_beat, '+inf', 'LIMIT', 0, 100000)
   for _, other in ipairs(alive_then) do
@@ -153,7 +159,7 @@ local declared = ''
 if not leaving then declared = declare_dead() end
 
 local lease_deadline = now_ms + tonumber(ARGV[4])
-for j = 12, #ARGV do
+for j = 13, #ARGV do
   local _, owner = parse_lease(redis.call('HGET', KEYS[6], ARGV[j]))
   if owner == node then
     redis.call('ZADD', KEYS[5], 'XX', lease_deadline, ARGV[j])
