@@ -90,8 +90,8 @@ class RequestFailure:
         """The ack of the leased ``entry_id`` that records this failure."""
         attempts = request.meta.get("retry_times", 0)
         attempts = attempts + 1 if isinstance(attempts, int) else 0
-        return Failed(entry_id, request.url[:URL_MAX_CHARS], self.status,
-                      self.error[:REASON_MAX_CHARS], attempts, self.errback)
+        return Failed(entry_id, _sendable(request.url[:URL_MAX_CHARS]), self.status,
+                      _sendable(self.error[:REASON_MAX_CHARS]), attempts, self.errback)
 
 
 def download_failure(failure: Failure, request: Request) -> RequestFailure | None:
@@ -112,6 +112,14 @@ def spider_failure(failure: Failure, response: Any) -> RequestFailure:
     download's Failure)."""
     status = int(response.status) if isinstance(response, Response) else 0
     return RequestFailure(status, _described(failure.value), False)
+
+
+def _sendable(text: str) -> str:
+    """``text`` as Redis (UTF-8) can take it: a lone surrogate (half an emoji from a JSON
+    API, a file name decoded with surrogateescape) cannot be encoded, and an op holding one
+    would be refused at every try, stopping every later write of the node; it becomes a
+    backslash escape."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _described(exc: BaseException | None) -> str:

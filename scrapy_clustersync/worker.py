@@ -71,6 +71,9 @@ class SyncWorker:
         #: wait: both sides use the one policy)
         self._prefetched = Prefetch(config.prefetch // 2, wake=self._wake_up)
         self._held: set[str] = set()  # lease ids of this node, owned by the Redis thread
+        #: releases of the entries a rejoin dropped, until Redis has them: no lease before
+        #: (it could take one of them again, and the release would then hand it back)
+        self._releasing: set[str] = set()
         self._node_idle = False  # set by the reactor thread
         self._leasing_held = False  # set by the reactor thread: the job is paused or stopping
         #: bumped by the reactor thread whenever the node does something; a node that worked
@@ -326,7 +329,9 @@ class SyncWorker:
         except BadBatch as exc:
             self._set_aside(exc)
             return
-        self._held.difference_update(self._writes.confirmed())
+        settled = self._writes.confirmed()
+        self._held.difference_update(settled)
+        self._releasing.difference_update(settled)
         if result.pushed:
             self._next_lease = 0.0
             self._empty_backoff_s = 0.0
@@ -340,6 +345,7 @@ class SyncWorker:
         if op is None:
             return
         self._totals["set_aside"] += 1
+        self._releasing.discard(op.settles or "")
         logger.error(
             "clustersync: Redis refused a write of job %r (%s); it is moved to the job's dead "
             "letters (`clustersync dead %s`) and the crawl goes on. Write: %s",
@@ -352,8 +358,8 @@ class SyncWorker:
         return (now >= self._next_lease or awaited) and self._lease_wanted()
 
     def _lease_wanted(self) -> bool:
-        if self._state_lost or not self.accepting_work or self._leasing_held:
-            return False  # back-pressure (writes pile up), or the job is paused or stopping
+        if self._state_lost or not self.accepting_work or self._leasing_held or self._releasing:
+            return False  # back-pressure, the job is paused or stopping, a rejoin's releases
         return len(self._prefetched) <= self._prefetched.low_water
 
     def _lease(self) -> bool:
@@ -410,6 +416,9 @@ class SyncWorker:
             take_start=True,  # any live node takes start() over from a node that is gone
             # after an outage, nodes retry up to OUTAGE_BACKOFF_MAX_S apart: none is dead for it
             grace_ms=int((OUTAGE_BACKOFF_MAX_S + self.config.heartbeat_interval_s) * 1000),
+            # a gap of two heartbeats: a live node's heartbeats come one interval apart
+            gap_ms=int(min(self.config.node_dead_after_s,
+                           2 * self.config.heartbeat_interval_s) * 1000),
             told_ms=self._death_told,
         )
         for node, leases in beat.declared_dead:
@@ -433,10 +442,13 @@ class SyncWorker:
     def _rejoin(self, death: DeadNode, now_ms: int) -> None:
         """Another node declared this one dead (it stood still or was cut off): its leases went
         back to the queue then. Drop the prefetched entries (they are queued again; releasing
-        those leased since changes nothing for the others), let the requests under way finish:
+        those leased since changes nothing for the others; nothing is leased before those
+        releases are in Redis, or a lease could take one again and its release hand it
+        back while the node holds it), let the requests under way finish:
         their acks remove them from the queue or from another node's lease, counted once. The
         heartbeat that told it already made the node live again."""
         dropped = self._prefetched.drop_all()
+        self._releasing.update(dropped)
         self._writes.release(dropped)
         logger.warning(
             "clustersync: node %s was declared dead by node %s %.1fs ago (no heartbeat for "

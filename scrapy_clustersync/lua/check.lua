@@ -42,7 +42,16 @@ local KINDS = {
       local until_ms = deadline(id)
       return owner and not live(owner) and until_ms and tonumber(until_ms) >= now_ms
     end,
+    -- a node still listed in `nodes` is declared dead by the next heartbeat of a live node
+    -- (none after a gap no heartbeat crossed: heartbeat.lua's outage guard), which records it
+    -- so that the node, if it comes back, drops what it prefetched; returning its leases here
+    -- would not tell it, and it would crawl them while another node does
     mend = function(id)
+      local _, owner = lease(id)
+      if redis.call('ZSCORE', KEYS[5], owner) then
+        return 'left alone: node ' .. owner .. ' is still listed; a live node\'s heartbeat ' ..
+               'declares it dead'
+      end
       requeue(id, (lease(id)))
       return 'returned to the queue'
     end,

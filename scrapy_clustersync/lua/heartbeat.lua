@@ -32,7 +32,11 @@
 --                                 declared dead for Redis's absence
 -- ARGV[11] told_ms        int     declared_ms of the last death of this node it was told of
 --                                 (0: none): that record is deleted now, as the node knows it
--- ARGV[12..] lease ids this node holds, to renew
+-- ARGV[12] gap_ms       int     how long a gap with no heartbeat must be to give the grace (0:
+--                                 ttl_ms). Shorter than ttl_ms (the worker passes two
+--                                 heartbeat intervals): an outage of less than ttl_ms still
+--                                 lets the deadline of a node that beat a little before it pass
+-- ARGV[13..] lease ids this node holds, to renew
 -- Returns {finished 0|1, queued, leased, live nodes, server ms, writes, start, finish_wait, done,
 -- declared, my_death};
 -- start is "done" (start() exhausted), "mine" (this node holds the claim, perhaps just taken
@@ -45,10 +49,10 @@
 -- network), is live again from this call on and must not use what it held (prefetched
 -- entries are back in the queue). The record is answered until a heartbeat says, in told_ms,
 -- that the node was told (a retried call whose answer was lost tells it again).
--- Death: a node whose liveness deadline passed is declared dead by the next heartbeat of any
--- node, in this one atomic step: its leases go back to the queue with their old score (as
--- lease.lua's reclaim; they skip dedup), it leaves the live set and the idle hash, and a record
--- {declared_ms, by, deadline_ms, leases_returned, record} goes to dead_nodes, record being
+-- Death: a node whose liveness deadline passed is declared dead by the next heartbeat of any node
+-- that does not leave, in this one atomic step: its leases go back to the queue with their old
+-- score (as lease.lua's reclaim; they skip dedup), it leaves the live set and the idle hash, and a
+-- record {declared_ms, by, deadline_ms, leases_returned, record} goes to dead_nodes, record being
 -- the node's last node_info JSON. Finding its leases scans the leased hash once (O(leased),
 -- HGETALL) per heartbeat that finds a death: a rare event, and leased is bounded by the nodes'
 -- prefetch and concurrency; at most DEATHS_PER_BEAT nodes per call. Lease deadlines stay the
@@ -78,14 +82,18 @@ local DEATHS_PER_BEAT = 100
 
 -- a gap with no heartbeat at all is Redis's absence (or the whole cluster's), not a death
 local last_beat = tonumber(redis.call('HGET', KEYS[1], 'beat_ms') or '0')
-if last_beat > 0 and now_ms - last_beat > tonumber(ARGV[3]) and not leaving then
+local gap_ms = tonumber(ARGV[12])
+if gap_ms <= 0 then gap_ms = tonumber(ARGV[3]) end
+if last_beat > 0 and now_ms - last_beat > gap_ms and not leaving then
   local grace = now_ms + tonumber(ARGV[3]) + tonumber(ARGV[10])
   local alive_then = redis.call('ZRANGEBYSCORE', KEYS[2], last_beat, '+inf', 'LIMIT', 0, 100000)
   for _, other in ipairs(alive_then) do
     redis.call('ZADD', KEYS[2], 'GT', grace, other)
   end
 end
-redis.call('HSET', KEYS[1], 'beat_ms', now_ms)
+if not leaving then  -- a leaving node's beat must not hide the gap from the next one
+  redis.call('HSET', KEYS[1], 'beat_ms', now_ms)
+end
 
 -- this node back after others declared it dead: it is live again from here on, and listed
 -- dead until it says it knows
@@ -145,10 +153,13 @@ local function declare_dead()
   redis.call('HINCRBY', KEYS[9], 'declared_dead', #dead)
   return table.concat(lines, '\n')
 end
-local declared = declare_dead()
+-- a leaving node declares nobody dead: it cannot give the outage grace (it has no liveness),
+-- and the next heartbeat of a live node does it, with the grace if a gap calls for it
+local declared = ''
+if not leaving then declared = declare_dead() end
 
 local lease_deadline = now_ms + tonumber(ARGV[4])
-for j = 12, #ARGV do
+for j = 13, #ARGV do
   local _, owner = parse_lease(redis.call('HGET', KEYS[6], ARGV[j]))
   if owner == node then
     redis.call('ZADD', KEYS[5], 'XX', lease_deadline, ARGV[j])

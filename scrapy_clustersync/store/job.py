@@ -212,6 +212,8 @@ class JobStore:
                 raise BadBatch(f"a write cannot be encoded for Redis ({exc})") from None
             try:
                 raw = self._run(self._flush, keys, args)
+            except UnicodeEncodeError as exc:  # redis-py encodes text when it sends: never sent
+                raise BadBatch(f"a write cannot be encoded for Redis ({exc})") from None
             except StoreError as exc:
                 prepared = self._grow_bloom_for_batch(epoch, exc, prepared)
                 continue
@@ -350,6 +352,7 @@ class JobStore:
         take_start: bool = False,
         grace_ms: int = 0,
         told_ms: int = 0,
+        gap_ms: int = 0,
     ) -> Heartbeat:
         """Keep the node alive for ``ttl_ms`` (its NODE_DEAD_AFTER; 0: it leaves), renew
         leases, declare dead the nodes whose liveness ran out (their leases back in the queue:
@@ -359,7 +362,10 @@ class JobStore:
         time starts now. ``take_start``: the node takes the start() claim over if its holder
         is gone (``Heartbeat.start == "mine"`` then); every node asks for it. ``grace_ms``:
         after a gap with no heartbeat from any node (Redis was away) the nodes alive before it
-        get that long more before they can be declared dead. ``Heartbeat.my_death`` is set if
+        get that long more before they can be declared dead; ``gap_ms``: how long such a gap
+        must be (0: ``ttl_ms``; the worker passes two heartbeat intervals, so that an outage
+        shorter than ``ttl_ms`` that still lets a node's deadline pass is pardoned too).
+        ``Heartbeat.my_death`` is set if
         another node had declared this one dead: it is live again now, and answered the same
         record until a heartbeat passes its ``declared_ms`` as ``told_ms``.
         """
@@ -367,7 +373,7 @@ class JobStore:
         idle_flag = (2 if busy_since_last else 1) if idle else 0
         args: list[Any] = [epoch, self.node_id, ttl_ms, lease_ms, format_node_record(info),
                            idle_flag, idle_after_ms, self._expected_writes(), int(take_start),
-                           grace_ms, told_ms, *lease_ids]
+                           grace_ms, told_ms, gap_ms, *lease_ids]
         (finished, queued, leased, live, now_ms, writes, start, wait_ms, done, declared,
          my_death) = self._run(
             self._heartbeat,
