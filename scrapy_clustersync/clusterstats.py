@@ -4,9 +4,10 @@ node, riding on the writes the node makes anyway.
 Every ``every_s`` seconds (and once more when the node leaves) the reactor thread compares the
 crawler's stats with what it last sent and submits one ``StatsCounts`` op with the growth of
 each summed stat. The op travels in the node's ordered write stream, so it goes to Redis in the
-next flush with the pushes and acks (no call of its own while the node crawls), is spooled with
-them when Redis is away, and is applied once even when a call is retried (flush.lua's call id).
-A node killed with SIGKILL loses at most the growth since its last send.
+next flush with the pushes and acks (no call of its own while the node crawls), and it
+is applied once even when a call is retried (flush.lua's call id). It is left out of the spool
+(writes.py ``undelivered``): a node killed with SIGKILL, or closed while Redis is away, loses
+at most the growth since its last send.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable
 from .redisthread import Undelivered
 from .store import Op
 from .store.job import new_call_id
-from .store.ops import Ack, Push, Release, dead_letter_for
+from .store.ops import Ack, Push, Release, StatsCounts, dead_letter_for
 
 #: how long a batch that is not full waits for more ops, unless the node starves
 FLUSH_LINGER_S = 0.05
@@ -183,8 +183,16 @@ class WriteStream:
         self._ops.extend(Release(entry_id) for entry_id in entry_ids)
 
     def undelivered(self, writes_seen: int) -> Undelivered:
-        """What is not in Redis yet, for the spool."""
-        return Undelivered(self._pending, [self._voided(op) for op in self._ops], writes_seen)
+        """What is not in Redis yet, for the spool. Stats counts are left out: they are best
+        effort, and a spool file without them is read by the previous version too (a batch in
+        doubt keeps its call id, so Redis still applies it once)."""
+        pending = None
+        if self._pending is not None:
+            call_id, batch = self._pending
+            kept = [op for op in batch if not isinstance(op, StatsCounts)]
+            pending = (call_id, kept) if kept else None
+        ops = [self._voided(op) for op in self._ops if not isinstance(op, StatsCounts)]
+        return Undelivered(pending, ops, writes_seen)
 
     def _voided(self, op: Op) -> Op:
         if isinstance(op, Ack) and op.entry_id in self._void:

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import msgpack
-import pytest
 from scrapy.settings import Settings
 from test_guarantees import SPIDERS
 from test_node_failover import FAILOVER, beat
@@ -294,8 +293,6 @@ def test_one_stat_too_big_for_the_op_does_not_lose_the_other_stats_of_its_send(
 PREVIOUS_OPCODES = {"P", "A", "N", "D", "X", "S"}
 
 
-@pytest.mark.xfail(strict=True, reason="review finding: every spool file now holds the node's last "
-                   "cluster stats (C op), which the previous version refuses")
 def test_a_spool_file_of_a_job_without_tasks_holds_only_writes_the_previous_version_reads(
     redis_server: RedisServer, site: SiteFactory, proxy_factory: ProxyFactory, tmp_path: Path
 ) -> None:
