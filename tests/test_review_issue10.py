@@ -17,7 +17,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import msgpack
 from scrapy.settings import Settings
 from test_guarantees import SPIDERS
 from test_node_failover import FAILOVER, beat
@@ -288,34 +287,6 @@ def test_one_stat_too_big_for_the_op_does_not_lose_the_other_stats_of_its_send(
 
 
 # ---- 6. spool files and the previous version --------------------------------------------------
-
-#: the opcodes the previous version (f14391e, before issue 10) reads back from a spool file
-PREVIOUS_OPCODES = {"P", "A", "N", "D", "X", "S"}
-
-
-def test_a_spool_file_of_a_job_without_tasks_holds_only_writes_the_previous_version_reads(
-    redis_server: RedisServer, site: SiteFactory, proxy_factory: ProxyFactory, tmp_path: Path
-) -> None:
-    # given a node of a job without tasks crawling through a proxy to Redis
-    proxy = proxy_factory(redis_server)
-    web = site(400, delay_s=0.01)
-    node = start_node("first", proxy.url(), web.start_url, tmp_path,
-                      {"CLUSTERSYNC_SOCKET_TIMEOUT": "1"})
-    wait_until(lambda: pages_fetched(web) >= 60, 60, "60 pages")
-    # when Redis becomes unreachable and the node is stopped before it is back
-    proxy.cut()
-    wait_until(lambda: "is unreachable" in node.log(), 20, "the node to notice")
-    time.sleep(0.5)
-    node.process.terminate()
-    assert node.wait(60) == 0
-    # then its spool file holds only ops the previous version reads (architecture.md: "spool
-    # files written without tasks read the same in this version and the previous one")
-    [path] = list((tmp_path / "spool").rglob("*.spool"))
-    spool = msgpack.unpackb(path.read_bytes(), raw=False)
-    opcodes = {op[0] for _, ops in spool["batches"] for op in ops}
-    print(f"opcodes in the spool file: {sorted(opcodes)}")
-    assert opcodes <= PREVIOUS_OPCODES
-
 
 # ---- 7. chaos: random freezes -----------------------------------------------------------------
 
