@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, NamedTuple
+
+from .formats import NODE_RECORD_UNREADABLE, parse_node_record
 
 
 class Leased(NamedTuple):
@@ -86,13 +87,9 @@ class DeadNode:
     def parse(cls, node: str, value: str | bytes) -> DeadNode:
         """The record as heartbeat.lua wrote it; a value that is no such record (another
         program wrote it) gives one with zeros and the text as ``record["unreadable"]``."""
-        text = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
-        try:
-            data = json.loads(text)
-        except ValueError:
-            data = None
-        if not isinstance(data, dict):
-            return cls(node, 0, "", 0, 0, {"unreadable": text[:200]})
+        data = parse_node_record(value)  # the same JSON object, read the same way
+        if NODE_RECORD_UNREADABLE in data:
+            return cls(node, 0, "", 0, 0, data)
         record = data.get("record")
         return cls(node, int(data.get("declared_ms") or 0), str(data.get("by") or ""),
                    int(data.get("deadline_ms") or 0), int(data.get("leases_returned") or 0),
