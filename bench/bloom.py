@@ -32,7 +32,7 @@ from scrapy.utils.request import RequestFingerprinter
 
 from scrapy_clustersync.config import DedupSettings
 from scrapy_clustersync.store import JobStore, Push, make_client
-from scrapy_clustersync.store.job import new_call_id
+from scrapy_clustersync.store.job_store import new_call_id
 from testkit.redis_server import RedisServer
 
 ERROR_RATE = 0.001

@@ -33,7 +33,7 @@ def main() -> None:
         urls.write_text("".join(f"https://shop{i % 50}.example.com/item/{i}?ref=seed\n"
                                 for i in range(count)))
         with RedisServer(Path(tmp) / "redis") as server:
-            command = [sys.executable, "-m", "scrapy_clustersync.cli",
+            command = [sys.executable, "-m", "scrapy_clustersync.cli.app",
                        "--redis-url", server.url, "seed", "bench", "--create", "-f", str(urls)]
             began = time.perf_counter()
             done = subprocess.run(command, capture_output=True, text=True, cwd=tmp)

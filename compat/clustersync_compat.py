@@ -130,7 +130,7 @@ def _cluster_scheduler_where_scrapys_is_named(
     """A test module that builds ``Scheduler`` itself (build_from_crawler) builds ours."""
     from scrapy.core.scheduler import Scheduler
 
-    from scrapy_clustersync.scheduler import ClusterScheduler
+    from scrapy_clustersync.plugin.cluster_scheduler import ClusterScheduler
 
     module = getattr(request, "module", None)
     if module is not None and getattr(module, "Scheduler", None) is Scheduler:

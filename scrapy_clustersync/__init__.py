@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .addon import Addon
+from .plugin.addon import Addon
 
 __all__ = ["Addon"]
 __version__ = "0.1.0"

@@ -125,8 +125,8 @@ def proxy_factory() -> Iterator[ProxyFactory]:
 def filter_from_first_url(monkeypatch: pytest.MonkeyPatch) -> None:
     """New Bloom jobs skip their exact set: the filter takes fingerprints from the first URL, for
     tests of the filter's layers (small jobs, with their set, are tests/test_small_jobs.py)."""
-    import scrapy_clustersync.bloom
-    import scrapy_clustersync.store.job
+    import scrapy_clustersync.store.bloom_layout
+    import scrapy_clustersync.store.job_store
 
-    for module in (scrapy_clustersync.bloom, scrapy_clustersync.store.job):
+    for module in (scrapy_clustersync.store.bloom_layout, scrapy_clustersync.store.job_store):
         monkeypatch.setattr(module, "set_limit", lambda params: 0)

@@ -13,8 +13,8 @@ import time
 from scrapy.settings import Settings
 
 from scrapy_clustersync.config import ClusterConfig
+from scrapy_clustersync.node.redis_thread import SyncWorker
 from scrapy_clustersync.store import JobStore, Push, make_client
-from scrapy_clustersync.worker import SyncWorker
 from testkit.proxy import TcpProxy
 from testkit.redis_server import RedisServer
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from scrapy_clustersync.store import JobStore, Push, PushFlags, make_client
-from scrapy_clustersync.store.job import new_call_id
+from scrapy_clustersync.store.job_store import new_call_id
 from testkit.redis_server import RedisServer
 
 from conftest import SiteFactory

@@ -16,12 +16,12 @@ import redis
 from scrapy import Request
 from scrapy.utils.request import RequestFingerprinter
 
-from scrapy_clustersync.bloom import BloomParams, layer
 from scrapy_clustersync.codec import RequestCodec
 from scrapy_clustersync.config import DedupSettings
-from scrapy_clustersync.keys import JobKeys
 from scrapy_clustersync.store import JobStore, Op, Push, StoreError, make_client
-from scrapy_clustersync.store.job import new_call_id
+from scrapy_clustersync.store.bloom_layout import BloomParams, layer
+from scrapy_clustersync.store.job_store import new_call_id
+from scrapy_clustersync.store.keys import JobKeys
 from testkit.redis_server import RedisServer
 
 from conftest import RedisFactory, SiteFactory

@@ -17,8 +17,8 @@ from scrapy import Request
 
 from scrapy_clustersync.codec import RequestCodec
 from scrapy_clustersync.store import JobStore, Push, make_client
-from scrapy_clustersync.store.formats import as_text
-from scrapy_clustersync.store.job import new_call_id
+from scrapy_clustersync.store.job_store import new_call_id
+from scrapy_clustersync.store.records import as_text
 from testkit.redis_server import RedisServer
 
 from conftest import SiteFactory

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 from scrapy.statscollectors import MemoryStatsCollector
 
-from scrapy_clustersync.clusterstats import StatsSender, is_summed
+from scrapy_clustersync.plugin.stats_sender import StatsSender, is_summed
 from scrapy_clustersync.store import JobStore, Op, make_client
 from scrapy_clustersync.store.errors import BadBatch
-from scrapy_clustersync.store.job import new_call_id
-from scrapy_clustersync.store.ops import StatsCounts
+from scrapy_clustersync.store.job_store import new_call_id
+from scrapy_clustersync.store.write_ops import StatsCounts
 from testkit.redis_server import RedisServer
 
 from conftest import SiteFactory

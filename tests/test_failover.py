@@ -21,7 +21,7 @@ from scrapy_clustersync.store import (
     StoreUnavailable,
     make_client,
 )
-from scrapy_clustersync.store.job import new_call_id
+from scrapy_clustersync.store.job_store import new_call_id
 from testkit.redis_server import RedisServer
 from testkit.site import TestSite
 

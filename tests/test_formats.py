@@ -9,11 +9,12 @@ from __future__ import annotations
 import pytest
 from scrapy import Request
 
-from scrapy_clustersync.bloom import BloomParams, layer
 from scrapy_clustersync.codec import RequestCodec
 from scrapy_clustersync.config import DedupSettings
 from scrapy_clustersync.store import JobStore, make_client
-from scrapy_clustersync.store.formats import (
+from scrapy_clustersync.store.bloom_layout import BloomParams, layer
+from scrapy_clustersync.store.job_store import new_call_id
+from scrapy_clustersync.store.records import (
     NODE_RECORD_UNREADABLE,
     REFUSED_WRITE_ID,
     BloomLayout,
@@ -23,8 +24,7 @@ from scrapy_clustersync.store.formats import (
     format_node_record,
     parse_node_record,
 )
-from scrapy_clustersync.store.job import new_call_id
-from scrapy_clustersync.store.ops import DeadLetterEntry, DeadLetterWrite, Push
+from scrapy_clustersync.store.write_ops import DeadLetterEntry, DeadLetterWrite, Push
 from testkit.redis_server import RedisServer
 
 CODEC = RequestCodec(None, max_bytes=1 << 20)

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from scrapy_clustersync.control import NodeControl
+from scrapy_clustersync.node.control_follower import NodeControl
 from scrapy_clustersync.store import JobStore, make_client
 from testkit.redis_server import RedisServer
 from testkit.site import TestSite

@@ -14,7 +14,7 @@ import sys
 from scrapy.settings import Settings
 from scrapy.spiderloader import SpiderLoader
 from scrapy.utils.project import get_project_settings
-from scrapy_clustersync.digest import project_digest
+from scrapy_clustersync.node.project_digest import project_digest
 
 settings = get_project_settings()
 for pair in sys.argv[1:]:

@@ -19,8 +19,8 @@ from test_guarantees import SPIDERS
 from test_store import joined, push_op
 
 from scrapy_clustersync.store import Ack, JobStore, StartDone, make_client
-from scrapy_clustersync.store.formats import as_text
-from scrapy_clustersync.store.job import new_call_id
+from scrapy_clustersync.store.job_store import new_call_id
+from scrapy_clustersync.store.records import as_text
 from testkit.redis_server import RedisServer
 from testkit.site import TestSite
 

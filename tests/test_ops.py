@@ -18,11 +18,11 @@ from scrapy import Request
 
 from scrapy_clustersync.codec import RequestCodec
 from scrapy_clustersync.config import DedupSettings
-from scrapy_clustersync.spool import SPOOL_FORMAT, Spool
+from scrapy_clustersync.node.spool import SPOOL_FORMAT, Spool
 from scrapy_clustersync.store import JobStore, make_client
 from scrapy_clustersync.store.errors import BadBatch
-from scrapy_clustersync.store.job import new_call_id
-from scrapy_clustersync.store.ops import (
+from scrapy_clustersync.store.job_store import new_call_id
+from scrapy_clustersync.store.write_ops import (
     OP_KINDS,
     Ack,
     DeadLetterEntry,
@@ -205,7 +205,7 @@ def test_a_spool_file_with_an_op_that_does_not_decode_is_kept_aside_and_nothing_
     path = tmp_path / "job" / "n1.spool"
     path.write_bytes(msgpack.packb(data, use_bin_type=True))
     # when a node replays the directory
-    with caplog.at_level(logging.ERROR, logger="scrapy_clustersync.spool"):
+    with caplog.at_level(logging.ERROR, logger="scrapy_clustersync.node.spool"):
         sent = Spool(tmp_path, "job").replay(epoch, lambda node, writes: store)
     # then nothing is sent, not even the good batch before it, and the error says why
     assert sent == 0

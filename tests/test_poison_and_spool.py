@@ -25,12 +25,13 @@ from scrapy import Request
 from scrapy.settings import Settings
 from scrapy.utils.request import RequestFingerprinter
 
-from scrapy_clustersync import worker as worker_module
 from scrapy_clustersync.codec import RequestCodec
 from scrapy_clustersync.config import ClusterConfig, DedupSettings
-from scrapy_clustersync.dupefilter import ClusterDupeFilter, cluster_fingerprint
-from scrapy_clustersync.redisthread import Undelivered
-from scrapy_clustersync.spool import Spool
+from scrapy_clustersync.node import redis_thread as worker_module
+from scrapy_clustersync.node.redis_thread import SyncWorker
+from scrapy_clustersync.node.spool import Spool
+from scrapy_clustersync.node.thread_api import Undelivered
+from scrapy_clustersync.plugin.cluster_dupefilter import ClusterDupeFilter, cluster_fingerprint
 from scrapy_clustersync.store import (
     Ack,
     DeadLetterEntry,
@@ -44,9 +45,8 @@ from scrapy_clustersync.store import (
     make_client,
 )
 from scrapy_clustersync.store.errors import BadBatch
-from scrapy_clustersync.store.job import new_call_id
-from scrapy_clustersync.store.ops import decode_op
-from scrapy_clustersync.worker import SyncWorker
+from scrapy_clustersync.store.job_store import new_call_id
+from scrapy_clustersync.store.write_ops import decode_op
 from testkit.redis_server import RedisServer
 
 from support import wait_until
@@ -509,7 +509,7 @@ def test_a_spool_file_of_the_old_format_is_kept_aside_with_a_clear_error(
     old_file.write_bytes(msgpack.packb([push("http://a/1", dont_filter=True).args()],
                                        use_bin_type=True))
     # when a node replays the directory
-    with caplog.at_level(logging.ERROR, logger="scrapy_clustersync.spool"):
+    with caplog.at_level(logging.ERROR, logger="scrapy_clustersync.node.spool"):
         sent = Spool(tmp_path, JOB).replay(epoch, store_factory(redis_server))
     # then nothing is sent, the error says why, and the file is kept under another name
     assert sent == 0
@@ -532,7 +532,7 @@ def test_a_spool_file_of_an_earlier_incarnation_of_the_job_is_kept_aside_as_stal
     ops = [push("http://a/1", dont_filter=True)]
     path = Spool(tmp_path, JOB).save("n1", "an-older-epoch", Undelivered(ops=ops), batch_size=2)
     # when a node of the job's current incarnation replays the directory
-    with caplog.at_level(logging.ERROR, logger="scrapy_clustersync.spool"):
+    with caplog.at_level(logging.ERROR, logger="scrapy_clustersync.node.spool"):
         sent = Spool(tmp_path, JOB).replay(epoch, store_factory(redis_server))
     # then it sends nothing and keeps the file aside, saying why
     assert sent == 0

@@ -22,13 +22,13 @@ from test_guarantees import SPIDERS
 from test_node_failover import FAILOVER, beat
 from test_store import joined, push_op
 
-from scrapy_clustersync.clusterstats import StatsSender
 from scrapy_clustersync.config import ClusterConfig
+from scrapy_clustersync.node.redis_thread import SyncWorker
+from scrapy_clustersync.plugin.stats_sender import StatsSender
 from scrapy_clustersync.store import JobStore, make_client
-from scrapy_clustersync.store.check import JobCheck
-from scrapy_clustersync.store.formats import as_text
-from scrapy_clustersync.store.job import new_call_id
-from scrapy_clustersync.worker import SyncWorker
+from scrapy_clustersync.store.consistency import JobCheck
+from scrapy_clustersync.store.job_store import new_call_id
+from scrapy_clustersync.store.records import as_text
 from testkit.redis_server import RedisServer
 
 from conftest import ProxyFactory, SiteFactory

@@ -12,11 +12,11 @@ from scrapy.settings import Settings
 from test_store import joined, push_op
 
 from scrapy_clustersync.config import ClusterConfig
-from scrapy_clustersync.extensions.lifecycle import NodeLifecycle
+from scrapy_clustersync.node.redis_thread import SyncWorker
+from scrapy_clustersync.plugin.node_lifecycle import NodeLifecycle
 from scrapy_clustersync.store import Ack, JobStore, Push, PushFlags, StartDone, make_client
 from scrapy_clustersync.store.errors import RolledBack
-from scrapy_clustersync.store.job import new_call_id
-from scrapy_clustersync.worker import SyncWorker
+from scrapy_clustersync.store.job_store import new_call_id
 from testkit.redis_server import RedisServer
 
 from conftest import RedisFactory

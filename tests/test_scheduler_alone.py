@@ -12,7 +12,7 @@ from scrapy import Request, Spider
 from scrapy.crawler import Crawler
 from scrapy.statscollectors import MemoryStatsCollector
 
-from scrapy_clustersync.scheduler import ClusterScheduler
+from scrapy_clustersync.plugin.cluster_scheduler import ClusterScheduler
 from scrapy_clustersync.store import JobStore, make_client
 from testkit.redis_server import RedisServer
 

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 import redis
 
-from scrapy_clustersync.bloom import MIGRATE_BATCH, BloomParams, set_limit
 from scrapy_clustersync.config import ConfigError, DedupSettings
-from scrapy_clustersync.keys import JobKeys
 from scrapy_clustersync.store import JobStore, Push, make_client
-from scrapy_clustersync.store.job import new_call_id
+from scrapy_clustersync.store.bloom_layout import MIGRATE_BATCH, BloomParams, set_limit
+from scrapy_clustersync.store.job_store import new_call_id
+from scrapy_clustersync.store.keys import JobKeys
 from testkit.redis_server import RedisServer
 
 from conftest import RedisFactory, SiteFactory

@@ -19,7 +19,7 @@ from scrapy_clustersync.store import (
     StateLost,
     make_client,
 )
-from scrapy_clustersync.store.job import new_call_id
+from scrapy_clustersync.store.job_store import new_call_id
 from testkit.redis_server import RedisServer
 
 CODEC = RequestCodec(None, max_bytes=1 << 20)

@@ -13,8 +13,8 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from scrapy_clustersync.cli import main
-from scrapy_clustersync.store.formats import as_text
+from scrapy_clustersync.cli.app import main
+from scrapy_clustersync.store.records import as_text
 from testkit.redis_server import RedisServer, free_port
 from testkit.shapes import tree_paths
 

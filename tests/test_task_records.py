@@ -16,10 +16,17 @@ from scrapy import Request
 
 from scrapy_clustersync.codec import RequestCodec
 from scrapy_clustersync.config import DedupSettings
-from scrapy_clustersync.spool import SPOOL_FORMAT, Spool
+from scrapy_clustersync.node.spool import SPOOL_FORMAT, Spool
 from scrapy_clustersync.store import JobStore, make_client
-from scrapy_clustersync.store.job import new_call_id
-from scrapy_clustersync.store.ops import (
+from scrapy_clustersync.store.job_store import new_call_id
+from scrapy_clustersync.store.task_records import (
+    TaskRecord,
+    job_control,
+    read_failed,
+    read_task,
+    read_tasks,
+)
+from scrapy_clustersync.store.write_ops import (
     Ack,
     DeadLetterEntry,
     Failed,
@@ -29,13 +36,6 @@ from scrapy_clustersync.store.ops import (
     PushFlags,
     TaskPush,
     decode_op,
-)
-from scrapy_clustersync.store.tasks import (
-    TaskRecord,
-    job_control,
-    read_failed,
-    read_task,
-    read_tasks,
 )
 from testkit.redis_server import RedisServer
 

@@ -7,12 +7,12 @@ from collections.abc import Callable
 
 from scrapy.settings import Settings
 
-from scrapy_clustersync.bloom import BloomParams, layer
 from scrapy_clustersync.config import ClusterConfig, DedupSettings
-from scrapy_clustersync.keys import JobKeys
+from scrapy_clustersync.node.redis_thread import SyncWorker
 from scrapy_clustersync.store import JobStore, Push, make_client
-from scrapy_clustersync.store.job import new_call_id
-from scrapy_clustersync.worker import SyncWorker
+from scrapy_clustersync.store.bloom_layout import BloomParams, layer
+from scrapy_clustersync.store.job_store import new_call_id
+from scrapy_clustersync.store.keys import JobKeys
 from testkit.redis_server import RedisServer
 
 

@@ -4,10 +4,19 @@ from __future__ import annotations
 
 from .client import make_client
 from .errors import StateLost, StoreError, StoreUnavailable
-from .formats import DeadLetter
-from .job import JobStore
-from .ops import Ack, DeadLetterEntry, DeadLetterWrite, Op, Push, PushFlags, Release, StartDone
-from .results import FlushResult, JobStatus, Leased
+from .job_store import JobStore
+from .records import DeadLetter
+from .script_results import FlushResult, JobStatus, Leased
+from .write_ops import (
+    Ack,
+    DeadLetterEntry,
+    DeadLetterWrite,
+    Op,
+    Push,
+    PushFlags,
+    Release,
+    StartDone,
+)
 
 __all__ = [
     "Ack", "DeadLetter", "DeadLetterEntry", "DeadLetterWrite", "FlushResult", "JobStatus",

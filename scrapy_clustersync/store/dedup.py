@@ -16,10 +16,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..bloom import BloomParams, expected_error, layer
-from ..keys import JobKeys
+from .bloom_layout import BloomParams, expected_error, layer
 from .errors import StoreError
-from .formats import BloomLayout
+from .keys import JobKeys
+from .records import BloomLayout
 
 SET_THEN_BLOOM = "set-then-bloom"
 #: the CLUSTERSYNC_DEDUP value each stored mode stands for

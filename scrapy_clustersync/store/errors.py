@@ -8,7 +8,7 @@ from contextlib import contextmanager
 
 import redis
 
-from .outages import drop_connections, not_serving
+from .outage_replies import drop_connections, not_serving
 
 
 class StoreError(Exception):

@@ -16,11 +16,11 @@ from twisted.internet.defer import Deferred
 
 from scrapy_clustersync.codec import RequestCodec
 from scrapy_clustersync.config import ClusterConfig
-from scrapy_clustersync.dupefilter import ClusterDupeFilter, project_dupefilter
-from scrapy_clustersync.order import QueueOrder
-from scrapy_clustersync.redisthread import RedisThread, StartState, Undelivered
-from scrapy_clustersync.scheduler import ClusterScheduler
-from scrapy_clustersync.spool import Spool
+from scrapy_clustersync.node.spool import Spool
+from scrapy_clustersync.node.thread_api import RedisThread, StartState, Undelivered
+from scrapy_clustersync.plugin.cluster_dupefilter import ClusterDupeFilter, project_dupefilter
+from scrapy_clustersync.plugin.cluster_scheduler import ClusterScheduler
+from scrapy_clustersync.plugin.crawl_order import QueueOrder
 from scrapy_clustersync.store import JobStore, Op, Push, StartDone
 
 OpT = TypeVar("OpT")

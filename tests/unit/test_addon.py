@@ -12,12 +12,12 @@ from scrapy.utils.conf import build_component_list
 from scrapy.utils.misc import load_object
 
 from scrapy_clustersync import Addon
-from scrapy_clustersync.addon import REFUSED_SCHEDULER_PATH
 from scrapy_clustersync.config import ClusterConfig, ConfigError
-from scrapy_clustersync.dupefilter import ClusterDupeFilter
-from scrapy_clustersync.extensions.lifecycle import NodeLifecycle
-from scrapy_clustersync.middlewares import ORDER, ClusterSpiderMiddleware
-from scrapy_clustersync.scheduler import ClusterScheduler
+from scrapy_clustersync.plugin.addon import REFUSED_SCHEDULER_PATH
+from scrapy_clustersync.plugin.cluster_dupefilter import ClusterDupeFilter
+from scrapy_clustersync.plugin.cluster_scheduler import ClusterScheduler
+from scrapy_clustersync.plugin.node_lifecycle import NodeLifecycle
+from scrapy_clustersync.plugin.spider_middleware import ORDER, ClusterSpiderMiddleware
 
 REDIS_URL = "redis://127.0.0.1:1/0"  # never contacted: the add-on only reads settings
 

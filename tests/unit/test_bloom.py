@@ -9,7 +9,7 @@ import math
 
 import pytest
 
-from scrapy_clustersync.bloom import BloomParams, expected_error, layer
+from scrapy_clustersync.store.bloom_layout import BloomParams, expected_error, layer
 
 THEORETICAL_BITS_AT_0_1_PERCENT = -math.log(0.001) / math.log(2) ** 2  # 14.38
 

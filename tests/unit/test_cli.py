@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from scrapy_clustersync.cli import main
+from scrapy_clustersync.cli.app import main
 
 #: a URL these tests never reach: each is refused before any connection (see conftest.py)
 REDIS_URL = "redis://127.0.0.1:1/0"

@@ -9,10 +9,10 @@ from pathlib import Path
 import fakeredis
 import pytest
 
-from scrapy_clustersync.cli_status import state_of, status_dict
-from scrapy_clustersync.control import NodeControl
-from scrapy_clustersync.extensions.control import JobControl
-from scrapy_clustersync.stopping import is_failure
+from scrapy_clustersync.cli.status_view import state_of, status_dict
+from scrapy_clustersync.node.control_follower import NodeControl
+from scrapy_clustersync.plugin.job_control import JobControl
+from scrapy_clustersync.plugin.stop_reasons import is_failure
 from scrapy_clustersync.store import JobStore
 
 from .node_fakes import fake_engine, make_scheduler

@@ -5,7 +5,7 @@ from __future__ import annotations
 from scrapy import Request, Spider
 from scrapy.crawler import Crawler
 
-from scrapy_clustersync.crawlerparts import CrawlerFingerprinter, started_part
+from scrapy_clustersync.plugin.crawler_parts import CrawlerFingerprinter, started_part
 
 
 class UrlFingerprinter:

@@ -10,7 +10,11 @@ import pytest
 from scrapy import Request
 from scrapy.utils.request import RequestFingerprinter, RequestFingerprinterProtocol
 
-from scrapy_clustersync.dupefilter import ClusterDupeFilter, RecentFingerprints, cluster_fingerprint
+from scrapy_clustersync.plugin.cluster_dupefilter import (
+    ClusterDupeFilter,
+    RecentFingerprints,
+    cluster_fingerprint,
+)
 
 LOGGER = "scrapy.dupefilters"  # Scrapy's own dupefilter logger
 

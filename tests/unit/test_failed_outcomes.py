@@ -15,10 +15,10 @@ from scrapy.spidermiddlewares.httperror import HttpError
 from twisted.internet.defer import Deferred
 from twisted.python.failure import Failure
 
-from scrapy_clustersync.leases import LeaseTracker
-from scrapy_clustersync.middlewares import ClusterSpiderMiddleware
-from scrapy_clustersync.store.ops import Ack, Failed, Op, Push, TaskPush
-from scrapy_clustersync.tasks import TASK_META_KEY, push_of
+from scrapy_clustersync.plugin.lease_tracker import LeaseTracker
+from scrapy_clustersync.plugin.request_tasks import TASK_META_KEY, push_of
+from scrapy_clustersync.plugin.spider_middleware import ClusterSpiderMiddleware
+from scrapy_clustersync.store.write_ops import Ack, Failed, Op, Push, TaskPush
 
 
 class Scraper:

@@ -9,7 +9,7 @@ import pytest
 from scrapy.settings import Settings
 
 from scrapy_clustersync.config import ClusterConfig
-from scrapy_clustersync.joining import warn_of_risks
+from scrapy_clustersync.node.joining import warn_of_risks
 from scrapy_clustersync.store import JobStore
 
 JOB = "job"

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from scrapy import Request
 
-from scrapy_clustersync.scheduler import ClusterScheduler
+from scrapy_clustersync.plugin.cluster_scheduler import ClusterScheduler
 from scrapy_clustersync.store import Ack, Push
 
 from .node_fakes import FakeRedisThread, fake_engine, make_scheduler

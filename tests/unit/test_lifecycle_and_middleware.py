@@ -11,9 +11,9 @@ import pytest
 from scrapy import Request
 from scrapy.exceptions import CloseSpider, DontCloseSpider
 
-from scrapy_clustersync.extensions.lifecycle import NodeLifecycle
-from scrapy_clustersync.middlewares import ClusterSpiderMiddleware
-from scrapy_clustersync.signals import node_opened
+from scrapy_clustersync.plugin.node_lifecycle import NodeLifecycle
+from scrapy_clustersync.plugin.signals import node_opened
+from scrapy_clustersync.plugin.spider_middleware import ClusterSpiderMiddleware
 
 from .node_fakes import fake_engine, make_crawler, make_scheduler
 

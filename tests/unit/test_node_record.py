@@ -10,9 +10,9 @@ from scrapy.settings import Settings
 
 from scrapy_clustersync import __version__
 from scrapy_clustersync.config import ClusterConfig, ConfigError
-from scrapy_clustersync.digest import project_digest
-from scrapy_clustersync.nodeinfo import NodeInfo
-from scrapy_clustersync.store.results import DeadNode
+from scrapy_clustersync.node.node_record import NodeInfo
+from scrapy_clustersync.node.project_digest import project_digest
+from scrapy_clustersync.store.script_results import DeadNode
 
 from .node_fakes import ListingSpider, make_crawler, make_scheduler
 

@@ -8,9 +8,9 @@ import pytest
 from scrapy import Request
 from scrapy.settings import Settings
 
-from scrapy_clustersync.order import QueueOrder
+from scrapy_clustersync.node.write_stream import RecentPushes
+from scrapy_clustersync.plugin.crawl_order import QueueOrder
 from scrapy_clustersync.store import Push, PushFlags
-from scrapy_clustersync.writes import RecentPushes
 
 from .node_fakes import make_scheduler
 

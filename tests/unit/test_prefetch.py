@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import threading
 
-from scrapy_clustersync.prefetch import Prefetch
+from scrapy_clustersync.node.prefetch import Prefetch
+from scrapy_clustersync.node.write_stream import RecentPushes
 from scrapy_clustersync.store import Leased
-from scrapy_clustersync.writes import RecentPushes
 
 
 def leased(*priorities: int) -> list[Leased]:

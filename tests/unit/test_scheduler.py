@@ -10,7 +10,7 @@ from scrapy.exceptions import CloseSpider
 from twisted.python.failure import Failure
 
 from scrapy_clustersync.codec import LEASE_META_KEY
-from scrapy_clustersync.scheduler import DEQUEUE_WAIT_S, ClusterScheduler
+from scrapy_clustersync.plugin.cluster_scheduler import DEQUEUE_WAIT_S, ClusterScheduler
 from scrapy_clustersync.store import Ack, DeadLetterEntry, Push, Release
 
 from .node_fakes import FakeRedisThread, fake_engine, make_scheduler

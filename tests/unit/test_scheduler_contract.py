@@ -12,8 +12,8 @@ from scrapy import Request, signals
 from scrapy.dupefilters import RFPDupeFilter
 from w3lib.url import url_query_cleaner
 
-from scrapy_clustersync.dupefilter import ClusterDupeFilter
-from scrapy_clustersync.scheduler import ClusterScheduler
+from scrapy_clustersync.plugin.cluster_dupefilter import ClusterDupeFilter
+from scrapy_clustersync.plugin.cluster_scheduler import ClusterScheduler
 from scrapy_clustersync.store import Push
 
 from .node_fakes import make_crawler, make_scheduler

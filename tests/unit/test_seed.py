@@ -6,9 +6,9 @@ import pytest
 from scrapy import Request
 from scrapy.utils.request import RequestFingerprinter
 
-from scrapy_clustersync.cli_seed import SeedEncoder, is_scrapys_default
+from scrapy_clustersync.cli.seed_commands import SeedEncoder, is_scrapys_default
 from scrapy_clustersync.codec import RequestCodec
-from scrapy_clustersync.dupefilter import cluster_fingerprint
+from scrapy_clustersync.plugin.cluster_dupefilter import cluster_fingerprint
 
 ODD_URLS = [
     "https://shop.example.com/item/1?ref=seed",

@@ -10,10 +10,10 @@ import fakeredis
 import msgpack
 import pytest
 
-from scrapy_clustersync.redisthread import Undelivered
-from scrapy_clustersync.spool import Spool
+from scrapy_clustersync.node.spool import Spool
+from scrapy_clustersync.node.thread_api import Undelivered
 from scrapy_clustersync.store import JobStore, Op, Push, StoreUnavailable
-from scrapy_clustersync.store.job import new_call_id
+from scrapy_clustersync.store.job_store import new_call_id
 
 JOB = "job"
 

@@ -9,9 +9,9 @@ import fakeredis
 from scrapy.settings import Settings
 
 from scrapy_clustersync.config import ClusterConfig
+from scrapy_clustersync.node.redis_thread import SyncWorker
 from scrapy_clustersync.store import Ack, JobStore, Push
-from scrapy_clustersync.store.ops import Arg
-from scrapy_clustersync.worker import SyncWorker
+from scrapy_clustersync.store.write_ops import Arg
 
 
 @dataclass(frozen=True)

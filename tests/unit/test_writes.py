@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import time
 
+from scrapy_clustersync.node.write_stream import WriteStream
 from scrapy_clustersync.store import Ack, DeadLetterWrite, Op, Push, Release
-from scrapy_clustersync.writes import WriteStream
 
 
 def pushes(count: int, start: int = 0) -> list[Op]:

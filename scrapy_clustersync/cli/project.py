@@ -1,0 +1,151 @@
+"""The Scrapy project around the ``clustersync`` command: its settings, Redis URL, job and
+request fingerprinter, found as ``scrapy`` commands find them.
+
+Settings: the project of the current directory (``scrapy.cfg``, found as Scrapy finds it, or
+``SCRAPY_SETTINGS_MODULE``), or the module of ``--settings``, then ``-s NAME=VALUE`` on top.
+The Redis URL, first given wins: ``--redis-url``, ``-s CLUSTERSYNC_REDIS_URL=...``, the
+environment variable ``CLUSTERSYNC_REDIS_URL``, the project's ``CLUSTERSYNC_REDIS_URL``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from scrapy.settings import Settings
+from scrapy.utils.project import get_project_settings, inside_project
+
+from ..config import DEFAULTS, ConfigError, DedupSettings, validate_job_name, validate_redis_url
+
+if TYPE_CHECKING:
+    from scrapy.utils.request import RequestFingerprinterProtocol
+
+URL_SETTING = "CLUSTERSYNC_REDIS_URL"
+JOB_SETTING = "CLUSTERSYNC_JOB"
+
+
+class NoRedisGiven(ConfigError):
+    """No Redis URL in any of the places the command looks."""
+
+
+class NoJobGiven(ConfigError):
+    """No JOB argument and no ``CLUSTERSYNC_JOB`` in the project's settings."""
+
+
+@dataclass
+class ProjectContext:
+    """What one ``clustersync`` run was given: options, and the settings they lead to.
+
+    ``base``: settings already built by ``scrapy clustersync`` (project and ``-s`` applied);
+    None for the ``clustersync`` command, which builds them itself on first use.
+    """
+
+    redis_url_flag: str | None = None
+    settings_module: str | None = None
+    overrides: dict[str, str] = field(default_factory=dict)
+    base: Settings | None = None
+    _settings: Settings | None = None
+
+    @property
+    def settings(self) -> Settings:
+        """The project's settings with ``--settings`` and ``-s`` applied (built once)."""
+        if self._settings is None:
+            self._settings = self._build_settings()
+        return self._settings
+
+    def _build_settings(self) -> Settings:
+        if self.settings_module:
+            settings = self.base.copy() if self.base is not None else Settings()
+            settings.setmodule(self.settings_module, priority="project")
+        elif self.base is not None:
+            settings = self.base
+        else:
+            settings = get_project_settings()
+        settings.setdict(self.overrides, priority="cmdline")
+        return settings
+
+    def describe_project(self) -> str:
+        """Where the settings came from, for messages."""
+        module = self.settings_module or os.environ.get("SCRAPY_SETTINGS_MODULE")
+        if module:
+            return f"the settings module {module}"
+        return "the Scrapy project here" if inside_project() else "no Scrapy project"
+
+    def redis_url(self) -> tuple[str, str]:
+        """The Redis URL and how it was given (for errors); raises ConfigError if none is, or
+        if the one given is not a Redis URL."""
+        url, given_as = self._find_redis_url()
+        validate_redis_url(url, given_as=given_as)
+        return url, given_as
+
+    def _find_redis_url(self) -> tuple[str, str]:
+        if self.redis_url_flag:
+            return self.redis_url_flag, "--redis-url"
+        if self.overrides.get(URL_SETTING):
+            return self.overrides[URL_SETTING], f"-s {URL_SETTING}"
+        if os.environ.get(URL_SETTING):
+            return os.environ[URL_SETTING], f"the environment variable {URL_SETTING}"
+        from_project = self.settings.get(URL_SETTING)
+        if from_project:
+            return str(from_project), f"the setting {URL_SETTING} of {self.describe_project()}"
+        raise NoRedisGiven(
+            f"no Redis given: pass --redis-url URL, set the environment variable {URL_SETTING}, "
+            f"or run inside a Scrapy project whose settings.py sets {URL_SETTING} = "
+            '"redis://:password@10.0.0.5:6379/0" (or -s CLUSTERSYNC_REDIS_URL=URL); '
+            f"looked in {self.describe_project()}"
+        )
+
+    def job(self, given: str | None) -> str:
+        """``given`` (the JOB argument), else the project's ``CLUSTERSYNC_JOB``; checked."""
+        if given:
+            return validate_job_name(given, given_as="JOB")
+        from_project = self.settings.get(JOB_SETTING)
+        if from_project:
+            return validate_job_name(str(from_project),
+                                     given_as=f"{JOB_SETTING} of {self.describe_project()}")
+        raise NoJobGiven(
+            f"no JOB given: name the job (a node's job is {JOB_SETTING}, else its spider's "
+            f"name), or set {JOB_SETTING} in the project's settings; `clustersync jobs` lists "
+            "the jobs on this Redis"
+        )
+
+    def dedup(self) -> DedupSettings:
+        """The project's dedup settings, for a job the CLI creates (as its first node would)."""
+        settings = self.settings
+        return DedupSettings(
+            mode=str(settings.get("CLUSTERSYNC_DEDUP", DEFAULTS["CLUSTERSYNC_DEDUP"])),
+            bloom_capacity=settings.getint("CLUSTERSYNC_BLOOM_CAPACITY",
+                                           int(DEFAULTS["CLUSTERSYNC_BLOOM_CAPACITY"])),
+            bloom_error_rate=settings.getfloat("CLUSTERSYNC_BLOOM_ERROR_RATE",
+                                               float(DEFAULTS["CLUSTERSYNC_BLOOM_ERROR_RATE"])),
+        )
+
+    def fingerprinter(self) -> RequestFingerprinterProtocol:
+        """The project's request fingerprinter, built as Scrapy builds a crawler's:
+        ``REQUEST_FINGERPRINTER_CLASS`` (after the project's add-ons updated the settings)
+        through its ``from_crawler``, so its own settings apply."""
+        from scrapy import Spider
+        from scrapy.crawler import Crawler
+        from scrapy.utils.misc import build_from_crawler, load_object
+
+        settings = self.settings.copy()
+        url, _ = self.redis_url()
+        # the add-on checks the URL; the one in use may come from the flag or the environment
+        settings.set(URL_SETTING, url, priority="cmdline")
+        crawler = Crawler(Spider, settings)
+        crawler.addons.load_settings(crawler.settings)
+        cls: Any = load_object(crawler.settings["REQUEST_FINGERPRINTER_CLASS"])
+        fingerprinter: RequestFingerprinterProtocol = build_from_crawler(cls, crawler)
+        return fingerprinter
+
+
+def parse_overrides(pairs: tuple[str, ...]) -> dict[str, str]:
+    """``-s NAME=VALUE`` options as a dict; ConfigError naming a pair without ``=``."""
+    overrides: dict[str, str] = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name:
+            raise ConfigError(f"-s {pair!r}: use -s NAME=VALUE")
+        overrides[name] = value
+    return overrides

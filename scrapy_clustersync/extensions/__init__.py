@@ -1,1 +1,0 @@
-"""Scrapy extensions of the cluster: node lifecycle (idle, finish, stop on lost state)."""

@@ -1,0 +1,103 @@
+"""A node joining its job: the join itself (``join_job``: Redis unreachable or refusing, a
+finished job, a restart asked by CLUSTERSYNC_RECRAWL), then what it checks (``warn_of_risks``):
+a Redis the delivery guarantee does not hold on, and its own dedup settings against the job's."""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timezone
+
+from ..config import ClusterConfig, redact_url
+from ..plugin.stop_reasons import JOB_FINISHED, JOB_STOPPED, REDIS_AUTH_REFUSED, REDIS_UNREACHABLE
+from ..store import JobStore, StoreError
+from ..store.control_state import STOPPED, STOPPING, ControlState
+from ..store.errors import AccessRefused
+from ..store.script_results import FinishedRun, Joined
+
+logger = logging.getLogger(__name__)
+
+MIN_REDIS_VERSION = (7, 0)
+
+
+def warn_of_risks(store: JobStore, config: ClusterConfig) -> None:
+    """Log a warning for each way this Redis or this node's settings could hurt the crawl.
+
+    Never raises: the node has joined; these are worth a warning, not a stop.
+    """
+    if store.dedup != config.dedup:
+        logger.warning(
+            "clustersync: job %r was created with dedup settings %s; this node's settings "
+            "(%s) are ignored so that every node records fingerprints the same way.",
+            config.job, store.dedup, config.dedup,
+        )
+    try:
+        version, policy = store.server_facts()
+    except StoreError:
+        return
+    url = redact_url(config.redis_url)
+    if version and version < MIN_REDIS_VERSION:
+        logger.warning(
+            "clustersync: Redis at %s is version %s; clustersync needs %s or newer and is "
+            "not tested on older versions.", url, ".".join(map(str, version)),
+            ".".join(map(str, MIN_REDIS_VERSION)),
+        )
+    if policy and policy != "noeviction":
+        logger.warning(
+            "clustersync: Redis at %s evicts keys when full (maxmemory-policy %s): it may "
+            "delete the job's queue or record, which loses requests. Use a Redis with "
+            "maxmemory-policy noeviction for crawls.", url, policy,
+        )
+
+
+def join_job(store: JobStore, config: ClusterConfig) -> Joined | str:
+    """Join the job as a node; returns what the join answered, or, with one ERROR line logged,
+    the reason the node must stop with (see stopping.py): Redis unreachable or refusing this
+    client, the job stopped by ``clustersync stop`` (it is not joined: the node holds nothing
+    and claims no start()), or the job finished (unless ``CLUSTERSYNC_RECRAWL`` restarts it).
+    A paused job is joined: the node waits (the control extension says so)."""
+    url = redact_url(config.redis_url)
+    try:
+        control = store.control_state()
+        if control.state in (STOPPING, STOPPED):
+            _log_stopped(config.job, control)
+            return JOB_STOPPED
+        joined = store.join_node(int(config.node_dead_after_s * 1000), recrawl=config.recrawl)
+    except AccessRefused as exc:
+        logger.error(
+            "clustersync: Redis at %s refused this node (%s): check the user and password in "
+            "CLUSTERSYNC_REDIS_URL (redis://USER:PASSWORD@host:port/db) and that the user may "
+            "run scripts on the job's keys (clustersync:*).", url, exc)
+        return REDIS_AUTH_REFUSED
+    except StoreError as exc:
+        logger.error(
+            "clustersync: cannot join job %r at %s: %s. Check CLUSTERSYNC_REDIS_URL and that "
+            "Redis is running and reachable from this machine.", config.job, url, exc)
+        return REDIS_UNREACHABLE
+    if joined.finished is not None:
+        _log_finished(config.job, joined.finished)
+        return JOB_FINISHED
+    if joined.restarted:
+        logger.info("clustersync: job %r had finished; CLUSTERSYNC_RECRAWL = %r restarts it: "
+                    "start() runs again on this node%s", config.job, joined.restarted,
+                    " and every URL is crawled again (the seen record was cleared)"
+                    if joined.restarted == "forget-seen" else
+                    " and only URLs not seen before are crawled")
+    return joined
+
+
+def _log_finished(job: str, run: FinishedRun) -> None:
+    at = datetime.fromtimestamp(run.at_ms / 1000, tz=timezone.utc)
+    logger.error(
+        "clustersync: job %r already finished at %s (%d requests done; %s); this node stops. "
+        "To crawl it again: `clustersync restart %s` (only URLs not seen before; add "
+        "--forget-seen to crawl every URL again), or set CLUSTERSYNC_RECRAWL = \"keep-seen\" "
+        "or \"forget-seen\" for runs that restart it themselves.",
+        job, at.strftime("%Y-%m-%d %H:%M:%S UTC"), run.pages, run.why(), job)
+
+
+def _log_stopped(job: str, control: ControlState) -> None:
+    at = datetime.fromtimestamp(control.since_ms / 1000, tz=timezone.utc)
+    logger.error(
+        "clustersync: job %r was stopped at %s (`clustersync stop`); this node stops. Its queue "
+        "is kept: `clustersync resume %s` lets the next `scrapy crawl` continue it.",
+        job, at.strftime("%Y-%m-%d %H:%M:%S UTC"), job)

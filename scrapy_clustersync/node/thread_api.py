@@ -1,0 +1,144 @@
+"""What the reactor side of a node may ask of the node's Redis thread (``worker.SyncWorker``).
+
+The scheduler is given a ``RedisThread`` (or a factory of one) and never sees more of it, so
+a unit test can hand it a fake; nothing on the reactor side reads the thread's state directly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
+
+from ..store import Op
+
+if TYPE_CHECKING:
+    from ..config import ClusterConfig
+    from ..store import JobStore
+    from ..store.script_results import Heartbeat
+
+#: the reasons a node closes with when its Redis thread says so (see ``RedisThread.outcome``)
+FINISHED = "finished"
+STATE_LOST = "clustersync_state_lost"
+
+
+@dataclass
+class Undelivered:
+    """What a closing node could not send: the batch in doubt (with its call id) and the rest."""
+
+    pending: tuple[str, Sequence[Op]] | None = None
+    ops: Sequence[Op] = field(default_factory=list)
+    #: the node's write counter as Redis last confirmed it (checked again on replay)
+    writes_seen: int = 0
+
+    def __bool__(self) -> bool:
+        return bool(self.pending or self.ops)
+
+    def __len__(self) -> int:
+        return len(self.ops) + (len(self.pending[1]) if self.pending else 0)
+
+
+class RedisThread(Protocol):
+    """What the reactor side of a node (the scheduler) may ask of the node's Redis thread.
+
+    Every method is called from the reactor thread and returns at once (but ``await_lease``):
+    none waits on Redis.
+    ``SyncWorker`` is the real one; unit tests hand the scheduler a fake.
+    """
+
+    def start(self) -> None:
+        """Start the thread."""
+
+    def submit(self, op: Op) -> None:
+        """Buffer ``op``; ops reach Redis in the order they were submitted."""
+
+    def take(self) -> tuple[str, bytes] | None:
+        """The next leased entry (entry id, encoded request), or None if none is waiting."""
+
+    def await_lease(self, timeout_s: float) -> None:
+        """The one call that may wait: until a lease made after every push submitted so far
+        came back (or ``timeout_s``, or at once while Redis is away)."""
+
+    @property
+    def waiting(self) -> int:
+        """How many leased entries wait to be taken."""
+
+    @property
+    def buffered_pushes(self) -> int:
+        """How many submitted pushes Redis has not applied yet (the node's requests in transit)."""
+
+    @property
+    def pushes_unleased(self) -> int:
+        """How many submitted pushes no lease has come back after yet (in Redis or not): a
+        request of the node's own may still be on its way to it."""
+
+    @property
+    def accepting_work(self) -> bool:
+        """False while too many writes wait for Redis: the node takes no new work then."""
+
+    def mark_busy(self) -> None:
+        """The node did something: it is not idle, and its idle time starts again."""
+
+    def mark_idle(self) -> None:
+        """The engine has nothing in progress."""
+
+    def hold_leasing(self, held: bool) -> None:
+        """While ``held`` (the job is paused or stopping) lease nothing new; what the node
+        holds is kept, and its leases renewed."""
+
+    def reactor_alive(self) -> None:
+        """The reactor ran just now (a reactor stuck for half a lease stops the heartbeat)."""
+
+    @property
+    def outcome(self) -> str | None:
+        """None while the node should run on; else why it ends: ``finished`` (the job is, and
+        the node did nothing since the heartbeat that said so) or ``clustersync_state_lost``."""
+
+    @property
+    def rollbacks(self) -> int:
+        """How many times Redis was found older than this node saw it."""
+
+    @property
+    def start_state(self) -> StartState:
+        """The job's start() as the last heartbeat found it."""
+
+    def start_done(self) -> None:
+        """start() is exhausted on this node: record it in Redis."""
+
+    @property
+    def cluster(self) -> Heartbeat | None:
+        """The last heartbeat's answer (queued, leased, live nodes, requests done, server time),
+        or None before the first: what the progress line shows, at no extra Redis call."""
+
+    @property
+    def finish_note(self) -> str:
+        """Why the job finished, as the heartbeat that said so found it (for the log)."""
+
+    def totals(self) -> dict[str, int]:
+        """What Redis did with this node's writes so far (pushed, filtered, released, ...), and
+        how many leased entries were handed back untaken, outranked by a higher priority."""
+
+    def close(self, unacked: list[str]) -> Undelivered:
+        """Release ``unacked`` leases, flush everything, leave the job; return what is left."""
+
+
+@dataclass(frozen=True)
+class StartState:
+    """The job's start(), as a heartbeat found it.
+
+    ``state``: "done", "mine" (this node holds the claim), "other" or "none" (see
+    heartbeat.lua); ``rollbacks``: the Redis thread's rollback count when it was found.
+    """
+
+    state: str
+    rollbacks: int = 0
+
+
+#: Builds a node's Redis thread once the node has joined its job (``SyncWorker`` is one), from:
+#: the job's store, the node's config, the job's epoch, what the node reports of itself in
+#: each heartbeat, what to call when work arrives on an empty node, and the job's start()
+#: state as the join found it ("mine" or "other").
+RedisThreadFactory: TypeAlias = Callable[
+    ["JobStore", "ClusterConfig", str, Callable[[], dict[str, Any]], Callable[[], None], str],
+    RedisThread,
+]

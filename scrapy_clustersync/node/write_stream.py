@@ -1,0 +1,200 @@
+"""WriteStream: a node's writes to Redis, in the order they were made, sent batch by batch.
+
+The reactor thread submits ops; the Redis thread takes them in batches, one script call each,
+and never takes the next batch before Redis confirmed the last one (a call that failed is sent
+again as it was, under the same call id, so Redis applies it once). So Redis holds a prefix of
+the node's writes at all times: never an ack without the pushes made before it.
+
+Two things change a batch on its way:
+- a batch Redis refused for what it holds (a malformed op) is halved until the op is found;
+  that op's dead letter takes its place (``refused``);
+- once Redis came back older than the node saw it, the acks of the requests the node had
+  under way become releases (``void``): their children may be among the lost writes.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+
+from ..store import Op
+from ..store.job_store import new_call_id
+from ..store.write_ops import Ack, Push, Release, StatsCounts, dead_letter_for
+from .thread_api import Undelivered
+
+#: how long a batch that is not full waits for more ops, unless the node starves
+FLUSH_LINGER_S = 0.05
+
+
+class RecentPushes:
+    """The priorities of a node's recent pushes, numbered in the order they were submitted.
+
+    A lease call made when Redis had applied the node's first ``covered`` pushes hands out
+    entries in the right order against those, not against later ones: ``highest_after(covered)``
+    is the highest priority among the later pushes. The reactor thread alone uses it, asking
+    with a ``covered`` that never decreases (leases come in order), so it keeps only the pushes
+    that can still be the answer: a sliding-window maximum, one entry per run of priorities.
+    """
+
+    def __init__(self) -> None:
+        self._window: deque[tuple[int, int]] = deque()  # (number, priority), priority falling
+
+    def add(self, number: int, priority: int) -> None:
+        window = self._window
+        while window and window[-1][1] <= priority:
+            window.pop()
+        window.append((number, priority))
+
+    def highest_after(self, covered: int) -> float:
+        """The highest priority among pushes numbered above ``covered`` (-inf: none)."""
+        window = self._window
+        while window and window[0][0] <= covered:
+            window.popleft()
+        return window[0][1] if window else float("-inf")
+
+
+class WriteStream:
+    """The ordered write buffer between the reactor thread and the Redis thread.
+
+    ``submit`` is the reactor's; every other method is the Redis thread's. They share only a
+    deque (append and popleft are atomic) and the time the oldest op waits since.
+    """
+
+    def __init__(self, batch_size: int, wake: Callable[[], None]) -> None:
+        self.batch_size = batch_size
+        self._wake = wake
+        self._ops: deque[Op] = deque()
+        #: the batch whose call is under way or failed, with its call id, until Redis confirms
+        self._pending: tuple[str, list[Op]] | None = None
+        self._batch_limit = batch_size  # smaller while a refused op is looked for
+        self._oldest_at: float | None = None
+        self._void: set[str] = set()  # leases whose acks must become releases
+        # pushes submitted (reactor) and settled by Redis (Redis thread): each thread writes
+        # only its own counter, so their difference needs no lock
+        self._pushes_submitted = 0
+        self._pushes_settled = 0
+        self.recent_pushes = RecentPushes()  # the reactor's
+
+    # ---- reactor thread ------------------------------------------------------------------
+    def submit(self, op: Op) -> None:
+        if isinstance(op, Push):
+            self._pushes_submitted += 1
+            self.recent_pushes.add(self._pushes_submitted, op.priority)
+        self._ops.append(op)
+        if self._oldest_at is None:
+            self._oldest_at = time.monotonic()
+            self._wake()  # the Redis thread sleeps until something is due: a linger starts
+        elif len(self._ops) >= self.batch_size:
+            self._wake()
+
+    @property
+    def pushes_waiting(self) -> int:
+        """Pushes not yet applied (queued or filtered) or set aside by Redis."""
+        return self._pushes_submitted - self._pushes_settled
+
+    @property
+    def pushes_submitted(self) -> int:
+        return self._pushes_submitted
+
+    # ---- Redis thread --------------------------------------------------------------------
+    @property
+    def pushes_settled(self) -> int:
+        """How many of the first pushes Redis applied (or set aside): always a prefix."""
+        return self._pushes_settled
+
+    def __len__(self) -> int:
+        """Ops not yet in Redis, including a batch whose call is under way or being retried."""
+        pending = self._pending
+        return len(self._ops) + (len(pending[1]) if pending else 0)
+
+    def due(self, now: float, urgent: bool) -> bool:
+        """A batch should go out now: one in doubt, a full one, a lingering one, or any when
+        ``urgent`` (the node closes, or starves: its new work must reach Redis)."""
+        if self._pending is not None:
+            return True
+        if not self._ops:
+            return False
+        if urgent or len(self._ops) >= self.batch_size:
+            return True
+        if self._oldest_at is None:
+            self._oldest_at = now  # an op raced in while the last batch was being taken
+        return now - self._oldest_at >= FLUSH_LINGER_S
+
+    def linger_until(self, now: float) -> float | None:
+        """When the waiting ops are due at the latest (None: nothing waits)."""
+        return (self._oldest_at or now) + FLUSH_LINGER_S if self._ops else None
+
+    def batch(self) -> tuple[str, list[Op]]:
+        """The batch to send and its call id: the one in doubt, else the next ops in order."""
+        if self._pending is None:
+            batch: list[Op] = []
+            while self._ops and len(batch) < self._batch_limit:
+                batch.append(self._voided(self._ops.popleft()))
+            self._oldest_at = time.monotonic() if self._ops else None
+            self._pending = (new_call_id(), batch)
+        return self._pending
+
+    def confirmed(self) -> list[str]:
+        """Redis applied the batch; returns the lease ids it settled (acked, released, dead)."""
+        assert self._pending is not None
+        _, batch = self._pending
+        self._pending = None
+        # past the refused op (if any): back to full batches, doubling
+        self._batch_limit = min(self.batch_size, self._batch_limit * 2)
+        self._pushes_settled += sum(isinstance(op, Push) for op in batch)
+        settled = [op.settles for op in batch if op.settles is not None]
+        self._void.difference_update(settled)
+        return settled
+
+    def refused(self) -> Op | None:
+        """Redis refused the batch, before any change. Returns its op if it was the only one
+        (that op's dead letter goes first in its place); else the batch is halved and sent on."""
+        assert self._pending is not None
+        _, batch = self._pending
+        self._pending = None
+        if len(batch) > 1:
+            self._ops.extendleft(reversed(batch))  # back in front, in order
+            self._batch_limit = max(1, len(batch) // 2)
+            return None
+        [op] = batch
+        if isinstance(op, Push):  # its dead letter takes its place: it is settled
+            self._pushes_settled += 1
+        return op
+
+    def set_aside(self, op: Op, reason: str) -> None:
+        """Send the dead letter of ``op``, which Redis refused for ``reason``, in its place."""
+        letter = dead_letter_for(op, reason)
+        if letter is not None:
+            self._ops.appendleft(letter)
+
+    def void(self, entry_ids: Iterable[str]) -> int:
+        """Acks of ``entry_ids`` become releases; a batch in doubt goes back to be rebuilt (it
+        was refused before any change). Returns how many leases are voided."""
+        self._void.update(entry_ids)
+        if self._pending is not None:
+            self._ops.extendleft(reversed(self._pending[1]))
+            self._pending = None
+        return len(self._void)
+
+    def release(self, entry_ids: Iterable[str]) -> None:
+        """Hand ``entry_ids`` back to the queue, after every op submitted so far (the Redis
+        thread's, or the closing node's once that thread stopped)."""
+        self._ops.extend(Release(entry_id) for entry_id in entry_ids)
+
+    def undelivered(self, writes_seen: int) -> Undelivered:
+        """What is not in Redis yet, for the spool. Stats counts are left out: they are best
+        effort, and a spool file without them is read by the previous version too (a batch in
+        doubt keeps its call id, so Redis still applies it once)."""
+        pending = None
+        if self._pending is not None:
+            call_id, batch = self._pending
+            kept = [op for op in batch if not isinstance(op, StatsCounts)]
+            pending = (call_id, kept) if kept else None
+        ops = [self._voided(op) for op in self._ops if not isinstance(op, StatsCounts)]
+        return Undelivered(pending, ops, writes_seen)
+
+    def _voided(self, op: Op) -> Op:
+        if isinstance(op, Ack) and op.entry_id in self._void:
+            return op.as_release()
+        return op

@@ -1,0 +1,58 @@
+"""Addon: the one ``ADDONS`` line that turns a Scrapy project into a cluster node."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from ..config import ClusterConfig, ConfigError
+from .exit_code import ExitCode
+from .job_control import JobControl
+from .node_lifecycle import NodeLifecycle
+from .progress_log import ClusterProgress
+from .spider_middleware import ORDER, ClusterSpiderMiddleware
+
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
+    from scrapy.settings import BaseSettings
+    from typing_extensions import Self
+
+logger = logging.getLogger(__name__)
+
+SCHEDULER_PATH = "scrapy_clustersync.scheduler.ClusterScheduler"
+DUPEFILTER_PATH = "scrapy_clustersync.dupefilter.ClusterDupeFilter"
+REFUSED_SCHEDULER_PATH = "scrapy_clustersync.plugin.stop_reasons.RefusedScheduler"
+
+
+class Addon:
+    """Enable with ``ADDONS = {"scrapy_clustersync.Addon": 100}`` and ``CLUSTERSYNC_REDIS_URL``.
+
+    Settings are set with the "addon" priority, so a user's own settings still win.
+    """
+
+    def __init__(self, spider_name: str = "spider") -> None:
+        self.spider_name = spider_name
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        return cls(getattr(crawler.spidercls, "name", None) or "spider")
+
+    def update_settings(self, settings: BaseSettings) -> None:
+        settings.set_in_component_priority_dict("EXTENSIONS", ExitCode, 0)
+        # every setting is checked now, before Scrapy starts anything: a bad value stops the
+        # node with one clear error and a non-zero exit (stopping.py), without a traceback
+        try:
+            ClusterConfig.from_settings(settings, spider_name=self.spider_name)
+        except ConfigError as exc:
+            logger.error("clustersync: %s The node stops.", exc)
+            settings.set("SCHEDULER", REFUSED_SCHEDULER_PATH, priority="addon")
+            return
+        settings.set("SCHEDULER", SCHEDULER_PATH, priority="addon")
+        # a project's own DUPEFILTER_CLASS (priority "project") wins: the scheduler asks it first
+        settings.set("DUPEFILTER_CLASS", DUPEFILTER_PATH, priority="addon")
+        settings.set_in_component_priority_dict(
+            "SPIDER_MIDDLEWARES", ClusterSpiderMiddleware, ORDER
+        )
+        settings.set_in_component_priority_dict("EXTENSIONS", NodeLifecycle, 0)
+        settings.set_in_component_priority_dict("EXTENSIONS", ClusterProgress, 0)
+        settings.set_in_component_priority_dict("EXTENSIONS", JobControl, 0)

@@ -1,0 +1,442 @@
+"""ClusterScheduler: Scrapy's scheduler replaced by the job's shared, crash-safe queue in Redis.
+
+Requests are leased, not popped: a request handed to this node stays in Redis, under a lease
+that the node's heartbeat renews, until it is acked. A node that dies stops renewing; its
+leases expire (Redis server time) and go back to the queue. When a leased request is done
+(acked) is ``leases.LeaseTracker``'s to say.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter, deque
+from typing import TYPE_CHECKING, Any
+
+from scrapy import Request
+from scrapy.utils.defer import deferred_from_coro
+
+from ..codec import LEASE_META_KEY, RequestCodec, UndecodableEntry, UnencodableRequest
+from ..config import ClusterConfig, redact_url
+from ..node.control_follower import NodeControl
+from ..node.joining import join_job, warn_of_risks
+from ..node.node_record import NodeInfo
+from ..node.redis_thread import SyncWorker
+from ..node.spool import Spool
+from ..node.start_run import StartRun
+from ..node.thread_api import FINISHED, RedisThread, RedisThreadFactory
+from ..store import JobStore, make_client
+from ..store.write_ops import DeadLetterEntry, PushFlags
+from .cluster_dupefilter import ClusterDupeFilter, NodeDedup, project_dupefilter
+from .crawl_order import QueueOrder
+from .crawler_parts import CrawlerFingerprinter, started_part
+from .lease_tracker import LeaseTracker
+from .request_tasks import push_of
+from .signals import node_opened
+from .stats_sender import StatsSender
+from .stop_reasons import StopWhenOpened
+
+if TYPE_CHECKING:
+    from scrapy import Spider
+    from scrapy.crawler import Crawler
+    from scrapy.dupefilters import BaseDupeFilter
+    from twisted.internet.defer import Deferred
+    from typing_extensions import Self
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_JOB = "default"
+#: how long next_request() may wait for the node's own new requests to come back leased, when
+#: the node has nothing else at all (see next_request)
+DEQUEUE_WAIT_S = 1.0
+
+
+class ClusterScheduler:
+    """Scrapy's scheduler interface over the job's shared queue (see the module doc).
+
+    ``redis_thread`` builds the node's Redis thread once the node has joined (``SyncWorker``
+    by default); the scheduler reaches Redis only through it and through ``store`` (join and
+    spool replay, before the thread runs). A unit test hands it a fake.
+
+    ``df`` is the project's ``DUPEFILTER_CLASS`` (``dupefilter.project_dupefilter``), exposed
+    as Scrapy's scheduler exposes it; ``dupefilter`` (the default ``df``) is the cluster's.
+    """
+
+    def __init__(
+        self,
+        crawler: Crawler,
+        config: ClusterConfig,
+        store: JobStore,
+        codec: RequestCodec,
+        dupefilter: ClusterDupeFilter,
+        spool: Spool,
+        redis_thread: RedisThreadFactory = SyncWorker,
+        df: BaseDupeFilter | None = None,
+        order: QueueOrder | None = None,
+    ) -> None:
+        self.crawler = crawler
+        self.config = config
+        self.store = store
+        self.codec = codec
+        self.dupefilter = dupefilter
+        #: whether a request is a duplicate on this node (``df``, then ``dupefilter``)
+        self.dedup = NodeDedup(crawler, dupefilter, dupefilter if df is None else df)
+        self.spool = spool
+        #: Scrapy's order within a priority, from the project's queue settings (order.py)
+        self.order = order or QueueOrder()
+        self.stats = crawler.stats
+        #: stats gathered on the hot path, added to the crawler's stats in publish_counts()
+        self.counts = dupefilter.counts
+        self._published: dict[str, int] = {}
+        self.runs_start = False
+        self._make_redis_thread = redis_thread
+        self.io: RedisThread | None = None
+        #: the leased requests under way on this node, until each is acked or released
+        self.leases = LeaseTracker(lambda: self.io.submit if self.io else None, self.counts)
+        #: requests that cannot travel, crawled here (see _keep_here)
+        self.local: deque[Request] = deque()
+        self._kinds_kept: set[str] = set()  # what made them unable to travel (warned once)
+        self._rollbacks_seen = 0
+        #: pushes in transit at the last check(): the engine is woken when they are all in Redis
+        self._pushes_at_check = 0
+        #: the job's start() on this node (see startrun.py); set by open()
+        self.start: StartRun | None = None
+        #: the job's control state (pause, resume, stop) as this node follows it; set by open()
+        self.control: NodeControl | None = None
+        #: sends the growth of this node's Scrapy stats to the job's sums (clusterstats.py)
+        self.stats_sender: StatsSender | None = None
+        #: closes the spider once open, when the node could not join (see stopping.py)
+        self._stop: StopWhenOpened | None = None
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        assert crawler.stats is not None
+        settings = crawler.settings
+        # Scrapy cannot crawl a spider without a name, but its scheduler can be built for one
+        # (a crawler of the base Spider): such a job is "default" unless CLUSTERSYNC_JOB says
+        config = ClusterConfig.from_settings(
+            settings, getattr(crawler.spidercls, "name", None) or DEFAULT_JOB)
+        client = make_client(config.redis_url, config.tls, config.socket_timeout_s)
+        codec = RequestCodec(
+            crawler.spider,  # None until the spider exists: open() sets it
+            config.max_request_bytes,
+            settings.getlist("CLUSTERSYNC_REQUEST_CLASSES"),
+        )
+        # the crawler's own fingerprinter, read when first needed: Scrapy sets it when the crawl
+        # starts, and a scheduler may be built (and opened) for a crawler that never starts one
+        dupefilter = ClusterDupeFilter(
+            CrawlerFingerprinter(crawler), Counter(), config.local_seen_cache,
+            debug=settings.getbool("DUPEFILTER_DEBUG"),
+        )
+        spool = Spool(settings.get("CLUSTERSYNC_SPOOL_DIR") or ".clustersync-spool", config.job)
+        store = JobStore(client, config.job, config.node_id, config.dedup,
+                         failed_keep=config.failed_keep)
+        df = project_dupefilter(crawler, dupefilter)
+        return cls(crawler, config, store, codec, dupefilter, spool, df=df,
+                   order=QueueOrder.from_settings(settings))
+
+    @property
+    def df(self) -> BaseDupeFilter:
+        """The project's ``DUPEFILTER_CLASS``, as Scrapy's scheduler has it."""
+        return self.dedup.df
+
+    # ---- Scrapy's scheduler interface ------------------------------------------------------
+    def open(self, spider: Spider) -> Deferred[None] | None:
+        """Join the job in Redis and start the node's Redis thread; returns ``df.open()``.
+
+        A node that cannot join (Redis unreachable or refusing it, the job finished) logs why
+        and closes as soon as the spider is open (stopping.py): it never joined, so it has
+        nothing to lose, and a clear stop beats a node that silently crawls nothing.
+        """
+        if self.codec.spider is None:
+            self.codec.spider = spider
+        self._join(spider)
+        return self.df.open()
+
+    def _join(self, spider: Spider) -> None:
+        joined = join_job(self.store, self.config)
+        if isinstance(joined, str):
+            self._stop = StopWhenOpened(self.crawler, joined)
+            return
+        self._epoch, self.runs_start = epoch, _ = joined.epoch, joined.runs_start
+        warn_of_risks(self.store, self.config)
+        inflight = self.leases.inflight
+        node_info = NodeInfo(self.crawler.stats, spider.name, self.runs_start,
+                             inflight=lambda: len(inflight), node_id=self.config.node_id,
+                             settings=self.crawler.settings, spider_cls=type(spider),
+                             redis_url=self.config.redis_url)
+        self.io = io = self._make_redis_thread(
+            self.store, self.config, epoch, node_info.snapshot, self._wake_engine_threadsafe,
+            "mine" if self.runs_start else "other",
+        )
+        self.start = StartRun(self.crawler, self.config, io, claimed=self.runs_start)
+        self.stats_sender = StatsSender(self.crawler.stats, io.submit,
+                                        max(1.0, self.config.heartbeat_interval_s))
+        self.control = NodeControl(self.store.control, self.config.job)
+        self.control.start()
+        io.hold_leasing(not self.control.allows_downloads)  # a paused job: lease nothing yet
+        self._replay_spool(epoch)
+        self.leases.watch(getattr(started_part(self.crawler, "engine"), "scraper", None))
+        io.start()
+        self.crawler.signals.send_catch_log(node_opened, scheduler=self)
+        logger.info(
+            "clustersync: node %s joined job %r at %s%s", self.config.node_id, self.config.job,
+            redact_url(self.config.redis_url),
+            "; this node runs the spider's start()" if self.runs_start else
+            "; start() already ran elsewhere, this node takes work from the shared queue",
+        )
+
+    def close(self, reason: str) -> Deferred[None] | None:
+        """Hand back unfinished leases, send every buffered write and leave the job; returns
+        ``df.close(reason)``.
+
+        Shared state is never deleted here: the job lives on for the other nodes.
+        """
+        self._leave(reason)
+        return self.df.close(reason)
+
+    def _leave(self, reason: str) -> None:
+        if self.io is None:
+            return
+        if reason == FINISHED:
+            logger.info("clustersync: job %r finished: %s", self.config.job, self.io.finish_note)
+        if self.stats_sender is not None:  # the last growth leaves with the last writes
+            self.stats_sender.send()
+        undelivered = self.io.close(unacked=sorted(self.leases.inflight))
+        if self.control is not None:  # after leaving: the last node out settles a stop
+            self.control.close()
+        self.publish_counts()
+        if undelivered:
+            path = self.spool.save(self.config.node_id, self._epoch, undelivered,
+                                   self.config.batch_size)
+            logger.error(
+                "clustersync: Redis was unreachable at close; %d writes are kept in %s and are "
+                "sent by the next node of job %r started in this directory.",
+                len(undelivered), path, self.config.job,
+            )
+
+    def _replay_spool(self, epoch: str) -> None:
+        """Send what nodes that stopped during an outage left in this directory (see spool.py)."""
+        sent = self.spool.replay(epoch, self.store.as_node)
+        if sent:
+            self.counts["clustersync/spool_replayed"] += sent
+
+    def has_pending_requests(self) -> bool:
+        """True while this node holds requests: kept here, leased and not handed out yet, or
+        enqueued and not yet in Redis (so a node never looks idle with requests in transit)."""
+        return len(self) > 0
+
+    def __len__(self) -> int:
+        """Requests this node holds (see ``has_pending_requests``); Redis's queue is not counted."""
+        io = self.io
+        return len(self.local) + (io.waiting + io.buffered_pushes if io else 0)
+
+    def enqueue_request(self, request: Request) -> bool:
+        """Buffer ``request`` for the shared queue, or keep it here if it cannot travel.
+
+        Returns False only when ``request`` is a duplicate on this node (the project's
+        ``DUPEFILTER_CLASS``, then the fingerprints this node already sent). True means it goes
+        to Redis, where the atomic dedup check may still filter it (a request another node, or
+        an earlier run, sent): counted in ``dupefilter/filtered`` and
+        ``clustersync/dedup/filtered``, without ``request_dropped`` (see docs/architecture.md,
+        "Dedup"); or, if it cannot be encoded, that this node crawls it itself (see
+        ``_keep_here``), as Scrapy keeps requests it cannot serialize in memory.
+        """
+        accepted, refusal = self._buffer(request)
+        replaced = self.leases.replaced_in_downloader(request)  # by a redirect or retry
+        if refusal is not None:
+            self._keep_here(request, refusal, replaced is not None)
+            return True
+        if replaced is not None:
+            self.leases.ack(replaced)  # the replacement was buffered first
+        return accepted
+
+    def _keep_here(self, request: Request, refusal: UnencodableRequest, replaces: bool) -> None:
+        """Crawl here a request that cannot travel, as Scrapy keeps those in memory. A replacement
+        (retry, redirect) keeps the lease of the one it replaces; any other request has none:
+        it is lost if this node stops before crawling it (README: not crash-safe)."""
+        if not replaces:
+            request.meta.pop(LEASE_META_KEY, None)  # the parent's, copied from its response
+        self.local.append(request)
+        self._io().mark_busy()  # a node holding requests is not idle
+        self._count("enqueued", "memory")
+        self.counts["scheduler/unserializable"] += 1
+        if refusal.kind not in self._kinds_kept:
+            self._kinds_kept.add(refusal.kind)
+            # Scrapy's own wording (core/scheduler.py), so that what users grep for still matches
+            logger.warning(
+                "Unable to serialize request: %(request)s - reason: %(reason)s - it is crawled on "
+                "this node only and is not crash-safe (lost if the node stops first); no more "
+                "requests with %(kind)s will be logged (stats being collected: "
+                "scheduler/unserializable)",
+                {"request": request, "reason": refusal.reason, "kind": refusal.kind},
+                extra={"spider": self.crawler.spider},
+            )
+
+    def _buffer(self, request: Request) -> tuple[bool, UnencodableRequest | None]:
+        """Buffer ``request``; returns (buffered, why it cannot be encoded, if so)."""
+        io = self._io()
+        if io.rollbacks != self._rollbacks_seen:
+            # Redis came back older: fingerprints this node sent may be gone with it
+            self._rollbacks_seen = io.rollbacks
+            self.dedup.forget_sent()
+        fingerprint = self.dedup.fingerprint_if_new(request)
+        if fingerprint is None:
+            return False, None
+        if fingerprint:  # a second copy is a duplicate, whether this one travels or stays here
+            self.dupefilter.sent(fingerprint)
+        try:
+            blob = self.codec.encode(request)
+        except UnencodableRequest as exc:
+            return False, exc
+        # int(): Scrapy accepts any int-like priority (True, numpy ints), Redis takes a number;
+        # a push without a fingerprint (dont_filter, read for its truth, or no dedup) skips
+        # the job's dedup check
+        flags = self.order.flags(bool(request.meta.get("is_start_request")))
+        if not fingerprint:
+            flags |= PushFlags.DONT_FILTER
+        io.submit(push_of(request, fingerprint, int(request.priority), blob, flags))
+        io.mark_busy()
+        self.counts["clustersync/enqueued"] += 1
+        self._count("enqueued", "redis")
+        return True, None
+
+    def _count(self, event: str, where: str) -> None:
+        """Scrapy's ``scheduler/<event>`` stats: the total and its ``/<where>`` part, ``redis``
+        for the job's queue, ``memory`` for requests kept on this node."""
+        self.counts[f"scheduler/{event}"] += 1
+        self.counts[f"scheduler/{event}/{where}"] += 1
+
+    def next_request(self) -> Request | None:
+        """The next request for the engine: one kept on this node, else the next leased one.
+
+        None while the node is closing, while the job is paused or stopping (``clustersync
+        pause|stop``: requests under way finish, nothing new starts), while its writes wait for
+        Redis (back-pressure) or when nothing is leased yet (the engine asks again; new leases
+        wake it). A node that
+        downloads nothing and has nothing leased or kept, but requests of its own on their way
+        to Redis, waits for them (``DEQUEUE_WAIT_S`` at most, not at all while Redis is away),
+        as Scrapy's scheduler hands out a request as soon as it was enqueued: the node has no
+        download to serve meanwhile, and its callbacks, which would enqueue more, wait too, as
+        they do in Scrapy while the engine sends that request.
+        """
+        io = self.io
+        if io is None:
+            return None
+        io.reactor_alive()
+        if io.outcome is not None:
+            return None
+        if self.control is not None and not self.control.allows_downloads:
+            return None
+        if self.local:
+            io.mark_busy()
+            self._count("dequeued", "memory")
+            return self.local.popleft()
+        if not io.accepting_work:
+            return None
+        # every request in flight is in the scraper: nothing downloads
+        if not io.waiting and io.pushes_unleased and not self.leases.downloading:
+            io.await_lease(DEQUEUE_WAIT_S)
+        return self._next_leased(io)
+
+    def _next_leased(self, io: RedisThread) -> Request | None:
+        while (entry := io.take()) is not None:
+            entry_id, blob = entry
+            try:
+                request = self.codec.decode(blob)
+            except UndecodableEntry as exc:
+                self._dead_letter(entry_id, f"cannot be decoded ({exc})")
+                continue
+            self.leases.handed_out(request, entry_id)
+            io.mark_busy()
+            self.counts["clustersync/leased"] += 1
+            self._count("dequeued", "redis")
+            return request
+        return None
+
+    # ---- the node's life, used by the extension ---------------------------------------------
+    def engine_idle(self) -> None:
+        """The engine has nothing in progress: no download, nothing in the scraper or pipelines.
+
+        Acks what then ended without reaching the scraper (``LeaseTracker.engine_idle``).
+        """
+        self.leases.engine_idle()
+        if self.io is not None:
+            self.io.mark_idle()
+
+    @property
+    def outcome(self) -> str | None:
+        """None while the node runs on; else the reason it must close with (``finished``, or
+        ``clustersync_state_lost`` when the job is gone from Redis)."""
+        return self.io.outcome if self.io is not None else None
+
+    def check(self) -> str | None:
+        """Called every few tenths of a second by the lifecycle extension; returns ``outcome``.
+
+        Publishes the stats, tells the Redis thread the reactor runs, runs start() if this node
+        must (a claim taken over, an end Redis lost) and wakes the engine when work waits.
+        """
+        io = self.io
+        if io is None:
+            return None
+        self.publish_counts()
+        if self.stats_sender is not None:
+            self.stats_sender.maybe_send()
+        io.reactor_alive()
+        if io.outcome is not None:
+            return io.outcome
+        if self.start is not None and self.start.needs_run():
+            deferred_from_coro(self.start.run())
+        elif io.waiting or self._pushes_went_out(io):
+            self.wake_engine()
+        return None
+
+    def _pushes_went_out(self, io: RedisThread) -> bool:
+        """The node's last pushes reached Redis since the last check: with nothing else
+        pending the engine may be idle now, and learns it at once rather than at its next
+        heartbeat (``has_pending_requests`` counted them)."""
+        before, self._pushes_at_check = self._pushes_at_check, io.buffered_pushes
+        return before > 0 and self._pushes_at_check == 0
+
+    # ---- internals ---------------------------------------------------------------------------
+    def _io(self) -> RedisThread:
+        if self.io is None:
+            raise RuntimeError("ClusterScheduler.open() has not run")
+        return self.io
+
+    def _dead_letter(self, entry_id: str, reason: str) -> None:
+        logger.error(
+            "clustersync: queue entry %s of job %r %s; it is moved to the job's dead letters "
+            "(`clustersync dead %s`) and the crawl goes on.",
+            entry_id, self.config.job, reason, self.config.job,
+        )
+        self._io().submit(DeadLetterEntry(entry_id, reason))
+        self.counts["clustersync/dead_letters"] += 1
+
+    def _wake_engine_threadsafe(self) -> None:  # called from the Redis thread
+        from twisted.internet import reactor
+
+        reactor.callFromThread(self.wake_engine)
+
+    def wake_engine(self) -> None:
+        # Scrapy polls next_request() only when a request finishes or every 5 s; new work that
+        # arrives while the node waits must start now. The slot is private, hence the care.
+        slot: Any = getattr(started_part(self.crawler, "engine"), "_slot", None)
+        nextcall = getattr(slot, "nextcall", None)
+        if nextcall is not None:
+            nextcall.schedule()
+
+    def publish_counts(self) -> None:
+        """Add the counts gathered since the last call to the crawler's stats."""
+        if self.io is not None:
+            totals = self.io.totals()
+            delta = {name: total - self._published.get(name, 0) for name, total in totals.items()}
+            self._published.update(totals)
+            self.counts["clustersync/pushed"] += delta["pushed"]
+            self.counts["clustersync/released"] += delta["released"]
+            self.counts["clustersync/outranked"] += delta.get("outranked", 0)
+            self.dupefilter.filtered_in_redis(delta["filtered"])
+        for key, value in self.counts.items():
+            if value:
+                self.stats.inc_value(key, value)
+        self.counts.clear()
+

@@ -1,0 +1,106 @@
+"""JobControl: a node applies ``clustersync pause|resume|stop`` (the job's control state).
+
+The node's ``NodeControl`` (control.py) follows the state in Redis; this extension acts on it
+from the reactor every ``CHECK_INTERVAL_S``:
+
+- paused: the Redis thread leases nothing new (``hold_leasing``); the scheduler hands out
+  nothing (its own test, at once); what the node holds stays leased and renewed; requests under
+  way finish; the node stays open (the job is not finished while paused: heartbeat.lua).
+- running again: leasing goes on and the engine is woken.
+- stopping (or stopped): the node closes with reason ``clustersync_stopped`` (a failure
+  reason: exit code 1, see stopping.py). Scrapy lets the requests under way finish before the
+  scheduler closes; the scheduler hands back what the node had not started.
+
+Each change is logged once, in one line.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from scrapy import signals
+from scrapy.utils.defer import deferred_from_coro
+from twisted.internet.task import LoopingCall
+
+from ..store.control_state import PAUSED, RUNNING, STOPPED, STOPPING
+from .signals import node_opened
+from .stop_reasons import JOB_STOPPED
+
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
+    from typing_extensions import Self
+
+    from .cluster_scheduler import ClusterScheduler
+
+logger = logging.getLogger(__name__)
+
+CHECK_INTERVAL_S = 0.1
+
+
+class JobControl:
+    """Applies the job's control state to this node (see the module doc)."""
+
+    def __init__(self, crawler: Crawler) -> None:
+        self.crawler = crawler
+        self.node: ClusterScheduler | None = None
+        self._loop = LoopingCall(self.check)
+        #: the state this node last applied
+        self.applied = RUNNING
+        self._closing = False
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        ext = cls(crawler)
+        crawler.signals.connect(ext.node_opened, signal=node_opened)
+        crawler.signals.connect(ext.spider_opened, signal=signals.spider_opened)
+        crawler.signals.connect(ext.spider_closed, signal=signals.spider_closed)
+        return ext
+
+    def node_opened(self, scheduler: ClusterScheduler) -> None:
+        self.node = scheduler
+
+    def spider_opened(self) -> None:
+        if self.node is not None:
+            self._loop.start(CHECK_INTERVAL_S, now=True)
+
+    def spider_closed(self) -> None:
+        if self._loop.running:
+            self._loop.stop()
+
+    def check(self) -> None:
+        """Apply the state the node follows, if it changed since the last check."""
+        node = self.node
+        if node is None or node.control is None or node.io is None or self._closing:
+            return
+        state = node.control.state
+        if state == self.applied:
+            return
+        before, self.applied = self.applied, state
+        node.io.hold_leasing(state != RUNNING)
+        job = node.config.job
+        if state == PAUSED:
+            logger.warning(
+                "clustersync: job %r is paused (`clustersync pause`): this node starts no new "
+                "download until `clustersync resume %s`; requests under way finish, its leases "
+                "are kept", job, job)
+        elif state == RUNNING:
+            logger.info("clustersync: job %r %s: this node crawls again", job,
+                        "resumed" if before == PAUSED else "runs again")
+            node.wake_engine()
+        elif state in (STOPPING, STOPPED):
+            self._stop(node, job)
+
+    def _stop(self, node: ClusterScheduler, job: str) -> None:
+        """Close with ``clustersync_stopped``: Scrapy finishes what is under way first. An
+        engine without an open spider yet is closed at a later check."""
+        engine = self.crawler.engine
+        if engine is None or engine.spider is None:
+            self.applied = RUNNING  # not applied yet: the next check tries again
+            return
+        self._closing = True
+        logger.error(
+            "clustersync: job %r was stopped (`clustersync stop`): this node finishes the "
+            "requests under way, hands the rest back to the queue and closes; the queue is kept: "
+            "`clustersync resume %s` and a new `scrapy crawl` continue it", job, job)
+        deferred_from_coro(engine.close_spider_async(reason=JOB_STOPPED))

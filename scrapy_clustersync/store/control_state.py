@@ -1,0 +1,110 @@
+"""The job's control state in Redis (pause, resume, stop): the script that changes it, the
+read that follows it, and the subscription that hears about a change at once.
+
+The state is the job's meta field ``control`` (absent means running); ``control.lua`` changes
+it and publishes the new state on the job's control channel (``JobKeys.control_channel``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+
+from .errors import translate_errors
+from .keys import JobKeys
+from .records import as_text
+
+RUNNING = "running"
+PAUSED = "paused"
+STOPPING = "stopping"
+STOPPED = "stopped"
+#: every state a job's ``control`` field may hold
+STATES = (RUNNING, PAUSED, STOPPING, STOPPED)
+#: what ``control.lua`` accepts
+ACTIONS = ("pause", "resume", "stop", "settle")
+
+
+@dataclass(frozen=True)
+class ControlState:
+    """The job's control state and the server ms of its last change (0: never changed)."""
+
+    state: str = RUNNING
+    since_ms: int = 0
+
+    @classmethod
+    def parse(cls, state: Any, since_ms: Any) -> ControlState:
+        """From the meta fields as read; a value this version does not know reads as running."""
+        text = as_text(state) if state else RUNNING
+        return cls(text if text in STATES else RUNNING, int(as_text(since_ms) or 0) if since_ms
+                   else 0)
+
+
+@dataclass(frozen=True)
+class ControlChange:
+    """What ``control.lua`` did: ``verdict`` is "changed", "same", "finished", "stopping" or
+    "absent" (see the script's header); ``before`` and ``after`` are states."""
+
+    verdict: str
+    before: str
+    after: str
+    since_ms: int
+
+
+class ControlStore:
+    """The control state of one job: change it (``change``), read it (``read``), and hear of
+    changes (``subscribe``)."""
+
+    def __init__(self, client: redis.Redis, keys: JobKeys, script: Any) -> None:
+        self.client = client
+        self.keys = keys
+        self._script = script
+
+    def change(self, action: str) -> ControlChange:
+        """Run ``control.lua`` with ``action`` (one of ACTIONS); one atomic call."""
+        if action not in ACTIONS:
+            raise ValueError(f"unknown control action {action!r}")
+        k = self.keys
+        with translate_errors(self.client):
+            verdict, before, after, since = self._script(
+                keys=[k.meta, k.nodes, k.queue, k.deadlines], args=[action, k.control_channel])
+        return ControlChange(as_text(verdict), as_text(before), as_text(after),
+                             int(as_text(since) or 0))
+
+    def read(self) -> ControlState:
+        """The state as Redis holds it now (one HMGET)."""
+        with translate_errors(self.client):
+            state, since = self.client.hmget(self.keys.meta, ["control", "control_ms"])
+        return ControlState.parse(state, since)
+
+    def subscribe(self) -> ControlSubscription:
+        """A subscription to the job's control channel on a connection of its own."""
+        return ControlSubscription(self.client, self.keys.control_channel)
+
+
+class ControlSubscription:
+    """The job's control channel, on its own connection; ``wait`` answers the state a message
+    named, or None when none came in time. Errors are the store's own (``StoreError``)."""
+
+    def __init__(self, client: redis.Redis, channel: str) -> None:
+        self.client = client
+        self._pubsub = client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
+        with translate_errors(client):
+            self._pubsub.subscribe(channel)
+
+    def wait(self, timeout_s: float) -> str | None:
+        with translate_errors(self.client):
+            message = self._pubsub.get_message(timeout=timeout_s)
+        if message is None or message.get("type") != "message":
+            return None
+        return as_text(message["data"])
+
+    def close(self) -> None:
+        """Drop the connection; never raises (the node may be closing because Redis is gone)."""
+        close: Callable[[], None] = self._pubsub.close
+        # a broken connection is what may be closed here
+        with contextlib.suppress(Exception):
+            close()

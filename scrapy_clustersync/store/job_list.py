@@ -1,0 +1,21 @@
+"""The jobs on a Redis, found by their meta keys (for ``clustersync jobs``; nodes never scan)."""
+
+from __future__ import annotations
+
+import redis
+
+from .errors import translate_errors
+from .keys import PREFIX, JobKeys
+from .records import as_text
+
+SCAN_COUNT = 1000
+
+
+def job_names(client: redis.Redis) -> list[str]:
+    """The jobs on this Redis, sorted: every ``clustersync:{JOB}:meta`` hash, found with SCAN
+    (never KEYS, which blocks a large Redis while it runs)."""
+    prefix, suffix = f"{PREFIX}:{{", "}:meta"
+    with translate_errors(client):
+        found = client.scan_iter(match=f"{prefix}*{suffix}", count=SCAN_COUNT, _type="hash")
+        names = {as_text(key)[len(prefix):-len(suffix)] for key in found}
+    return sorted(name for name in names if JobKeys(name).meta == f"{prefix}{name}{suffix}")

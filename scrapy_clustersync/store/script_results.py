@@ -1,0 +1,208 @@
+"""What the job's scripts and reads answer: leases, flush results, heartbeats, joins, status."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, NamedTuple
+
+from .records import NODE_RECORD_UNREADABLE, parse_node_record
+
+
+class Leased(NamedTuple):
+    """One entry leased to the node: its id, its encoded request and its priority."""
+
+    entry_id: str
+    blob: bytes
+    priority: float
+
+
+@dataclass(frozen=True)
+class FlushResult:
+    """What a flush did: requests pushed and filtered, leases acked and released, dead letters,
+    and the dedup record's state after it."""
+
+    pushed: int = 0
+    filtered: int = 0
+    acked: int = 0
+    released: int = 0
+    dead: int = 0
+    bloom_layers: int = 0
+    #: entries in the last Bloom layer in use (0 with exact dedup)
+    bloom_active_entries: int = 0
+    #: fingerprints in the job's exact set (a Bloom job's, until they moved into the filter)
+    exact_entries: int = 0
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    """The job as a node's heartbeat found it: finished or not, work out, nodes alive."""
+
+    finished: bool
+    queued: int
+    leased: int
+    live_nodes: int
+    server_ms: int
+    #: "done", "mine" (this node holds the start() claim), "other" or "none"
+    start: str = "none"
+    #: ms from now until the job is finished if nothing changes: 0 it is, -1 it cannot be by
+    #: waiting (work is queued or leased, start() runs, a live node is busy)
+    finish_wait_ms: int = -1
+    #: requests the job's nodes acked (done) in the job's whole life
+    done: int = 0
+    #: the nodes this heartbeat declared dead: (node id, leases it returned to the queue)
+    declared_dead: tuple[tuple[str, int], ...] = ()
+    #: this node's own death record if another node had declared it dead (it came back after
+    #: a long pause or a network cut; see DeadNode), else None
+    my_death: DeadNode | None = None
+
+
+def parse_declared(text: str) -> tuple[tuple[str, int], ...]:
+    """The nodes a heartbeat declared dead, from its "<leases>\\t<node>" lines."""
+    pairs = (line.split("\t", 1) for line in text.splitlines() if "\t" in line)
+    return tuple((node, int(count)) for count, node in pairs)
+
+
+@dataclass(frozen=True)
+class DeadNode:
+    """A node declared dead: its heartbeats stopped for CLUSTERSYNC_NODE_DEAD_AFTER.
+
+    Written by the heartbeat (heartbeat.lua ``declare_dead``) that declared it, in the same
+    atomic step that returned its leases to the queue; kept in the job's ``dead_nodes`` hash
+    until the node comes back.
+    """
+
+    node: str
+    #: server ms when it was declared dead, and by which node
+    declared_ms: int
+    by: str
+    #: server ms its liveness ran out (its last heartbeat + its NODE_DEAD_AFTER)
+    deadline_ms: int
+    #: how many of its leases went back to the queue
+    leases_returned: int
+    #: its last node record (nodeinfo.py): what it held then (leased, prefetched, inflight...)
+    record: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, node: str, value: str | bytes) -> DeadNode:
+        """The record as heartbeat.lua wrote it; a value that is no such record (another
+        program wrote it) gives one with zeros and the text as ``record["unreadable"]``."""
+        data = parse_node_record(value)  # the same JSON object, read the same way
+        if NODE_RECORD_UNREADABLE in data:
+            return cls(node, 0, "", 0, 0, data)
+        record = data.get("record")
+        return cls(node, int(data.get("declared_ms") or 0), str(data.get("by") or ""),
+                   int(data.get("deadline_ms") or 0), int(data.get("leases_returned") or 0),
+                   record if isinstance(record, dict) else {})
+
+    def to_dict(self) -> dict[str, Any]:
+        """As ``status --json`` lists it; ``held``: what its last record said it held."""
+        held = {name: self.record.get(name, 0)
+                for name in ("leased", "prefetched", "inflight", "buffered")}
+        declared_at = datetime.fromtimestamp(self.declared_ms / 1000, timezone.utc)
+        return {"node": self.node, "declared_ms": self.declared_ms,
+                "declared_at": declared_at.isoformat(timespec="seconds"), "by": self.by,
+                "deadline_ms": self.deadline_ms, "leases_returned": self.leases_returned,
+                "held": held, "record": self.record}
+
+
+@dataclass(frozen=True)
+class FinishedRun:
+    """How the job's last run ended, as the heartbeat that first found it finished recorded it."""
+
+    at_ms: int
+    #: requests done (acked) in the job's whole life, at that time
+    pages: int
+    #: live nodes then, every one idle for ``idle_ms``
+    nodes: int
+    idle_ms: int
+
+    #: where the record is kept in the job's meta hash (prelude.lua FINISH_FIELDS, same order)
+    META_FIELDS = ("finished_ms", "finished_pages", "finished_nodes", "finished_idle_ms")
+
+    @classmethod
+    def from_meta(cls, meta: dict[str, str]) -> FinishedRun | None:
+        """The record in the job's meta hash (as text), or None while the job has none."""
+        if not meta.get(cls.META_FIELDS[0]):
+            return None
+        return cls(*(int(meta.get(name) or 0) for name in cls.META_FIELDS))
+
+    def why(self) -> str:
+        """Why the job finished, in the words the log uses."""
+        return (f"queue empty, no lease out, {self.nodes} node(s) idle for "
+                f"{self.idle_ms / 1000:g}s")
+
+
+@dataclass(frozen=True)
+class Joined:
+    """What joining the job answered (``JobStore.join_node``)."""
+
+    epoch: str
+    #: this node must run the spider's start()
+    runs_start: bool
+    #: the job's last run finished and nothing is queued: the node did not join (None otherwise)
+    finished: FinishedRun | None = None
+    #: "keep-seen" or "forget-seen" if this node restarted the finished job, else ""
+    restarted: str = ""
+
+
+@dataclass(frozen=True)
+class Restarted:
+    """What ``JobStore.restart`` did: whether it restarted the job, and what it found."""
+
+    done: bool
+    live_nodes: int
+    queued: int
+    leased: int
+
+
+@dataclass
+class JobStatus:
+    """Everything ``clustersync status`` shows of a job, read in one pipeline."""
+
+    job: str
+    exists: bool
+    queued: int
+    leased: int
+    seen: int
+    dead_letters: int
+    counters: dict[str, int]
+    start_claimed_by: str | None
+    start_done: bool
+    server_ms: int
+    nodes: list[dict[str, Any]] = field(default_factory=list)
+    dedup: dict[str, Any] = field(default_factory=dict)
+    #: the job's meta hash as text (epoch, dedup settings, start claim, finish record...)
+    meta: dict[str, str] = field(default_factory=dict)
+    #: the Scrapy stats of every node, summed (clusterstats.py); each node's are in its record
+    scrapy_stats: dict[str, int] = field(default_factory=dict)
+    #: the nodes declared dead and not come back, oldest death first
+    dead_nodes: list[DeadNode] = field(default_factory=list)
+
+    @property
+    def state(self) -> str:
+        if not self.exists:
+            return "absent"
+        if any(node["alive"] and not node["idle"] for node in self.nodes):
+            return "running"
+        if self.queued or self.leased:
+            return "waiting for nodes" if not any(n["alive"] for n in self.nodes) else "running"
+        if any(node["alive"] for node in self.nodes):
+            return "idle"
+        return "finished" if self.counters.get("acked") else "seeded"
+
+    @property
+    def unserializable(self) -> int:
+        """Requests the nodes kept because they cannot travel (crawled there, not crash-safe)."""
+        return sum(int(node.get("unserializable", 0)) for node in self.nodes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "job": self.job, "state": self.state, "queued": self.queued, "leased": self.leased,
+            "seen": self.seen, "done": self.counters.get("acked", 0),
+            "unserializable": self.unserializable,
+            "dead_letters": self.dead_letters, "counters": self.counters,
+            "start_claimed_by": self.start_claimed_by, "start_done": self.start_done,
+            "nodes": self.nodes, "dedup": self.dedup, "stats": self.scrapy_stats,
+            "dead_nodes": [dead.to_dict() for dead in self.dead_nodes],
+        }
