@@ -108,6 +108,25 @@ def headline_ratios(summaries: dict[str, Summary]) -> list[Ratio]:
     return ratios
 
 
+def baseline_ratios(summaries: dict[str, Summary]) -> list[Ratio]:
+    """For an A/B run (``--baseline``): each clustersync variant against its twin at the older
+    revision (pages/s and node CPU per page), and the older revision's own headline ratios."""
+    ratios = []
+    for key in summaries:
+        if not key.startswith(f"{OURS}@"):
+            continue
+        engine, rest = key.split(" ", 1)
+        ours = f"{OURS} {rest}"
+        if ours in summaries:
+            ratios.append(_rate_ratio(summaries, ours, key, "", note="A/B: this code / older"))
+            ratios.append(_cpu_ratio(summaries, ours, key))
+        if rest == "x1":
+            ratios.append(_rate_ratio(summaries, key, "vanilla x1", "", note="older revision"))
+        if rest == f"x2 {DELAY_LABEL}":
+            ratios.append(_rate_ratio(summaries, key, f"{engine} x2", "", note="older revision"))
+    return ratios
+
+
 def _cpu_ratio(summaries: dict[str, Summary], key: str, base: str) -> Ratio:
     """Node CPU per page against vanilla: the cost of a scheduler, less noisy than pages/s."""
     label = f"{key} node CPU per page / {base} node CPU per page"
@@ -117,12 +136,16 @@ def _cpu_ratio(summaries: dict[str, Summary], key: str, base: str) -> Ratio:
     return Ratio(label, value, "", "diagnostic, whole run incl. start-up")
 
 
-def _rate_ratio(summaries: dict[str, Summary], key: str, base: str, target: str) -> Ratio:
+def _rate_ratio(
+    summaries: dict[str, Summary], key: str, base: str, target: str,
+    note: str = "peer, for reference",
+) -> Ratio:
     capped = " (capped run)" if key in summaries and summaries[key].capped else ""
     label = f"{key} pages/s / {base} pages/s{capped}"
     if key not in summaries or base not in summaries:
-        return Ratio(label, None, target)
-    return Ratio(label, _div(summaries[key].pages_per_s, summaries[base].pages_per_s), target)
+        return Ratio(label, None, target, note)
+    value = _div(summaries[key].pages_per_s, summaries[base].pages_per_s)
+    return Ratio(label, value, target, note)
 
 
 def markdown_table(summaries: dict[str, Summary]) -> str:

@@ -1,12 +1,15 @@
 """Benchmark: vanilla Scrapy, scrapy-redis 0.9.1 and scrapy-clustersync, side by side.
 
     python bench/run.py [--pages 3000] [--repeat 3] [--cap 60] [--quick] [--only KEY ...]
+                        [--baseline REV]
 
 Serves a generated site from its own process, crawls all of it with every variant (one node;
 two nodes; two nodes with 2.5 ms added each way between the nodes and Redis), each run on its
 own redis-server, repeats the whole round ``--repeat`` times interleaved, and prints the
 medians, the headline ratios and a Markdown snippet for the README. Results go to
 ``bench/results/latest.json``. About 6 minutes with the defaults on 2 cores; ``--quick`` 2.
+``--baseline REV`` also runs every clustersync variant with the package as it was at git
+revision REV, in the same rounds, and prints the ratios of this code to that one.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
@@ -28,7 +32,16 @@ from typing import Any
 # testkit, the dev and test kit, is not installed: it is imported from the repository root
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from report import Ratio, Summary, headline_ratios, markdown_snippet, summarize, write_json
+from baseline import baseline_python
+from report import (
+    Ratio,
+    Summary,
+    baseline_ratios,
+    headline_ratios,
+    markdown_snippet,
+    summarize,
+    write_json,
+)
 from runner import RunResult, Variant, run_variant
 
 import scrapy_clustersync
@@ -64,6 +77,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="run only variants whose key contains one of these, e.g. 'x1'")
     parser.add_argument("--no-count", action="store_true",
                         help="skip the untimed runs that count Redis commands with MONITOR")
+    parser.add_argument("--baseline", metavar="REV",
+                        help="also run the clustersync variants with the package at this git "
+                        "revision (installed in .bench-baseline/), in the same rounds")
     parser.add_argument("--keep", action="store_true", help="keep node logs and stats")
     parser.add_argument("--out", type=Path, default=RESULTS_PATH, help="where to write JSON")
     args = parser.parse_args(argv)
@@ -73,10 +89,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def selected_variants(only: list[str] | None) -> list[Variant]:
-    if not only:
-        return list(VARIANTS)
-    return [v for v in VARIANTS if any(part in v.key for part in only)]
+def selected_variants(only: list[str] | None, baseline: str | None = None) -> list[Variant]:
+    """The variants to run; with ``baseline``, each clustersync variant's twin at that revision
+    runs right after it."""
+    chosen = [v for v in VARIANTS if not only or any(part in v.key for part in only)]
+    if not baseline:
+        return chosen
+    commit, python = baseline_python(baseline)
+    with_twins = []
+    for variant in chosen:
+        with_twins.append(variant)
+        if variant.engine == "clustersync":
+            with_twins.append(replace(variant, baseline=commit, python=str(python)))
+    return with_twins
 
 
 def run_rounds(
@@ -172,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     if redis_server_binary() is None:
         print("redis-server not found: install it (apt-get install redis-server)", file=sys.stderr)
         return 2
-    variants = selected_variants(args.only)
+    variants = selected_variants(args.only, args.baseline)
     meta = environment(args)
     workdir = Path(tempfile.mkdtemp(prefix="clustersync-bench-"))
     started = time.monotonic()
@@ -190,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
         print("WARNING: scrapy_clustersync's source changed while the bench ran; the runs "
               "measured different code. Run it again.", file=sys.stderr)
     summaries = summarize(results, counting)
-    ratios = headline_ratios(summaries)
+    ratios = headline_ratios(summaries) + baseline_ratios(summaries)
     write_json(args.out, meta, results, counting, summaries, ratios)
     print_report(summaries, ratios, meta)
     print(f"results: {args.out}  ({meta['bench_s']:.0f} s)")

@@ -38,12 +38,18 @@ class Variant:
     engine: str
     nodes: int
     delay_s: float = 0.0
+    #: for an A/B run: the commit of an older version of the package, and the python of the
+    #: virtualenv it is installed in (bench/baseline.py); "" for the code of this checkout
+    baseline: str = ""
+    python: str = ""
 
     @property
     def key(self) -> str:
-        """E.g. ``clustersync x2 +2.5ms``: unique, and what the table shows."""
+        """E.g. ``clustersync x2 +2.5ms`` or ``clustersync@40fc015 x1``: unique, and what the
+        table shows."""
         delay = f" +{self.delay_s * 1000:g}ms" if self.delay_s else ""
-        return f"{self.engine} x{self.nodes}{delay}"
+        at = f"@{self.baseline}" if self.baseline else ""
+        return f"{self.engine}{at} x{self.nodes}{delay}"
 
     @property
     def uses_redis(self) -> bool:
@@ -245,6 +251,7 @@ def _spawn_node(
         "site", cwd=node_dir, log_path=node_dir / "scrapy.log",
         spider_args={"start_url": start_url}, settings=settings,
         env={"SCRAPY_SETTINGS_MODULE": settings_module}, pythonpath=[BENCH_DIR, EXAMPLE_PROJECT],
+        python=Path(variant.python) if variant.python else None,
     )
 
 

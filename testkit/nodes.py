@@ -20,6 +20,7 @@ def start_node(
     settings: Mapping[str, str] | None = None,
     env: Mapping[str, str] | None = None,
     pythonpath: Sequence[Path] = (),
+    python: Path | None = None,
 ) -> subprocess.Popen[bytes]:
     """Start ``python -m scrapy crawl SPIDER`` in ``cwd`` and return the running process.
 
@@ -29,9 +30,11 @@ def start_node(
     ``-a`` and ``settings`` with ``-s`` (so they win over the project's). The node gets this
     process's environment updated with ``env``, and ``pythonpath`` ahead of any ``PYTHONPATH``
     it would inherit. Its stdout and stderr go to ``log_path`` (its directory is created); it
-    reads no stdin. Waiting for it, or killing it, is the caller's job.
+    reads no stdin. ``python`` runs it instead of this interpreter (another virtualenv, e.g. an
+    older version of the package for an A/B bench). Waiting for it, or killing it, is the
+    caller's job.
     """
-    command = [sys.executable, "-m", "scrapy", "crawl", spider]
+    command = [str(python or sys.executable), "-m", "scrapy", "crawl", spider]
     for key, value in (spider_args or {}).items():
         command += ["-a", f"{key}={value}"]
     for key, value in (settings or {}).items():
