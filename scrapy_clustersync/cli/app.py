@@ -24,7 +24,7 @@ from .seed_commands import seed
 from .task_commands import failed, task, tasks
 
 
-@click.group(cls=ClusterGroup, epilog=EXIT_CODES_HELP,
+@click.group("clustersync", cls=ClusterGroup, epilog=EXIT_CODES_HELP,
              context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--redis-url", metavar="URL",
               help="Redis of the cluster; wins over -s, $CLUSTERSYNC_REDIS_URL and the "
