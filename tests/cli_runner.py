@@ -13,6 +13,7 @@ it unchanged. Only the entry points themselves need a real process (tests/test_c
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 import traceback
 from collections.abc import Iterator, Mapping
@@ -75,13 +76,14 @@ def _in_directory(cwd: Path | None) -> Iterator[None]:
     local = {p.parent.name for p in root.glob("*/__init__.py")}
     shadowed = {name: module for name, module in sys.modules.items()
                 if name.split(".")[0] in local}
-    path = list(sys.path)
+    path, before = list(sys.path), os.getcwd()
     for name in shadowed:
         del sys.modules[name]
+    os.chdir(root)  # contextlib.chdir is Python 3.11+
     try:
-        with contextlib.chdir(root):
-            yield
+        yield
     finally:
+        os.chdir(before)
         sys.path[:] = path
         for name in [n for n in sys.modules if n.split(".")[0] in local]:
             del sys.modules[name]
