@@ -8,6 +8,10 @@ CLI needs from a `clustersync` process, without the second or so an interpreter 
 The result has the fields of ``subprocess.CompletedProcess`` a test reads (``returncode``,
 ``stdout``, ``stderr``), so a helper that ran ``python -m scrapy_clustersync.cli`` can switch to
 it unchanged. Only the entry points themselves need a real process (tests/test_cli.py).
+
+One run at a time: CliRunner swaps ``sys.stdin``/``stdout``/``stderr`` of the whole process
+while a command runs, so a run from a helper thread is fine only while no other thread runs
+one (or prints what the test asserts).
 """
 
 from __future__ import annotations

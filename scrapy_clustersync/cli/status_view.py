@@ -25,7 +25,7 @@ MIN_PAGES_FOR_ETA = 1.0
 
 def pages_per_min(report: JobStatus) -> float:
     """The cluster's pages per minute now: the sum of each live node's rate over its last
-    minute (``pages_per_min`` of its heartbeat record; nodeinfo.py)."""
+    minute (``pages_per_min`` of its heartbeat record; node/node_record.py)."""
     return sum(float(n.get("pages_per_min", 0)) for n in report.nodes if n["alive"])
 
 
