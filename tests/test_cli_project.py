@@ -60,6 +60,24 @@ def test_status_inside_a_project_needs_no_url_and_takes_the_job_from_its_setting
     assert (json.loads(result.stdout)["job"], json.loads(result.stdout)["queued"]) == ("shop", 2)
 
 
+def test_a_setting_given_after_the_command_beats_the_projects(
+    redis_server: RedisServer, tmp_path: Path,
+) -> None:
+    # given a project whose settings name job "shop", and jobs "shop" and "news" seeded
+    project = make_project(tmp_path, f"""
+        CLUSTERSYNC_REDIS_URL = "{redis_server.url}"
+        CLUSTERSYNC_JOB = "shop"
+    """)
+    for job in ("shop", "news"):
+        seeded = clustersync("seed", job, "--create", "http://a/1", cwd=project)
+        assert seeded.returncode == 0, seeded.output
+    # when status runs there with -s CLUSTERSYNC_JOB=news after the command
+    result = clustersync("status", "-s", "CLUSTERSYNC_JOB=news", "--json", cwd=project)
+    # then it reports job "news", as `scrapy -s` would make the project's setting news
+    assert result.returncode == 0, result.output
+    assert json.loads(result.stdout)["job"] == "news"
+
+
 def test_the_url_flag_beats_the_environment_which_beats_the_project(
     redis_factory: RedisFactory, tmp_path: Path,
 ) -> None:
