@@ -33,8 +33,8 @@ class CliContext:
     once, when a command first needs it (a usage error needs no Redis)."""
 
     project: ProjectContext = field(default_factory=ProjectContext)
-    _url: tuple[str, str] | None = None
-    _client: redis.Redis | None = None
+    _url: tuple[str, str] | None = field(default=None, init=False, repr=False)
+    _client: redis.Redis | None = field(default=None, init=False, repr=False)
 
     def redis_url(self) -> str:
         """The Redis URL (see ProjectContext.redis_url); ConfigError if none is given or the
