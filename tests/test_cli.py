@@ -1,8 +1,10 @@
-"""The `clustersync` command against a real redis-server (argument checks: tests/unit)."""
+"""The `clustersync` command against a real redis-server, run in-process (cli_runner.py);
+its entry points as real processes at the end. Argument checks: tests/unit/test_cli.py."""
 
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -12,11 +14,12 @@ import pytest
 from scrapy_clustersync.store import JobStore, make_client
 from testkit.redis_server import RedisServer
 
+from cli_runner import CliRun, run_cli
+from conftest import RedisFactory
 
-def clustersync(*args: str, url: str | None = None) -> subprocess.CompletedProcess[str]:
-    env_url = [] if url is None else ["--redis-url", url]
-    return subprocess.run([sys.executable, "-m", "scrapy_clustersync.cli", *env_url, *args],
-                          capture_output=True, text=True, timeout=60)
+
+def clustersync(*args: str, url: str | None = None, stdin: str | None = None) -> CliRun:
+    return run_cli(url, *args, input=stdin)
 
 
 def test_seed_then_status_shows_the_queue(redis_server: RedisServer) -> None:
@@ -49,10 +52,11 @@ def test_status_of_a_job_that_does_not_exist_is_a_clear_error(redis_server: Redi
     assert missing.returncode != 0 and "job 'nope' does not exist" in missing.stderr
 
 
-def test_unreachable_redis_is_reported_not_a_traceback() -> None:
+def test_unreachable_redis_exits_4_with_a_message_not_a_traceback() -> None:
     result = clustersync("status", "shop", url="redis://127.0.0.1:1/0")
-    assert result.returncode != 0
-    assert "could not be reached" in result.stderr and "Traceback" not in result.stderr
+    assert result.returncode == 4
+    assert "127.0.0.1:1/0 (from --redis-url) could not be reached" in result.stderr
+    assert "Traceback" not in result.stderr
 
 
 def test_jobs_lists_every_job_with_its_figures(redis_server: RedisServer) -> None:
@@ -131,10 +135,8 @@ def test_seed_reads_a_file_and_stdin_skipping_blanks_and_comments(
     urls.write_text("# the shop\nhttp://a/1\n\nhttp://a/2\n")
     # when it is seeded from the file, then more from stdin
     from_file = clustersync("seed", "shop", "--create", "-f", str(urls), url=redis_server.url)
-    from_stdin = subprocess.run(
-        [sys.executable, "-m", "scrapy_clustersync.cli", "--redis-url", redis_server.url,
-         "seed", "shop", "-f", "-"], input="http://a/2\nhttp://a/3\n", capture_output=True,
-        text=True, timeout=60)
+    from_stdin = clustersync("seed", "shop", "-f", "-", url=redis_server.url,
+                             stdin="http://a/2\nhttp://a/3\n")
     # then each URL is queued once
     assert from_file.returncode == 0 and "seeded 2 request(s)" in from_file.stdout
     assert "seeded 1 request(s)" in from_stdin.stdout and "1 already seen" in from_stdin.stdout
@@ -181,3 +183,122 @@ def test_a_large_seed_queues_every_url_once_and_a_second_seed_finds_them_seen(
     assert "seeded 12000 request(s)" in first.stdout and "12000 already seen" in first.stdout
     assert "seeded 0 request(s)" in again.stdout and "24000 already seen" in again.stdout
     assert JobStore(make_client(redis_server.url), "shop", "t").status().queued == 12_000
+
+
+def test_a_wrong_password_exits_4_saying_redis_refused_the_client(
+    redis_factory: RedisFactory,
+) -> None:
+    # given a Redis that needs a password, and a URL with the wrong one
+    server = redis_factory(password="right")
+    url = server.url.replace(":right@", ":wrong@")
+    # when a command runs
+    result = clustersync("jobs", url=url)
+    # then it says Redis refused this client, without printing the password
+    assert result.returncode == 4, result.output
+    assert "refused this client" in result.stderr and "wrong" not in result.stderr
+
+
+def test_job_left_out_is_the_only_job_on_the_redis(redis_server: RedisServer) -> None:
+    # given one job on the Redis
+    clustersync("seed", "shop", "--create", "http://a/1", url=redis_server.url)
+    # when status, nodes and tasks run without JOB (and without a project)
+    status = clustersync("status", "--json", url=redis_server.url)
+    tasks = clustersync("tasks", "--json", url=redis_server.url)
+    # then they are about that job
+    assert status.returncode == 0, status.output
+    assert (json.loads(status.stdout)["job"], json.loads(status.stdout)["queued"]) == ("shop", 1)
+    assert tasks.returncode == 0 and json.loads(tasks.stdout) == []
+
+
+def test_job_left_out_with_several_jobs_is_a_usage_error_naming_them(
+    redis_server: RedisServer,
+) -> None:
+    # given two jobs on the Redis
+    for job in ("shop", "news"):
+        clustersync("seed", job, "--create", "http://a/1", url=redis_server.url)
+    # when a command runs without JOB
+    result = clustersync("pause", url=redis_server.url)
+    # then it refuses with a usage error naming both, and pauses nothing
+    assert result.returncode == 2, result.output
+    assert "no JOB given and 2 jobs on the Redis at" in result.stderr
+    assert "(news, shop)" in result.stderr and "Usage: clustersync pause" in result.stderr
+    assert json.loads(clustersync("status", "shop", "--json", url=redis_server.url).stdout)[
+        "control"] == "running"
+
+
+def test_job_left_out_with_no_job_on_the_redis_is_a_usage_error(
+    redis_server: RedisServer,
+) -> None:
+    result = clustersync("seed", "--create", "http://a/1", url=redis_server.url)
+    assert result.returncode == 2, result.output
+    assert "no JOB given and there is no job on the Redis at" in result.stderr
+    assert "CLUSTERSYNC_JOB" in result.stderr
+
+
+def test_settings_given_after_the_command_apply_as_before_it(redis_server: RedisServer) -> None:
+    # given two jobs, and no --redis-url
+    for job in ("shop", "news"):
+        clustersync("seed", job, "--create", "http://a/1", url=redis_server.url)
+    # when the Redis URL and the job are given with -s after the command, or before it
+    after = run_cli(None, "status", "--json", "-s", f"CLUSTERSYNC_REDIS_URL={redis_server.url}",
+                    "-s", "CLUSTERSYNC_JOB=news")
+    before = run_cli(None, "-s", f"CLUSTERSYNC_REDIS_URL={redis_server.url}", "status",
+                     "-s", "CLUSTERSYNC_JOB=shop", "--json")
+    # then both are read as the project's settings would be
+    assert after.returncode == 0 and before.returncode == 0, after.output + before.output
+    assert json.loads(after.stdout)["job"] == "news"
+    assert json.loads(before.stdout)["job"] == "shop"
+
+
+@pytest.mark.parametrize("command", [
+    "jobs", "status shop", "status shop --check", "nodes shop", "check shop", "dead shop",
+    "failed shop", "tasks shop", "top shop -n 1", "seed shop http://a/2", "pause shop",
+    "resume shop", "stop shop", "restart shop --force", "purge shop --yes",
+])
+def test_every_command_that_prints_data_prints_json_with_json(redis_server: RedisServer,
+                                                               command: str) -> None:
+    # given a job with one URL queued
+    clustersync("seed", "shop", "--create", "http://a/1", url=redis_server.url)
+    # when the command runs with --json
+    result = clustersync(*command.split(), "--json", url=redis_server.url)
+    # then its output is JSON (top: a document per refresh, a line each)
+    assert result.returncode == 0, result.output
+    documents = [json.loads(line) for line in result.stdout.splitlines()] \
+        if command.startswith("top") else [json.loads(result.stdout)]
+    assert documents and all(isinstance(d, (dict, list)) for d in documents)
+    if isinstance(documents[0], dict) and "job" in documents[0]:
+        assert documents[0]["job"] == "shop"
+
+
+def test_seed_and_purge_json_say_what_they_did(redis_server: RedisServer) -> None:
+    seeded = clustersync("seed", "shop", "--create", "http://a/1", "http://a/1", "--json",
+                         url=redis_server.url)
+    assert json.loads(seeded.stdout) == {"job": "shop", "seeded": 1, "already_seen": 1}
+    purged = json.loads(clustersync("purge", "shop", "--yes", "--json",
+                                    url=redis_server.url).stdout)
+    assert purged["job"] == "shop" and purged["deleted_keys"] > 0
+
+
+# The entry points, as real processes: the console script, `python -m`, and (in
+# test_cli_project.py) `scrapy clustersync`; each with an exit code a script relies on.
+
+
+def test_the_clustersync_script_exits_3_for_a_job_that_does_not_exist(
+    redis_server: RedisServer,
+) -> None:
+    script = shutil.which("clustersync", path=str(Path(sys.executable).parent))
+    assert script is not None, "the clustersync entry point is not installed"
+    result = subprocess.run([script, "--redis-url", redis_server.url, "status", "nope"],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 3, result.stderr
+    assert "job 'nope' does not exist" in result.stderr and result.stdout == ""
+
+
+def test_python_m_exits_4_when_redis_cannot_be_reached_and_0_for_help() -> None:
+    command = [sys.executable, "-m", "scrapy_clustersync.cli"]
+    failed = subprocess.run([*command, "--redis-url", "redis://127.0.0.1:1/0", "jobs"],
+                            capture_output=True, text=True, timeout=60)
+    assert failed.returncode == 4, failed.stderr
+    assert "could not be reached" in failed.stderr and "Traceback" not in failed.stderr
+    helped = subprocess.run([*command, "--help"], capture_output=True, text=True, timeout=60)
+    assert helped.returncode == 0 and "Exit codes:" in helped.stdout

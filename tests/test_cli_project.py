@@ -1,5 +1,6 @@
 """The `clustersync` command inside a Scrapy project: its settings give the Redis URL, the job
-and the request fingerprinter (real CLI subprocesses, real redis-servers, a real node)."""
+and the request fingerprinter (the command run in-process in the project's directory, real
+redis-servers, a real node; `scrapy clustersync` as a real process)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 
 from testkit.redis_server import RedisServer
 
+from cli_runner import CliRun, run_cli
 from conftest import RedisFactory, SiteFactory
 from support import project_with_spiders, start_node, wait_all
 
@@ -25,19 +27,20 @@ def make_project(root: Path, settings: str) -> Path:
     return root
 
 
-def run(command: list[str], cwd: Path, env_url: str | None = None,
-        stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+def run(command: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    """``command`` as a process in ``cwd``, without the shell's Redis URL or settings module."""
     env = {k: v for k, v in os.environ.items()
            if k not in ("CLUSTERSYNC_REDIS_URL", "SCRAPY_SETTINGS_MODULE")}
-    if env_url:
-        env["CLUSTERSYNC_REDIS_URL"] = env_url
-    return subprocess.run(command, cwd=cwd, env=env, input=stdin, capture_output=True,
-                          text=True, timeout=120)
+    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=120)
 
 
 def clustersync(*args: str, cwd: Path, env_url: str | None = None,
-                stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    return run([sys.executable, "-m", "scrapy_clustersync.cli", *args], cwd, env_url, stdin)
+                stdin: str | None = None) -> CliRun:
+    """``clustersync ARGS...`` run in ``cwd`` (in-process), with ``env_url`` as the
+    environment's CLUSTERSYNC_REDIS_URL."""
+    return run_cli(None, *args, input=stdin, cwd=cwd,
+                   env={"CLUSTERSYNC_REDIS_URL": env_url} if env_url else None)
 
 
 def test_status_inside_a_project_needs_no_url_and_takes_the_job_from_its_settings(
@@ -55,6 +58,24 @@ def test_status_inside_a_project_needs_no_url_and_takes_the_job_from_its_setting
     # then it reports that job on that Redis
     assert result.returncode == 0, result.stderr
     assert (json.loads(result.stdout)["job"], json.loads(result.stdout)["queued"]) == ("shop", 2)
+
+
+def test_a_setting_given_after_the_command_beats_the_projects(
+    redis_server: RedisServer, tmp_path: Path,
+) -> None:
+    # given a project whose settings name job "shop", and jobs "shop" and "news" seeded
+    project = make_project(tmp_path, f"""
+        CLUSTERSYNC_REDIS_URL = "{redis_server.url}"
+        CLUSTERSYNC_JOB = "shop"
+    """)
+    for job in ("shop", "news"):
+        seeded = clustersync("seed", job, "--create", "http://a/1", cwd=project)
+        assert seeded.returncode == 0, seeded.output
+    # when status runs there with -s CLUSTERSYNC_JOB=news after the command
+    result = clustersync("status", "-s", "CLUSTERSYNC_JOB=news", "--json", cwd=project)
+    # then it reports job "news", as `scrapy -s` would make the project's setting news
+    assert result.returncode == 0, result.output
+    assert json.loads(result.stdout)["job"] == "news"
 
 
 def test_the_url_flag_beats_the_environment_which_beats_the_project(

@@ -3,8 +3,8 @@ invariants and its nodes, for people and for cron and monitoring."""
 
 from __future__ import annotations
 
-import json
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import click
@@ -12,39 +12,37 @@ from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 
-from ..store import JobStatus, JobStore, StoreError
+from ..store import JobStatus, JobStore
 from ..store.consistency import Finding, JobCheck, differing_nodes
-from .context import _existing_store, _fail
-from .status_view import console, print_status, status_dict, summary_lines
-
-#: exit code of ``check`` and ``status --check`` when something needs a person
-NEEDS_A_PERSON = 1
+from .context import CliContext, pass_cli
+from .exit_codes import exit_needing_a_person
+from .options import job_argument, json_option, settings_option
+from .output import console, echo_json
+from .status_view import print_status, status_dict, summary_lines
 
 
 @click.command()
-@click.argument("job", required=False)
+@job_argument
 @click.option("--repair", is_flag=True,
               help="Mend what can be mended safely (each finding is confirmed atomically first).")
 @click.option("--deep", is_flag=True,
               help="List every entry even when the counts add up (slow on a big job).")
-@click.option("--json", "as_json", is_flag=True, help="Print the findings as JSON.")
-@click.pass_context
-def check(ctx: click.Context, job: str | None, repair: bool, deep: bool, as_json: bool) -> None:
+@json_option("the findings")
+@settings_option
+@pass_cli
+def check(cli: CliContext, job: str | None, repair: bool, deep: bool, as_json: bool) -> None:
     """Verify JOB's invariants (leases, queue, entries, counts, nodes' code and settings);
     safe while the cluster crawls. Exit 1 if something is wrong and was not mended."""
-    store = _existing_store(ctx, job)
-    try:
-        findings = JobCheck(store).run(repair=repair, deep=deep)
-    except StoreError as exc:
-        _fail(exc, ctx)
+    store = cli.existing_store(job)
+    findings = JobCheck(store).run(repair=repair, deep=deep)
     left = [f for f in findings if not f.action]
     if as_json:
-        click.echo(json.dumps({"job": store.keys.job, "findings": [f.to_dict() for f in findings],
-                               "left": len(left)}, indent=2))
+        echo_json({"job": store.keys.job, "findings": [f.to_dict() for f in findings],
+                   "left": len(left)})
     else:
         _print_findings(store.keys.job, findings, repair, console())
     if left:
-        ctx.exit(NEEDS_A_PERSON)
+        exit_needing_a_person()
 
 
 def _print_findings(job: str, findings: list[Finding], repair: bool, out: Console) -> None:
@@ -83,7 +81,7 @@ def show_status(report: JobStatus, attention: list[str] | None, as_json: bool) -
         summary = status_dict(report)
         if attention is not None:
             summary["needs_attention"] = attention
-        click.echo(json.dumps(summary, indent=2, sort_keys=True))
+        echo_json(summary)
         return
     out = console()
     print_status(report, out)
@@ -94,18 +92,15 @@ def show_status(report: JobStatus, attention: list[str] | None, as_json: bool) -
 
 
 @click.command()
-@click.argument("job", required=False)
-@click.option("--json", "as_json", is_flag=True, help="Print the node records as JSON.")
-@click.pass_context
-def nodes(ctx: click.Context, job: str | None, as_json: bool) -> None:
+@job_argument
+@json_option("the node records")
+@settings_option
+@pass_cli
+def nodes(cli: CliContext, job: str | None, as_json: bool) -> None:
     """JOB's nodes: live and dead, state, resources, load, work held, versions."""
-    store = _existing_store(ctx, job)
-    try:
-        report = store.status()
-    except StoreError as exc:
-        _fail(exc, ctx)
+    report = cli.existing_store(job).status()
     if as_json:
-        click.echo(json.dumps(report.nodes, indent=2, sort_keys=True))
+        echo_json(report.nodes)
     else:
         console().print(nodes_table(report.nodes))
 
@@ -135,27 +130,46 @@ def nodes_table(records: list[dict[str, Any]]) -> Table:
 
 
 @click.command()
-@click.argument("job", required=False)
+@job_argument
 @click.option("--interval", default=2.0, show_default=True, help="Seconds between refreshes.")
-@click.option("-n", "--count", "count", type=int, default=None,
+@click.option("-n", "--count", "count", type=click.IntRange(min=1), default=None,
               help="Stop after this many refreshes (default: until Ctrl-C).")
-@click.pass_context
-def top(ctx: click.Context, job: str | None, interval: float, count: int | None) -> None:
+@json_option("the status, one line per refresh,")
+@settings_option
+@pass_cli
+def top(cli: CliContext, job: str | None, interval: float, count: int | None,
+        as_json: bool) -> None:
     """JOB's status and nodes, refreshed live like `top` (Ctrl-C to leave)."""
-    store = _existing_store(ctx, job)
-    out = console()
-    shown = 0
+    store = cli.existing_store(job)
     try:
-        with Live(_top_view(store), console=out, auto_refresh=False) as live:
-            while count is None or shown < count:
-                live.update(_top_view(store), refresh=True)
-                shown += 1
-                if count is None or shown < count:
-                    time.sleep(interval)
-    except StoreError as exc:
-        _fail(exc, ctx)
+        if as_json:
+            _top_lines(store, interval, count)
+        else:
+            _top_live(store, interval, count)
     except KeyboardInterrupt:
         pass
+
+
+def _refreshes(interval: float, count: int | None) -> Iterator[int]:
+    """0, 1, 2 ... (``count`` of them, or forever), ``interval`` seconds apart."""
+    shown = 0
+    while count is None or shown < count:
+        if shown:
+            time.sleep(interval)
+        yield shown
+        shown += 1
+
+
+def _top_live(store: JobStore, interval: float, count: int | None) -> None:
+    with Live(console=console(), auto_refresh=False) as live:
+        for _ in _refreshes(interval, count):
+            live.update(_top_view(store), refresh=True)
+
+
+def _top_lines(store: JobStore, interval: float, count: int | None) -> None:
+    """One JSON document per refresh, a line each (for ``jq`` and log shippers)."""
+    for _ in _refreshes(interval, count):
+        echo_json(status_dict(store.status()), one_line=True)
 
 
 def _top_view(store: JobStore) -> Group:

@@ -1,71 +1,97 @@
-"""What every ``clustersync`` command shares: the project, the Redis URL, the job's store, and
-errors that say what was wrong (exit codes: 1 Redis failed, 2 usage error, 3 no such job)."""
+"""What every ``clustersync`` command shares, as one typed object: the project, the Redis URL
+and how it was given, the client made from it on first use, and which job a command is about.
+
+The group makes one ``CliContext`` per run (``scrapy clustersync`` hands in one holding the
+settings Scrapy built); commands receive it with ``@pass_cli``. Its methods raise the package's
+own errors (ConfigError, StoreError) and ``JobNotFound``: ``ClusterGroup`` turns the first two
+into a message and an exit code, so no command catches them.
+"""
 
 from __future__ import annotations
 
-from typing import NoReturn
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, NoReturn
 
 import click
 
-from ..config import ConfigError, DedupSettings, redact_url
-from ..store import JobStore, StoreError, make_client
-from .project import ProjectContext
+from ..config import DedupSettings, redact_url
+from ..store import JobStore, make_client
+from ..store.job_list import job_names
+from .exit_codes import JobNotFound
+from .project import JOB_SETTING, NoJobGiven, ProjectContext
+
+if TYPE_CHECKING:
+    import redis
+
+#: how many job names an error lists when JOB is left out and there are several
+JOBS_NAMED_AT_MOST = 10
 
 
-class JobNotFound(click.ClickException):
-    """The job named does not exist on this Redis (exit code 3)."""
+@dataclass
+class CliContext:
+    """One ``clustersync`` run: the project and options, and what they lead to, each found
+    once, when a command first needs it (a usage error needs no Redis)."""
 
-    exit_code = 3
+    project: ProjectContext = field(default_factory=ProjectContext)
+    _url: tuple[str, str] | None = field(default=None, init=False, repr=False)
+    _client: redis.Redis | None = field(default=None, init=False, repr=False)
+
+    def redis_url(self) -> str:
+        """The Redis URL (see ProjectContext.redis_url); ConfigError if none is given or the
+        one given is not a Redis URL."""
+        if self._url is None:
+            self._url = self.project.redis_url()
+        return self._url[0]
+
+    def where(self) -> str:
+        """The Redis in use and where its URL came from, for messages (password hidden)."""
+        if self._url is None:
+            return "the Redis given"
+        url, given_as = self._url
+        return f"the Redis at {redact_url(url)} (from {given_as})"
+
+    def client(self) -> redis.Redis:
+        """The client of that Redis, made on first use (it connects on its first call)."""
+        if self._client is None:
+            self._client = make_client(self.redis_url())
+        return self._client
+
+    def job_name(self, given: str | None) -> str:
+        """The job a command is about: ``given``, else the project's ``CLUSTERSYNC_JOB``, else
+        the only job on the Redis; NoJobGiven (a usage error) if none or several are there."""
+        name = self.project.job(given)
+        if name is not None:
+            return name
+        names = job_names(self.client())
+        if len(names) == 1:
+            return names[0]
+        hint = (f"name the job, or set {JOB_SETTING} in the project's settings "
+                "(a node's job is that setting, else its spider's name)")
+        if not names:
+            raise NoJobGiven(f"no JOB given and there is no job on {self.where()}: {hint}")
+        listed = ", ".join(names[:JOBS_NAMED_AT_MOST]) + (
+            ", ..." if len(names) > JOBS_NAMED_AT_MOST else "")
+        raise NoJobGiven(f"no JOB given and {len(names)} jobs on {self.where()} ({listed}): "
+                         f"{hint}; `clustersync jobs` lists them")
+
+    def store(self, job: str | None, dedup: DedupSettings | None = None) -> JobStore:
+        """The store of the job ``job`` resolves to (see ``job_name``), whether it exists or
+        not; ``dedup``: the settings a job it creates gets."""
+        name = self.job_name(job)
+        return JobStore(self.client(), name, node_id="cli", dedup=dedup, writes_seen=None)
+
+    def existing_store(self, job: str | None) -> JobStore:
+        """As ``store``, for a job that must exist: JobNotFound (exit 3) if it does not."""
+        store = self.store(job)
+        if not store.status().exists:
+            self.not_found(store.keys.job)
+        return store
+
+    def not_found(self, job: str) -> NoReturn:
+        """Raise JobNotFound for ``job``, saying where it was looked for and how to list jobs."""
+        raise JobNotFound(f"job {job!r} does not exist on {self.where()}; `clustersync jobs` "
+                          "lists the jobs there")
 
 
-def _project(ctx: click.Context) -> ProjectContext:
-    project: ProjectContext = ctx.obj["project"]
-    return project
-
-
-def _redis_url(ctx: click.Context) -> str:
-    """The Redis URL (flag, environment or project; see projectsettings.py); a usage error
-    naming where it came from if it is missing or bad."""
-    try:
-        url, given_as = _project(ctx).redis_url()
-    except ConfigError as exc:
-        raise click.UsageError(str(exc)) from None
-    ctx.obj["redis_url"], ctx.obj["redis_url_given_as"] = url, given_as
-    return url
-
-
-def _store(ctx: click.Context, job: str | None, dedup: DedupSettings | None = None) -> JobStore:
-    """The store of ``job`` (default: the project's CLUSTERSYNC_JOB) at the Redis given; a
-    usage error if either is bad."""
-    url = _redis_url(ctx)
-    try:
-        name = _project(ctx).job(job)
-    except ConfigError as exc:
-        raise click.UsageError(str(exc)) from None
-    return JobStore(make_client(url), name, node_id="cli", dedup=dedup, writes_seen=None)
-
-
-def _existing_store(ctx: click.Context, job: str | None) -> JobStore:
-    """As ``_store``, for a job that must exist: JobNotFound (exit 3) if it does not."""
-    store = _store(ctx, job)
-    try:
-        exists = store.status().exists
-    except StoreError as exc:
-        _fail(exc, ctx)
-    if not exists:
-        _not_found(ctx, store.keys.job)
-    return store
-
-
-def _not_found(ctx: click.Context, job: str) -> NoReturn:
-    raise JobNotFound(
-        f"job {job!r} does not exist on the Redis at {redact_url(ctx.obj['redis_url'])} "
-        f"(from {ctx.obj['redis_url_given_as']}); `clustersync jobs` lists the jobs there"
-    )
-
-
-def _fail(exc: StoreError, ctx: click.Context) -> NoReturn:
-    raise click.ClickException(
-        f"Redis at {redact_url(ctx.obj['redis_url'])} answered with an error or could not be "
-        f"reached: {exc}"
-    )
+#: hands a command the run's CliContext (made if the group was invoked without one)
+pass_cli = click.make_pass_decorator(CliContext, ensure=True)

@@ -1,14 +1,20 @@
 """``clustersync pause``, ``resume`` and ``stop``: steer every node of a job within a second
-(store/control.py changes the state; control.py on each node follows it)."""
+(store/control_state.py changes the state; node/control_follower.py on each node follows
+it)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import click
 
-from ..store import JobStore, StoreError
+from ..store import JobStore
 from ..store.control_state import PAUSED, RUNNING, STOPPED, STOPPING, ControlChange
 from ..store.script_results import FinishedRun
-from .context import _existing_store, _fail, _not_found
+from .context import CliContext, pass_cli
+from .exit_codes import JobRefused
+from .options import job_argument, json_option, settings_option
+from .output import echo_json
 
 
 def _finished(store: JobStore) -> bool:
@@ -17,37 +23,54 @@ def _finished(store: JobStore) -> bool:
     return bool(FinishedRun.from_meta(report.meta)) and not (report.queued or report.leased)
 
 
-def _change_control(ctx: click.Context, job: str | None,
+def _change_control(cli: CliContext, job: str | None,
                     action: str) -> tuple[str, ControlChange]:
     """Run ``action`` on JOB's control state; JobNotFound (exit 3) if there is no such job,
-    a clear error (exit 1) if the job finished (nothing to pause, stop or resume)."""
-    store = _existing_store(ctx, job)
-    try:
-        change = store.set_control(action)
-        finished = change.verdict == "same" and change.after == RUNNING and _finished(store)
-    except StoreError as exc:
-        _fail(exc, ctx)
+    JobRefused (exit 1) if the job finished (nothing to pause, stop or resume) or is stopping
+    (it cannot be paused)."""
+    store = cli.existing_store(job)
+    change = store.set_control(action)
+    finished = change.verdict == "same" and change.after == RUNNING and _finished(store)
     name = store.keys.job
     if change.verdict == "absent":
-        _not_found(ctx, name)
+        cli.not_found(name)
     if change.verdict == "finished" or finished:
-        raise click.ClickException(
+        raise JobRefused(
             f"job {name!r} has finished: there is nothing to {action}. `clustersync restart "
             f"{name}` crawls it again.")
     if change.verdict == "stopping":
-        raise click.ClickException(
+        raise JobRefused(
             f"job {name!r} is {change.before}: it cannot be paused. `clustersync resume {name}` "
             "sets it running again (a later `scrapy crawl` continues its queue).")
     return name, change
 
 
-@click.command()
-@click.argument("job", required=False)
-@click.pass_context
-def pause(ctx: click.Context, job: str | None) -> None:
+def control_command(action: str) -> Callable[[Callable[[str, ControlChange], None]],
+                                            click.Command]:
+    """A command that runs ``action`` on JOB's control state, then prints what happened with
+    the function it decorates (or, with ``--json``, the change itself)."""
+    def decorate(describe: Callable[[str, ControlChange], None]) -> click.Command:
+        @job_argument
+        @json_option("the change")
+        @settings_option
+        @pass_cli
+        def run(cli: CliContext, job: str | None, as_json: bool) -> None:
+            name, change = _change_control(cli, job, action)
+            if as_json:
+                echo_json({"job": name, "action": action, "verdict": change.verdict,
+                           "before": change.before, "after": change.after})
+            else:
+                describe(name, change)
+
+        return click.command(action, help=describe.__doc__)(run)
+
+    return decorate
+
+
+@control_command("pause")
+def pause(name: str, change: ControlChange) -> None:
     """Pause JOB on every node within a second: no new download anywhere; requests under way
     finish, leases are kept, nodes stay open. `clustersync resume` continues it."""
-    name, change = _change_control(ctx, job, "pause")
     if change.verdict == "same":
         click.echo(f"job {name!r} is already paused; `clustersync resume {name}` continues it")
         return
@@ -55,13 +78,10 @@ def pause(ctx: click.Context, job: str | None) -> None:
                f"under way finish and leases are kept. `clustersync resume {name}` continues it.")
 
 
-@click.command()
-@click.argument("job", required=False)
-@click.pass_context
-def resume(ctx: click.Context, job: str | None) -> None:
+@control_command("resume")
+def resume(name: str, change: ControlChange) -> None:
     """Resume a paused JOB on every node, or let a stopped JOB be crawled again: the next
     `scrapy crawl` continues its queue."""
-    name, change = _change_control(ctx, job, "resume")
     if change.verdict == "same":
         click.echo(f"job {name!r} is already running; nothing to resume")
     elif change.before == PAUSED:
@@ -72,14 +92,11 @@ def resume(ctx: click.Context, job: str | None) -> None:
                                             if change.before == STOPPING else ""))
 
 
-@click.command()
-@click.argument("job", required=False)
-@click.pass_context
-def stop(ctx: click.Context, job: str | None) -> None:
+@control_command("stop")
+def stop(name: str, change: ControlChange) -> None:
     """Stop JOB on every node: each finishes its requests under way, hands back the rest and
     closes with reason clustersync_stopped (exit code 1). The queue is kept: `clustersync
     resume` and a later `scrapy crawl` continue it."""
-    name, change = _change_control(ctx, job, "stop")
     if change.verdict == "same":
         click.echo(f"job {name!r} is already {change.after}")
     elif change.after == STOPPED:

@@ -30,7 +30,8 @@ class NoRedisGiven(ConfigError):
 
 
 class NoJobGiven(ConfigError):
-    """No JOB argument and no ``CLUSTERSYNC_JOB`` in the project's settings."""
+    """No JOB argument, no ``CLUSTERSYNC_JOB`` in the project's settings, and not exactly one
+    job on the Redis."""
 
 
 @dataclass
@@ -96,19 +97,22 @@ class ProjectContext:
             f"looked in {self.describe_project()}"
         )
 
-    def job(self, given: str | None) -> str:
-        """``given`` (the JOB argument), else the project's ``CLUSTERSYNC_JOB``; checked."""
+    def job(self, given: str | None) -> str | None:
+        """``given`` (the JOB argument), else the project's ``CLUSTERSYNC_JOB``, checked; None
+        when neither names a job (the caller may then look for the only job on the Redis)."""
         if given:
             return validate_job_name(given, given_as="JOB")
         from_project = self.settings.get(JOB_SETTING)
         if from_project:
             return validate_job_name(str(from_project),
                                      given_as=f"{JOB_SETTING} of {self.describe_project()}")
-        raise NoJobGiven(
-            f"no JOB given: name the job (a node's job is {JOB_SETTING}, else its spider's "
-            f"name), or set {JOB_SETTING} in the project's settings; `clustersync jobs` lists "
-            "the jobs on this Redis"
-        )
+        return None
+
+    def add_overrides(self, pairs: tuple[str, ...]) -> None:
+        """Apply ``-s NAME=VALUE`` options (given before or after the subcommand) on top of the
+        settings; ConfigError naming a pair without ``=``."""
+        self.overrides.update(parse_overrides(pairs))
+        self._settings = None  # built again, with these on top, when next read
 
     def dedup(self) -> DedupSettings:
         """The project's dedup settings, for a job the CLI creates (as its first node would)."""

@@ -12,6 +12,7 @@ import argparse
 from scrapy.commands import ScrapyCommand
 
 from .app import main
+from .context import CliContext
 from .project import ProjectContext
 
 
@@ -22,7 +23,7 @@ class Command(ScrapyCommand):
     requires_crawler_process = False
 
     def syntax(self) -> str:
-        return "[--redis-url URL] jobs|status|seed|dead|purge ... (clustersync --help)"
+        return "[--redis-url URL] COMMAND [ARGS]... (clustersync --help)"
 
     def short_desc(self) -> str:
         return "See and steer scrapy-clustersync jobs (the clustersync command)"
@@ -37,6 +38,6 @@ class Command(ScrapyCommand):
         assert self.settings is not None
         if opts.clustersync_help:
             args = [*args, "--help"]
-        # standalone: click prints errors and exits with its code (2 usage, 3 no such job...)
+        # standalone: click prints errors and exits with its code (exit_codes.py)
         main.main(args=args, prog_name="scrapy clustersync",
-                  obj={"project": ProjectContext(base=self.settings)})
+                  obj=CliContext(ProjectContext(base=self.settings)))

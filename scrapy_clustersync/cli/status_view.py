@@ -23,17 +23,9 @@ if TYPE_CHECKING:
 MIN_PAGES_FOR_ETA = 1.0
 
 
-def console() -> Console:
-    """A console for stdout; piped, it never wraps or cuts a line at 80 columns."""
-    out = Console(soft_wrap=True)
-    if not out.is_terminal:
-        out = Console(soft_wrap=True, width=10_000)
-    return out
-
-
 def pages_per_min(report: JobStatus) -> float:
     """The cluster's pages per minute now: the sum of each live node's rate over its last
-    minute (``pages_per_min`` of its heartbeat record; nodeinfo.py)."""
+    minute (``pages_per_min`` of its heartbeat record; node/node_record.py)."""
     return sum(float(n.get("pages_per_min", 0)) for n in report.nodes if n["alive"])
 
 

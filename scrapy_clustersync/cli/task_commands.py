@@ -1,18 +1,14 @@
 """``clustersync task``, ``tasks`` and ``failed``: for people (a table) and for scripts
-(``--json``). The reads are store/tasks.py's; cli.py registers the commands (TASK_COMMANDS)."""
+(``--json``). The reads are store/task_records.py's."""
 
 from __future__ import annotations
 
-import json
-from datetime import datetime, timezone
-from types import ModuleType
 from typing import Any
 
 import click
 from rich.console import Console
 from rich.table import Table
 
-from ..store import StoreError
 from ..store.task_records import (
     TASK_STATES,
     FailedRequest,
@@ -22,22 +18,11 @@ from ..store.task_records import (
     read_task,
     read_tasks,
 )
-from .status_view import console
-
-
-def _cli() -> ModuleType:
-    """cli.py, for the job lookup and errors every command shares (imported when a command
-    runs: cli.py imports this module)."""
-    from . import app as cli
-
-    return cli
-
-
-def when(ms: int | None) -> str:
-    """Server ms as ISO 8601 UTC, "" for None."""
-    if ms is None:
-        return ""
-    return datetime.fromtimestamp(ms / 1000, timezone.utc).isoformat(timespec="seconds")
+from .context import CliContext, pass_cli
+from .exit_codes import JobRefused
+from .options import job_argument, json_option, limit_option, settings_option
+from .output import console, echo_json
+from .output import when_iso as when
 
 
 def failure_text(failure: dict[str, Any] | None) -> str:
@@ -88,68 +73,68 @@ def print_failed(failed: list[FailedRequest], out: Console) -> None:
     out.print(table)
 
 
+def _job_and_task(args: tuple[str, ...]) -> tuple[str | None, str]:
+    """JOB and ID of ``task [JOB] ID``: one argument is the ID, of the job the others use."""
+    if len(args) == 1:
+        return None, args[0]
+    if len(args) == 2:
+        return args[0], args[1]
+    raise click.UsageError(f"task takes [JOB] ID, got {len(args)} argument(s)")
+
+
 @click.command()
-@click.argument("job")
-@click.argument("task_id", metavar="ID")
-@click.option("--json", "as_json", is_flag=True, help="Print the task as JSON.")
-@click.pass_context
-def task(ctx: click.Context, job: str, task_id: str, as_json: bool) -> None:
+@click.argument("args", nargs=-1, metavar="[JOB] ID")
+@json_option("the task")
+@settings_option
+@pass_cli
+def task(cli: CliContext, args: tuple[str, ...], as_json: bool) -> None:
     """State of task ID of JOB (meta["clustersync_task"]): pending, running, success, failed,
     paused or terminated, with its counts and its first failure."""
-    store = _cli()._existing_store(ctx, job)
-    try:
-        record, control = read_task(store, task_id), job_control(store)
-    except StoreError as exc:
-        _cli()._fail(exc, ctx)
+    job, task_id = _job_and_task(args)
+    store = cli.existing_store(job)
+    record, control = read_task(store, task_id), job_control(store)
     if record is None:
-        raise click.ClickException(
+        raise JobRefused(
             f"job {store.keys.job!r} has no task {task_id!r} (no request with "
             f"meta['clustersync_task'] = {task_id!r} reached Redis); `clustersync tasks "
             f"{store.keys.job}` lists its tasks")
     if as_json:
-        click.echo(json.dumps(record.to_dict(control), indent=2, sort_keys=True))
+        echo_json(record.to_dict(control))
     else:
         print_task(record, control, console())
 
 
 @click.command()
-@click.argument("job", required=False)
+@job_argument
 @click.option("--state", "states", multiple=True, type=click.Choice(TASK_STATES),
               help="Only tasks in this state (may be repeated).")
-@click.option("--json", "as_json", is_flag=True, help="Print the tasks as JSON.")
-@click.pass_context
-def tasks(ctx: click.Context, job: str | None, states: tuple[str, ...], as_json: bool) -> None:
-    """The tasks of JOB (default: the project's CLUSTERSYNC_JOB), sorted by id."""
-    store = _cli()._existing_store(ctx, job)
-    try:
-        records, control = read_tasks(store), job_control(store)
-    except StoreError as exc:
-        _cli()._fail(exc, ctx)
+@json_option("the tasks")
+@settings_option
+@pass_cli
+def tasks(cli: CliContext, job: str | None, states: tuple[str, ...], as_json: bool) -> None:
+    """The tasks of JOB, sorted by id."""
+    store = cli.existing_store(job)
+    records, control = read_tasks(store), job_control(store)
     records = [r for r in records if not states or r.shown_state(control) in states]
     if as_json:
-        click.echo(json.dumps([r.to_dict(control) for r in records], indent=2, sort_keys=True))
+        echo_json([r.to_dict(control) for r in records])
     else:
         print_tasks(records, control, console())
         click.echo(f"{len(records)} task(s)")
 
 
 @click.command()
-@click.argument("job", required=False)
-@click.option("--limit", default=50, show_default=True, help="How many, newest first.")
-@click.option("--json", "as_json", is_flag=True, help="Print them as JSON.")
-@click.pass_context
-def failed(ctx: click.Context, job: str | None, limit: int, as_json: bool) -> None:
+@job_argument
+@limit_option("failed requests")
+@json_option("them")
+@settings_option
+@pass_cli
+def failed(cli: CliContext, job: str | None, limit: int, as_json: bool) -> None:
     """JOB's newest failed requests (CLUSTERSYNC_FAILED_KEEP are kept): URL, HTTP status,
     error, attempts, task, node and when."""
-    try:
-        records = read_failed(_cli()._existing_store(ctx, job), limit)
-    except StoreError as exc:
-        _cli()._fail(exc, ctx)
+    records = read_failed(cli.existing_store(job), limit)
     if as_json:
-        click.echo(json.dumps([r.to_dict() for r in records], indent=2, sort_keys=True))
+        echo_json([r.to_dict() for r in records])
     else:
         print_failed(records, console())
         click.echo(f"{len(records)} failed request(s) shown")
-
-
-TASK_COMMANDS = (task, tasks, failed)

@@ -1,4 +1,5 @@
-"""`clustersync` refuses bad arguments with a usage error before it talks to any Redis.
+"""`clustersync` refuses bad arguments with a usage error before it talks to any Redis, and its
+commands share their options, arguments and exit codes.
 
 What the commands do against a real Redis is tested in tests/test_cli.py.
 """
@@ -11,6 +12,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from scrapy_clustersync.cli.app import main
+from scrapy_clustersync.cli.options import DEFAULT_LIMIT
 
 #: a URL these tests never reach: each is refused before any connection (see conftest.py)
 REDIS_URL = "redis://127.0.0.1:1/0"
@@ -121,7 +123,50 @@ def test_a_bad_line_of_a_seed_file_is_named_with_its_line(tmp_path: Path) -> Non
     assert f"line 4 of {urls}: 'http://' has no host" in result.stderr
 
 
-def test_no_job_and_no_clustersync_job_setting_is_a_usage_error() -> None:
-    result = clustersync("--redis-url", REDIS_URL, "status")
+def test_every_command_that_prints_data_has_json() -> None:
+    # every command prints something a script may want: its data, or what it did
+    without = [name for name, command in main.commands.items()
+               if "as_json" not in {param.name for param in command.params}]
+    assert without == []
+
+
+def test_every_limit_has_the_same_default() -> None:
+    limits = {name: param.default for name, command in main.commands.items()
+              for param in command.params if param.name == "limit"}
+    assert set(limits) == {"dead", "failed"} and set(limits.values()) == {DEFAULT_LIMIT}
+
+
+def test_every_command_takes_job_optionally_and_settings_after_it() -> None:
+    for name, command in main.commands.items():
+        params = {param.name: param for param in command.params}
+        assert "overrides" in params, name  # -s NAME=VALUE after the command
+        if name == "jobs":
+            continue
+        job = params.get("job") or params["args"]  # seed [JOB] [URL]..., task [JOB] ID
+        assert not job.required, name
+
+
+def test_help_documents_every_exit_code() -> None:
+    result = clustersync("--help")
+    assert result.exit_code == 0
+    for code, meaning in [(0, "done"), (1, "needs a person"), (2, "usage error"),
+                          (3, "the job named does not exist"), (4, "Redis could not be reached")]:
+        assert f"  {code}  {meaning}" in result.stdout, code
+
+
+def test_a_bad_setting_after_the_command_is_a_usage_error_of_that_command() -> None:
+    result = clustersync("--redis-url", REDIS_URL, "status", "shop", "-s", "NOVALUE")
     assert result.exit_code == USAGE_ERROR
-    assert "no JOB given" in result.stderr and "CLUSTERSYNC_JOB" in result.stderr
+    assert "Usage: clustersync status" in result.stderr and "use -s NAME=VALUE" in result.stderr
+
+
+def test_task_with_more_than_job_and_id_is_a_usage_error() -> None:
+    result = clustersync("--redis-url", REDIS_URL, "task", "shop", "t1", "extra")
+    assert result.exit_code == USAGE_ERROR
+    assert "task takes [JOB] ID, got 3 argument(s)" in result.stderr
+
+
+def test_purge_of_the_default_job_without_yes_is_refused_before_any_redis() -> None:
+    result = clustersync("--redis-url", REDIS_URL, "purge")
+    assert result.exit_code == USAGE_ERROR
+    assert "purge deletes the job for every node; run again with --yes" in result.stderr

@@ -6,7 +6,7 @@ import pytest
 from scrapy import Request
 from scrapy.utils.request import RequestFingerprinter
 
-from scrapy_clustersync.cli.seed_commands import SeedEncoder, is_scrapys_default
+from scrapy_clustersync.cli.seed_urls import SeedEncoder, is_scrapys_default
 from scrapy_clustersync.codec import RequestCodec
 from scrapy_clustersync.plugin.cluster_dupefilter import cluster_fingerprint
 

@@ -1,0 +1,135 @@
+"""``clustersync jobs``, ``status``, ``dead``, ``restart`` and ``purge``: the jobs on a Redis,
+one job's figures, and what changes a whole job."""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+import click
+
+from ..store import DeadLetter
+from .check_commands import needs_a_person, show_status
+from .context import CliContext, pass_cli
+from .exit_codes import JobRefused, exit_needing_a_person
+from .options import job_argument, json_option, limit_option, settings_option
+from .output import console, echo_json, when_iso
+from .status_view import job_rows, print_jobs
+
+
+@click.command()
+@json_option("the jobs")
+@settings_option
+@pass_cli
+def jobs(cli: CliContext, as_json: bool) -> None:
+    """The jobs on this Redis: state, queued, leased, done, live nodes, pages/min."""
+    rows = job_rows(cli.client())
+    if as_json:
+        echo_json(rows)
+    elif rows:
+        print_jobs(rows, console())
+    else:
+        click.echo(f"no jobs on {cli.where()}")
+
+
+@click.command()
+@job_argument
+@json_option("the status")
+@click.option("--check", "check_health", is_flag=True,
+              help="Exit 1 when something needs a person: dead nodes holding work, nodes on "
+                   "other code or settings, dead letters (for cron and monitoring).")
+@settings_option
+@pass_cli
+def status(cli: CliContext, job: str | None, as_json: bool, check_health: bool) -> None:
+    """State, queued, leased, seen, done, rate, dead letters and nodes of JOB."""
+    store = cli.store(job)
+    report = store.status()
+    if not report.exists:
+        cli.not_found(store.keys.job)
+    attention = needs_a_person(store, report) if check_health else None
+    show_status(report, attention, as_json)
+    if attention:
+        exit_needing_a_person()
+
+
+def dead_letter_dict(letter: DeadLetter) -> dict[str, Any]:
+    """A dead letter as ``dead --json`` prints it (the entry, binary, in base64)."""
+    return {"entry_id": letter.entry_id, "node": letter.node, "at_ms": letter.at_ms,
+            "at": when_iso(letter.at_ms), "reason": letter.reason,
+            "refused_write": letter.refused_write,
+            "entry_base64": base64.b64encode(letter.entry).decode("ascii")}
+
+
+@click.command()
+@job_argument
+@limit_option("dead letters")
+@json_option("the dead letters")
+@settings_option
+@pass_cli
+def dead(cli: CliContext, job: str | None, limit: int, as_json: bool) -> None:
+    """JOB's dead letters: queue entries no node could decode, with the reason."""
+    letters = cli.existing_store(job).dead_letters(limit)
+    if as_json:
+        echo_json([dead_letter_dict(letter) for letter in letters])
+        return
+    for letter in letters:
+        click.echo(f"{letter.entry_id}  node={letter.node}  reason={letter.reason}  "
+                   f"entry={letter.entry[:80]!r}")
+    click.echo(f"{len(letters)} dead letter(s) shown")
+
+
+@click.command()
+@job_argument
+@click.option("--yes", is_flag=True, help="Confirm: delete every key of JOB.")
+@json_option("what was deleted")
+@settings_option
+@pass_cli
+def purge(cli: CliContext, job: str | None, yes: bool, as_json: bool) -> None:
+    """Delete JOB from Redis: queue, leases, seen record, stats, nodes, dead letters."""
+    if not yes:
+        # refused before any Redis is reached when JOB is named
+        named = repr(job) if job else "the job"
+        raise click.UsageError(
+            f"purge deletes {named} for every node; run again with --yes to confirm")
+    store = cli.existing_store(job)
+    deleted = store.purge()
+    if as_json:
+        echo_json({"job": store.keys.job, "deleted_keys": deleted})
+    else:
+        click.echo(f"purged job {store.keys.job!r} ({deleted} keys deleted)")
+
+
+@click.command()
+@job_argument
+@click.option("--forget-seen", is_flag=True,
+              help="Also clear the seen record: every URL is crawled again (default: only URLs "
+                   "not seen before).")
+@click.option("--force", is_flag=True,
+              help="Restart even with nodes alive or work queued or leased.")
+@click.option("--yes", is_flag=True, help="Confirm --forget-seen without asking.")
+@json_option("what was done")
+@settings_option
+@pass_cli
+def restart(cli: CliContext, job: str | None, forget_seen: bool, force: bool, yes: bool,
+            as_json: bool) -> None:
+    """Make finished (or stopped) JOB crawlable again: start() runs on the next node.
+
+    The queue, stats and dead letters are kept; the seen record too unless --forget-seen.
+    """
+    if forget_seen and not yes:
+        raise click.UsageError("--forget-seen clears what the job has seen, so that every URL is "
+                               "crawled again; run again with --yes to confirm")
+    store = cli.existing_store(job)
+    name = store.keys.job
+    result = store.restart(force=force, forget_seen=forget_seen)
+    if not result.done:
+        raise JobRefused(
+            f"job {name!r} is not finished: {result.live_nodes} live node(s), {result.queued} "
+            f"queued, {result.leased} leased. Stop its nodes and wait for their leases to run "
+            "out, or pass --force to restart it anyway.")
+    if as_json:
+        echo_json({"job": name, "restarted": True, "forgot_seen": forget_seen})
+        return
+    click.echo(f"restarted job {name!r}: start() runs again on the next node; "
+               + ("the seen record was cleared: every URL is crawled again" if forget_seen
+                  else "the seen record is kept: only URLs not seen before are crawled"))

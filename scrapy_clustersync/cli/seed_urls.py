@@ -1,0 +1,191 @@
+"""What ``clustersync seed`` writes: URLs checked as Scrapy would crawl them, read from
+arguments, a file or stdin, fingerprinted with the project's fingerprinter, in batches.
+
+Every URL is checked before anything is written: one bad URL refuses the whole seed, naming
+it. The ops are the pushes a node would write (``store.write_ops.Push``), so a node that later finds
+the same link treats it as a duplicate.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import multiprocessing
+import os
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import IO, TYPE_CHECKING
+from urllib.parse import urlsplit
+
+from scrapy import Request
+from scrapy.utils.request import RequestFingerprinter, fingerprint
+from w3lib.url import canonicalize_url, safe_url_string
+
+from ..codec import RequestCodec
+from ..plugin.cluster_dupefilter import cluster_fingerprint
+from ..store.write_ops import Push
+
+if TYPE_CHECKING:
+    from scrapy.settings import BaseSettings
+    from scrapy.utils.request import RequestFingerprinterProtocol
+
+#: pushes per script call: large enough to amortise the round trip, small enough that one
+#: call holds Redis for only a few milliseconds
+SEED_BATCH = 2000
+#: below this many URLs the ops are made in this process (starting workers costs more)
+PARALLEL_FROM_URLS = 10_000
+MAX_WORKERS = 4
+#: schemes whose URLs name a host; without one Scrapy cannot fetch them
+HOST_SCHEMES = frozenset({"http", "https", "ftp", "s3"})
+MAX_REQUEST_BYTES = 10 * 2**20
+
+
+class BadSeed(ValueError):
+    """A seed Scrapy would not crawl; the message names it and says why."""
+
+
+def crawlable_schemes(settings: BaseSettings) -> frozenset[str]:
+    """The URL schemes the project's DOWNLOAD_HANDLERS can fetch (None switches one off)."""
+    handlers = settings.getwithbase("DOWNLOAD_HANDLERS")
+    return frozenset(str(s).lower() for s, handler in handlers.items() if handler is not None)
+
+
+def check_url(url: str, schemes: frozenset[str]) -> str:
+    """``url``, checked; BadSeed if Scrapy would not crawl it. (The Request made from it
+    later makes it safe, with ``safe_url_string``, as Scrapy does.)"""
+    safe = url if url.isascii() else safe_url_string(url)
+    try:
+        parts = urlsplit(safe)
+        host = parts.hostname
+    except ValueError as exc:  # a malformed port or IPv6 address
+        raise BadSeed(f"{url!r} is not a URL ({exc})") from None
+    scheme = parts.scheme.lower()
+    if not scheme or "://" not in safe and scheme != "data":
+        raise BadSeed(f"{url!r} has no scheme; write it in full, e.g. https://{url}")
+    if scheme not in schemes:
+        raise BadSeed(f"{url!r} has scheme {scheme!r}, which this project's DOWNLOAD_HANDLERS "
+                      f"cannot fetch; accepted: {', '.join(sorted(schemes))}")
+    if scheme in HOST_SCHEMES and not host:
+        raise BadSeed(f"{url!r} has no host")
+    return safe
+
+
+def read_urls(lines: Iterable[str]) -> Iterator[tuple[int, str]]:
+    """(line number, URL) of each line that is not blank or a ``#`` comment."""
+    for number, line in enumerate(lines, 1):
+        url = line.strip()
+        if url and not url.startswith("#"):
+            yield number, url
+
+
+@dataclass
+class SeedUrls:
+    """The URLs of a seed as read, each with its line number, by source ("arguments", a
+    file's path or "stdin")."""
+
+    sources: list[tuple[str, list[tuple[int, str]]]]
+
+    def urls(self) -> list[str]:
+        return [url for _, numbered in self.sources for _, url in numbered]
+
+    def check(self, schemes: frozenset[str]) -> None:
+        """BadSeed naming the first URL Scrapy would not crawl, and where it is."""
+        for source, numbered in self.sources:
+            for number, url in numbered:
+                try:
+                    check_url(url, schemes)
+                except BadSeed as exc:
+                    where = f"line {number} of {source}: " if source != "arguments" else ""
+                    raise BadSeed(f"{where}{exc}; nothing was seeded") from None
+
+
+@dataclass(frozen=True)
+class SeedEncoder:
+    """Makes the push of a seed URL as a node would: fingerprint and envelope."""
+
+    fingerprinter: RequestFingerprinterProtocol
+    priority: int
+    callback: str | None
+
+    def rows_for(self, urls: list[str]) -> list[tuple[bytes, bytes]]:
+        """(fingerprint, encoded request) of each URL: the costly part, made by the workers
+        (tuples travel between processes faster than ops)."""
+        encode = _encoder(self.priority, self.callback)
+        if is_scrapys_default(self.fingerprinter):
+            safe_urls = [safe_url_string(url) for url in urls]
+            return [(default_get_fingerprint(url), encode(url)) for url in safe_urls]
+        rows: list[tuple[bytes, bytes]] = []
+        for url in urls:
+            request = Request(url, priority=self.priority)
+            fingerprint = cluster_fingerprint(self.fingerprinter.fingerprint(request))
+            rows.append((fingerprint, encode(request.url)))
+        return rows
+
+    def ops_of(self, rows: list[tuple[bytes, bytes]]) -> list[Push]:
+        return [Push(fingerprint, self.priority, blob) for fingerprint, blob in rows]
+
+    def ops_for(self, urls: list[str]) -> list[Push]:
+        return self.ops_of(self.rows_for(urls))
+
+
+def is_scrapys_default(fingerprinter: object) -> bool:
+    """True if ``fingerprinter`` is Scrapy's own RequestFingerprinter, unchanged."""
+    return (type(fingerprinter) is RequestFingerprinter
+            and getattr(fingerprinter, "_fingerprint", None) is fingerprint)
+
+
+def default_get_fingerprint(url: str) -> bytes:
+    """What Scrapy's default fingerprinter gives a plain GET of ``url`` (a URL as a Request
+    holds it, after ``safe_url_string``), without building the Request: a seed of 100,000
+    URLs spends most of its time there. ``tests/unit/test_seed.py`` checks that both agree."""
+    # json.dumps({"method": "GET", "url": ..., "body": "", "headers": {}}, sort_keys=True)
+    data = _DEFAULT_FINGERPRINT_JSON % json.dumps(canonicalize_url(url))
+    return hashlib.sha1(data.encode()).digest()  # noqa: S324
+
+
+_DEFAULT_FINGERPRINT_JSON = '{"body": "", "headers": {}, "method": "GET", "url": %s}'
+
+
+def _encoder(priority: int, callback: str | None) -> Callable[[str], bytes]:
+    codec = RequestCodec(None, max_bytes=MAX_REQUEST_BYTES)
+    return codec.url_encoder(Request("http://seed.invalid/", priority=priority), callback)
+
+
+#: the encoder of the worker processes (inherited when they fork)
+_WORKER_ENCODER: SeedEncoder | None = None
+
+
+def _worker_rows(urls: list[str]) -> list[tuple[bytes, bytes]]:
+    assert _WORKER_ENCODER is not None
+    return _WORKER_ENCODER.rows_for(urls)
+
+
+@contextmanager
+def prepared_ops(encoder: SeedEncoder, urls: list[str]) -> Iterator[Iterator[list[Push]]]:
+    """The pushes of ``urls`` in batches of SEED_BATCH, in order, prepared while the caller
+    checks the URLs (nothing is taken from the iterator before that).
+
+    Fingerprinting costs far more than the write, so a large seed is prepared by worker
+    processes (one per core, forked so that they share the project's fingerprinter), which
+    start at once; leaving the block stops them.
+    """
+    batches = [urls[i:i + SEED_BATCH] for i in range(0, len(urls), SEED_BATCH)]
+    workers = min(os.cpu_count() or 1, MAX_WORKERS)
+    if len(urls) < PARALLEL_FROM_URLS or workers < 2 or \
+            "fork" not in multiprocessing.get_all_start_methods():
+        yield (encoder.ops_for(batch) for batch in batches)
+        return
+    global _WORKER_ENCODER
+    _WORKER_ENCODER = encoder
+    with multiprocessing.get_context("fork").Pool(workers) as pool:
+        yield (encoder.ops_of(rows) for rows in pool.imap(_worker_rows, batches))
+
+
+def open_source(path: str) -> tuple[IO[str], str]:
+    """The file of ``-f PATH`` (``-`` is stdin) and how messages name it."""
+    import sys
+
+    if path == "-":
+        return sys.stdin, "stdin"
+    return open(path, encoding="utf-8"), path  # noqa: SIM115 - closed by the caller
