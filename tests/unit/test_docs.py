@@ -1,5 +1,5 @@
 """The user's documents hold together: every link between them resolves, none points outside
-the repository, and none speaks of how the code was developed (issue numbers)."""
+the repository, every test they cite exists, and none speaks of how the code was developed."""
 
 from __future__ import annotations
 
@@ -51,3 +51,19 @@ def test_no_document_names_an_issue_or_a_place_outside_the_repository(document: 
     text = document.read_text()
     assert re.findall(r"\bissues? \d+", text, flags=re.IGNORECASE) == []
     assert re.findall(r"\.\./shared|/work/", text) == []
+
+
+def test_every_test_the_documents_name_exists() -> None:
+    # Given each test file (and test, or the start of its name: `name...`) README and docs/ cite
+    # as evidence; compat/README.md names Scrapy's own tests, not ours
+    cited = re.compile(r"`(?:tests/)?((?:unit/)?test_\w+\.py)(?:::(\w+?))?(?:\.\.\.)?`")
+    missing = []
+    for document in DOCUMENTS:
+        if document.parent.name == "compat":
+            continue
+        for file_name, test in cited.findall(document.read_text()):
+            path = REPO_ROOT / "tests" / file_name
+            # Then the file exists and defines that test
+            if not path.exists() or (test and f"def {test}" not in path.read_text()):
+                missing.append(f"{document.name}: {file_name}::{test}")
+    assert missing == []
