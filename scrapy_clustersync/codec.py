@@ -8,8 +8,9 @@ beyond 64 bits, Items and nested Requests. Classes travel by import path and are
 from Scrapy itself or from the ``CLUSTERSYNC_REQUEST_CLASSES`` allow-list (Request subclasses
 and Item classes alike: both are code a node would import because Redis says so).
 
-Envelope versions: 1 had no extension types (a tuple became a list); 2 adds them. A node
-reads both.
+The envelope is ``[ENVELOPE_VERSION, fields]``; version 2, with the extension types, is the
+format baseline of 0.1.0, the first release. An entry of any other version is undecodable (a
+dead letter naming its version), so a later format is never misread.
 """
 
 from __future__ import annotations
@@ -31,7 +32,6 @@ if TYPE_CHECKING:
     from scrapy import Spider
 
 ENVELOPE_VERSION = 2
-READABLE_VERSIONS = frozenset({1, 2})
 #: Meta keys this package sets on a leased request; they never travel to Redis. Private (the
 #: leading underscore): a spider must not copy one into a new request by hand (README).
 LEASE_META_KEY = "_clustersync_lease"
@@ -266,7 +266,7 @@ class RequestCodec:
         """An encoder of requests that differ from ``template`` only in their URL.
 
         ``encoder(url)`` is ``encode(template.replace(url=url))`` (with its callback set to
-        ``callback`` if given, as ``with_callback`` does), without building a Request per URL;
+        ``callback`` if given), without building a Request per URL;
         ``url`` as a Request holds it (after ``safe_url_string``). The CLI's seed uses it.
         """
         data = self._request_dict(template)
@@ -281,14 +281,6 @@ class RequestCodec:
             return blob
 
         return encode
-
-    @staticmethod
-    def with_callback(blob: bytes, callback: str) -> bytes:
-        """``blob`` with its callback set to the spider method named ``callback``."""
-        data = _request_data(blob, None)  # extension values stay as they are (ExtType)
-        data["callback"] = callback
-        packed: bytes = msgpack.packb([ENVELOPE_VERSION, data], use_bin_type=True)
-        return packed
 
     # ---- classes -------------------------------------------------------------------------
     def _class_allowed(self, class_path: str, base: type) -> bool:
@@ -331,13 +323,13 @@ def _is_dataclass_item(value: object) -> bool:
     return dataclasses.is_dataclass(value) and not isinstance(value, type)
 
 
-def _request_data(
-    blob: bytes, ext_hook: Callable[[int, bytes], Any] | None
-) -> dict[str, Any]:
-    """The request fields in the envelope ``blob``, or :class:`UndecodableEntry` saying why not."""
-    hook = {} if ext_hook is None else {"ext_hook": ext_hook}
+def _request_data(blob: bytes, ext_hook: Callable[[int, bytes], Any]) -> dict[str, Any]:
+    """The request fields in the envelope ``blob``, or :class:`UndecodableEntry` saying why not.
+
+    ``ext_hook`` builds each extension value (msgpack's ``ext_hook``).
+    """
     try:
-        envelope = msgpack.unpackb(blob, raw=False, strict_map_key=False, **hook)
+        envelope = msgpack.unpackb(blob, raw=False, strict_map_key=False, ext_hook=ext_hook)
     except UndecodableEntry:
         raise
     except Exception as exc:
@@ -345,10 +337,9 @@ def _request_data(
     if not (isinstance(envelope, list) and len(envelope) == 2):
         raise UndecodableEntry("not a [version, request] envelope")
     version, data = envelope
-    if version not in READABLE_VERSIONS:
+    if version != ENVELOPE_VERSION:
         raise UndecodableEntry(
-            f"envelope version {version!r}; this node reads versions "
-            f"{', '.join(map(str, sorted(READABLE_VERSIONS)))}"
+            f"envelope version {version!r}; this node reads version {ENVELOPE_VERSION}"
         )
     if not isinstance(data, dict) or not isinstance(data.get("url"), str):
         raise UndecodableEntry("request data without a url")

@@ -17,7 +17,9 @@ from urllib.parse import urlsplit
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
 
-#: Defaults, with the unit in the name. They need no tuning for a cluster of a few nodes.
+#: The default of every setting; they need no tuning for a cluster of a few nodes. An empty
+#: or zero default is one derived at start-up (the README's settings table says from what; a
+#: unit test checks that table against this one).
 DEFAULTS: dict[str, str | int | float | bool] = {
     "CLUSTERSYNC_REDIS_URL": "",
     "CLUSTERSYNC_JOB": "",
@@ -40,6 +42,9 @@ DEFAULTS: dict[str, str | int | float | bool] = {
     "CLUSTERSYNC_BLOOM_ERROR_RATE": 0.001,
     "CLUSTERSYNC_RECRAWL": "",
     "CLUSTERSYNC_FAILED_KEEP": 1000,
+    # read by the scheduler when it builds the codec and the spool
+    "CLUSTERSYNC_REQUEST_CLASSES": "",  # import paths, a list or "a.B,c.D"; empty: Scrapy's only
+    "CLUSTERSYNC_SPOOL_DIR": ".clustersync-spool",
 }
 #: the most failed requests a job may keep (each about 300-600 bytes of Redis)
 FAILED_KEEP_MAX = 1_000_000

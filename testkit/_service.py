@@ -8,10 +8,9 @@ import threading
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from typing_extensions import Self
-
 if TYPE_CHECKING:
     import redis
+    from typing_extensions import Self
 
 
 class Service:

@@ -1,7 +1,7 @@
 """Each stored format has one owner: what the Lua scripts write, the Python parser reads.
 
 The scripts run against a real redis-server through JobStore; the raw keys are then read and
-parsed by store/formats.py.
+parsed by store/records.py.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """Small jobs stay small: an exact set of fingerprints until the job needs its Bloom filter, then
-every fingerprint moved into the filter in bounded steps, none lost (bloom.py, dedup_migrate.lua).
+every fingerprint moved into the filter in bounded steps, none lost (store/bloom_layout.py,
+store/lua/dedup_migrate.lua).
 """
 
 from __future__ import annotations

@@ -82,6 +82,8 @@ class SpoolFile:
 
 
 class Spool:
+    """The spool files of job ``job`` under ``directory``: saved at close, replayed at open."""
+
     def __init__(self, directory: str | Path, job: str) -> None:
         self.directory = Path(directory) / job
         self.job = job

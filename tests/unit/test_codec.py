@@ -80,8 +80,8 @@ def test_oversized_requests_are_refused_with_the_limit(codec: RequestCodec) -> N
         (b"\xc1garbage", "not a msgpack envelope"),
         (msgpack.packb({"url": "http://a"}), "not a [version, request] envelope"),
         (msgpack.packb([99, {"url": "http://a"}]), "envelope version 99"),
-        (msgpack.packb([1, {"url": "http://a", "callback": "nope"}]), "cannot build the request"),
-        (msgpack.packb([1, {"url": "http://a", "_class": "os.system"}]), "is not allowed"),
+        (msgpack.packb([2, {"url": "http://a", "callback": "nope"}]), "cannot build the request"),
+        (msgpack.packb([2, {"url": "http://a", "_class": "os.system"}]), "is not allowed"),
     ],
 )
 def test_bad_entries_are_rejected_with_a_reason(

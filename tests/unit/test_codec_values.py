@@ -144,13 +144,15 @@ def test_an_item_class_not_allowed_here_is_never_loaded_from_redis(codec: Reques
         RequestCodec(None, 1 << 20).decode(blob)
 
 
-def test_an_entry_of_envelope_version_1_is_still_read(codec: RequestCodec) -> None:
-    # given an entry written by the previous release (version 1: no extension types)
+def test_an_entry_of_an_envelope_version_before_the_baseline_is_a_dead_letter(
+    codec: RequestCodec,
+) -> None:
+    # given an entry of envelope version 1 (no extension types: no release ever wrote one)
     blob = msgpack.packb([1, {"url": "http://a/old", "meta": {"tags": [1, 2]}}],
                          use_bin_type=True)
-    # when this node reads it, then it is the request it was
-    request = codec.decode(blob)
-    assert request.url == "http://a/old" and request.meta == {"tags": [1, 2]}
+    # when this node reads it, then it is refused with the version it has and the one it reads
+    with pytest.raises(UndecodableEntry, match="envelope version 1; this node reads version 2"):
+        codec.decode(blob)
 
 
 def test_an_unknown_extension_type_is_an_undecodable_entry(codec: RequestCodec) -> None:

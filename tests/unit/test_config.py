@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import ast
+import re
+from pathlib import Path
+
 import pytest
 from scrapy.settings import Settings
 
-from scrapy_clustersync.config import ClusterConfig, ConfigError, redact_url
+from scrapy_clustersync.config import DEFAULTS, ClusterConfig, ConfigError, redact_url
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def config(**settings: object) -> ClusterConfig:
@@ -45,3 +51,46 @@ def test_bad_settings_are_refused_by_name(settings: dict[str, object], message: 
 def test_urls_in_logs_hide_the_password() -> None:
     assert redact_url("redis://user:s3cret@h:1/0") == "redis://user:***@h:1/0"
     assert redact_url("rediss://h:1/0") == "rediss://h:1/0"
+
+
+def _readme_settings_table() -> dict[str, str]:
+    """Each setting the README's settings table lists -> the text of its default cell."""
+    section = (REPO_ROOT / "README.md").read_text().split("\n## Settings\n", 1)[1]
+    rows: dict[str, str] = {}
+    for line in section.split("\n## ", 1)[0].splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) >= 3 and cells[0].startswith("`CLUSTERSYNC_"):
+            rows.update(dict.fromkeys(re.findall(r"`(CLUSTERSYNC_[A-Z_]+)`", cells[0]), cells[1]))
+    return rows
+
+
+def test_the_readme_lists_every_setting_and_only_those_of_config() -> None:
+    assert sorted(_readme_settings_table()) == sorted(DEFAULTS)
+
+
+@pytest.mark.parametrize("name", sorted(DEFAULTS))
+def test_the_readme_gives_each_setting_the_default_config_has(name: str) -> None:
+    # Given the default the README shows: a literal in backticks, or words for one derived at
+    # start-up (the spider's name, three heartbeat intervals, required)
+    shown = _readme_settings_table()[name]
+    literal = re.fullmatch(r"`([^`]*)`", shown)
+    if literal:
+        # Then it is the value of config.DEFAULTS, of the same type
+        value = ast.literal_eval(literal.group(1))
+        assert (value, type(value) is bool) == (DEFAULTS[name], type(DEFAULTS[name]) is bool)
+    else:
+        # Then config.DEFAULTS holds no value of its own: it is derived, or required
+        assert not DEFAULTS[name], f"README shows {shown!r} for {name}"
+
+
+def test_every_setting_the_package_reads_has_its_default_in_config() -> None:
+    # Given every CLUSTERSYNC_* setting read anywhere in the package
+    read = {
+        name
+        for path in (REPO_ROOT / "scrapy_clustersync").rglob("*.py")
+        for name in re.findall(r"(?:\.get\w*\(|_number\(settings, )\"(CLUSTERSYNC_[A-Z_]+)\"",
+                               path.read_text())
+    }
+    # Then config.DEFAULTS has each (so the README's table, checked above, lists it)
+    assert "CLUSTERSYNC_SPOOL_DIR" in read and "CLUSTERSYNC_LEASE_TIMEOUT" in read
+    assert sorted(read - set(DEFAULTS)) == []

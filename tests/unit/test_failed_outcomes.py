@@ -1,6 +1,6 @@
-"""What the node records of a request that failed, learned from Scrapy's scraper (leases.py,
-tasks.py): a download error, a filtered HTTP status, a callback's exception; and what it does
-not (a request a downloader middleware ignored)."""
+"""What the node records of a request that failed, learned from Scrapy's scraper
+(plugin/lease_tracker.py, plugin/request_tasks.py): a download error, a filtered HTTP status, a
+callback's exception; and what it does not (a request a downloader middleware ignored)."""
 
 from __future__ import annotations
 
