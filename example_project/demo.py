@@ -61,7 +61,8 @@ def crawl(site: TestSite, redis_url: str, workdir: Path) -> None:
             break
     processes[VICTIM].send_signal(signal.SIGKILL)
     console.print(f"[red]kill -9 {VICTIM}[/red] after {sum(site.hits().values())} pages; "
-                  "its leased requests come back to the queue when its leases expire")
+                  "once it misses its heartbeats, the other nodes declare it dead and "
+                  "its leased requests go back to the queue")
     for process in processes.values():
         process.wait(600)
 
