@@ -116,10 +116,6 @@ class DeadLetter:
     reason: str
     entry: bytes
 
-    @property
-    def refused_write(self) -> bool:
-        return self.entry_id == REFUSED_WRITE_ID
-
     def format(self) -> bytes:
         head = "\t".join([self.entry_id, self.node, str(self.at_ms), one_line(self.reason)])
         return head.encode() + b"\n" + self.entry

@@ -268,11 +268,6 @@ def _field_types(kind: type[Op]) -> tuple[tuple[str, type], ...]:
 OP_FIELD_TYPES = {opcode: _field_types(kind) for opcode, kind in OP_KINDS.items()}
 
 
-def field_count(opcode: str) -> int:
-    """How many fields follow ``opcode`` in the script's arguments (KeyError if unknown)."""
-    return len(OP_FIELD_TYPES[opcode])
-
-
 def decode_op(args: Sequence[Any]) -> Op:
     """The op whose ``args()`` is ``args``; raises OpDecodeError if it is none of this version.
 
