@@ -1,5 +1,5 @@
 -- check: confirm, and with ARGV[1] = 'repair' mend, what `clustersync check` suspects of the
--- job's entries (store/check.py finds the suspects from reads that are not one snapshot, so each
+-- job's entries (store/consistency.py finds the suspects from reads that are not one snapshot, so each
 -- is confirmed here, atomically, before it is reported or mended: a crawl running meanwhile
 -- never turns a suspect into a wrong repair).
 --
