@@ -16,7 +16,7 @@
 -- ARGV[3]  chunk        int     which chunk KEYS[3] is: the caller's belief of prepared<layer>
 -- ARGV[4]  chunk_bytes  int     size of each chunk of the layer
 -- ARGV[5]  chunks       int     chunks in the layer
--- Returns how many chunks of the layer exist now; ARGV[5] means the layer is ready.
+-- Returns how many chunks of the layer exist now; `chunks` means the layer is ready.
 local meta_key = KEYS[1]
 local bloom_key = KEYS[2]
 local chunk_key = KEYS[3]

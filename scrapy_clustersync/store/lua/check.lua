@@ -1,4 +1,4 @@
--- check: confirm, and with ARGV[1] = 'repair' mend, what `clustersync check` suspects of the
+-- check: confirm, and with mode 'repair' mend, what `clustersync check` suspects of the
 -- job's entries (store/consistency.py finds the suspects from reads that are not one snapshot, so each
 -- is confirmed here, atomically, before it is reported or mended: a crawl running meanwhile
 -- never turns a suspect into a wrong repair).

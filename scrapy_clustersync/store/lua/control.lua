@@ -1,7 +1,7 @@
 -- control: pause, resume or stop a job for every node, or settle a stop (stopping -> stopped
 -- once no live node is left). The state is the meta field `control` (absent = running), with
 -- `control_ms`, the server time of its last change. A change is PUBLISHed on the job's control
--- channel (ARGV[2]), so that nodes apply it at once; nodes also re-read the field every
+-- channel (`channel`), so that nodes apply it at once; nodes also re-read the field every
 -- fraction of a second (control.py), so one that missed the message converges.
 --
 -- (store/control_state.py ControlScript builds the call and reads the answer.)

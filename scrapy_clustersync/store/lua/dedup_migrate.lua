@@ -1,11 +1,11 @@
--- dedup_migrate: move up to ARGV[2] fingerprints of a "set-then-bloom" job from its exact set into
+-- dedup_migrate: move up to `count` fingerprints of a "set-then-bloom" job from its exact set into
 -- its Bloom filter (lua/bloom.lua), once the filter is in use (flush.lua takes its first layer
 -- into use when the set is full). Each fingerprint leaves the set and enters the filter in this
 -- one atomic step, so it is in exactly one of them at any moment, and flush.lua consults both
 -- while the set is not empty: a fingerprint never becomes unseen. A fingerprint the filter
 -- already reports as present (a false positive) is simply dropped from the set: still seen.
 --
--- Bounded: at most ARGV[2] fingerprints per call (SPOP with a count), and never a layer
+-- Bounded: at most `count` fingerprints per call (SPOP with a count), and never a layer
 -- allocated here (the CLUSTERSYNC_BLOOM_* refusals of flush.lua, before any change).
 -- No call id: running a call again (a retry after a lost reply) moves the next batch, which is
 -- what the caller wanted anyway; no run can lose or duplicate a fingerprint.

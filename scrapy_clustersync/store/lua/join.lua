@@ -29,7 +29,7 @@
 -- Returns {epoch, claimed 0|1, dedup, bloom_capacity, bloom_error, finished_ms, finished_pages,
 -- finished_nodes, finished_idle_ms, restarted}: the job's settings, not the caller's; the
 -- finished_* fields are "" unless the job is finished (then the node was not added and claimed
--- nothing); restarted is ARGV[8] if this call restarted the job, "retry" if it did not because
+-- nothing); restarted is `recrawl` if this call restarted the job, "retry" if it did not because
 -- the bloom hash changed since it was read (nothing done), else "".
 local meta_key = KEYS[1]
 local nodes_key = KEYS[2]

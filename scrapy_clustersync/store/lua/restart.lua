@@ -1,6 +1,6 @@
 -- restart: make a finished (or stopped) job crawlable again (`clustersync restart`): start()
 -- runs again on the next node that joins (restart_job, in prelude.lua). The queue, the stats
--- and the dead letters are kept; the seen record too unless ARGV[2] asks to forget it, which
+-- and the dead letters are kept; the seen record too unless `forget` asks to forget it, which
 -- happens in the same step (no node can join in between and crawl with the old record).
 --
 -- (store/join_scripts.py RestartScript builds the call and reads the answer.)
