@@ -16,19 +16,18 @@ import redis
 
 from ..config import DedupSettings
 from .control_state import ControlChange, ControlState, ControlStore
-from .dedup import dedup_status
 from .dedup_upkeep import DedupUpkeep
 from .errors import RolledBack, StoreError, translate_errors
 from .flush_script import FlushScript
 from .heartbeat_script import Beat, HeartbeatScript
+from .job_status import read_status
 from .join_scripts import RETRY, DedupRecord, JoinRequest, JoinScript, RestartScript
 from .keys import JobKeys
 from .lease_script import LeaseScript
-from .records import DeadLetter, FormatError, format_node_record, parse_node_record
+from .records import DeadLetter, FormatError, format_node_record
 from .records import as_text as _text
 from .script_base import new_call_id, rolled_back_counter
 from .script_results import (
-    DeadNode,
     FlushResult,
     Heartbeat,
     JobStatus,
@@ -38,7 +37,7 @@ from .script_results import (
 )
 from .write_ops import Op
 
-__all__ = ["FAILED_KEPT", "JobStore", "new_call_id", "stats_by_node"]
+__all__ = ["FAILED_KEPT", "JobStore", "new_call_id"]
 
 #: failed requests kept by default (CLUSTERSYNC_FAILED_KEEP)
 FAILED_KEPT = 1000
@@ -249,52 +248,8 @@ class JobStore:
         return self.control.read()
 
     def status(self) -> JobStatus:
-        k = self.keys
-        with translate_errors(self.client):
-            pipe = self.client.pipeline(transaction=False)
-            pipe.hgetall(k.meta)
-            pipe.zcard(k.queue)
-            pipe.zcard(k.deadlines)
-            pipe.scard(k.seen)
-            pipe.hgetall(k.stats)
-            pipe.llen(k.dead)
-            pipe.zrange(k.nodes, 0, -1, withscores=True)
-            pipe.hgetall(k.node_info)
-            pipe.hgetall(k.idle)
-            pipe.hgetall(k.bloom)
-            pipe.hgetall(k.dead_nodes)
-            pipe.time()
-            pipe.hgetall(k.scrapy_stats)
-            pipe.hgetall(k.node_stats)
-            (meta, queued, leased, seen, stats, dead, live, info, idle, bloom, deaths, now,
-             summed, per_node) = pipe.execute()
-        server_ms = int(now[0]) * 1000 + int(now[1]) // 1000
-        alive = {_text(n): score >= server_ms for n, score in live}
-        idle_since = {_text(n): int(v) for n, v in idle.items()}
-        node_stats = stats_by_node(per_node)
-        # a node back from the dead is live again (listed dead until its next heartbeat)
-        dead_nodes = sorted((DeadNode.parse(_text(n), v) for n, v in deaths.items()
-                             if not alive.get(_text(n))), key=lambda d: (d.declared_ms, d.node))
-        declared = {d.node for d in dead_nodes}
-        nodes = []
-        for raw_id, raw_info in sorted(info.items()):
-            node = _text(raw_id)
-            record = parse_node_record(raw_info)
-            record.update(id=node, alive=alive.get(node, False), idle=node in idle_since,
-                          stats=node_stats.get(node, {}))
-            if node in declared:
-                record["state"] = "dead"
-            nodes.append(record)
-        meta_t = {_text(a): _text(b) for a, b in meta.items()}
-        dedup = dedup_status(meta_t, {_text(a): _text(b) for a, b in bloom.items()}, int(seen))
-        return JobStatus(
-            job=self.keys.job, exists=bool(meta_t), queued=int(queued), leased=int(leased),
-            seen=int(dedup["entries"]), dead_letters=int(dead),
-            counters={_text(a): int(b) for a, b in stats.items()},
-            start_claimed_by=meta_t.get("start_claim"), start_done="start_done" in meta_t,
-            server_ms=server_ms, nodes=nodes, dedup=dedup, meta=meta_t, dead_nodes=dead_nodes,
-            scrapy_stats={_text(a): int(b) for a, b in summed.items()},
-        )
+        """Everything ``clustersync status`` shows of the job, read in one pipeline."""
+        return read_status(self.client, self.keys)
 
     def dead_letters(self, limit: int = 100) -> list[DeadLetter]:
         """The job's ``limit`` newest dead letters, newest first.
@@ -319,11 +274,3 @@ class JobStore:
             # UNLINK: a huge queue or Bloom layer is freed in the background, not in the call
             return int(self.client.unlink(*dict.fromkeys(names)))
 
-
-def stats_by_node(flat: dict[Any, Any]) -> dict[str, dict[str, int]]:
-    """The ``node_stats`` hash ("<node>\t<stat>" -> int) as node -> stat -> int."""
-    nodes: dict[str, dict[str, int]] = {}
-    for key, value in flat.items():
-        node, _, name = _text(key).partition("\t")
-        nodes.setdefault(node, {})[name] = int(value)
-    return nodes
