@@ -126,7 +126,7 @@ def filter_from_first_url(monkeypatch: pytest.MonkeyPatch) -> None:
     """New Bloom jobs skip their exact set: the filter takes fingerprints from the first URL, for
     tests of the filter's layers (small jobs, with their set, are tests/test_small_jobs.py)."""
     import scrapy_clustersync.store.bloom_layout
-    import scrapy_clustersync.store.job_store
+    import scrapy_clustersync.store.dedup_upkeep
 
-    for module in (scrapy_clustersync.store.bloom_layout, scrapy_clustersync.store.job_store):
+    for module in (scrapy_clustersync.store.bloom_layout, scrapy_clustersync.store.dedup_upkeep):
         monkeypatch.setattr(module, "set_limit", lambda params: 0)

@@ -21,6 +21,7 @@ from scrapy_clustersync.config import DedupSettings
 from scrapy_clustersync.store import JobStore, Op, Push, StoreError, make_client
 from scrapy_clustersync.store.bloom_layout import BloomParams, layer
 from scrapy_clustersync.store.job_store import new_call_id
+from scrapy_clustersync.store.join_scripts import DedupRecord, RestartScript
 from scrapy_clustersync.store.keys import JobKeys
 from testkit.redis_server import RedisServer
 
@@ -380,15 +381,13 @@ def test_restart_forgetting_the_seen_record_deletes_every_layer_in_one_step(
     assert len([k for k in client.scan_iter(f"{prefix}*")]) > 2  # the hash and its chunks
     client.delete(store.keys.queue, store.keys.nodes)
     # when the bloom hash changes between reading it and restarting (a node still writing)
-    stale_keys, stale_layout = store._dedup_record()
-    existing = client.exists(*stale_keys)
+    stale = DedupRecord.read(client, store.keys)
+    existing = client.exists(*stale.keys)
     client.hset(store.keys.bloom, "layout9", "changed")
-    answer = store._restart(keys=[store.keys.meta, store.keys.nodes, store.keys.queue,
-                                  store.keys.deadlines, *stale_keys],
-                            args=[0, 1, *stale_layout])
+    answer = RestartScript(client, store.keys).run(force=False, record=stale)
     # then the script does nothing and says to read it again
-    assert int(answer[0]) == -1
-    assert client.exists(*stale_keys) == existing > 100
+    assert answer is None
+    assert client.exists(*stale.keys) == existing > 100
     client.hdel(store.keys.bloom, "layout9")
     # when it is restarted, forgetting the seen record
     result = store.restart(forget_seen=True)

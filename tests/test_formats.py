@@ -92,7 +92,6 @@ def test_the_dead_letter_of_a_leased_entry_parses_to_its_id_node_time_reason_and
     assert (letter.entry_id, letter.node, letter.reason, letter.entry) == (
         entry_id, "n1", "cannot be decoded: second line", blob)
     assert before_ms <= letter.at_ms <= store.status().server_ms
-    assert not letter.refused_write
     assert letter.format() == raw
     assert store.dead_letters() == [letter]
 
@@ -110,7 +109,6 @@ def test_the_dead_letter_of_a_refused_write_parses_with_the_refused_id_and_what_
     # then it has no entry id, and keeps the write whole, newline included
     assert (letter.entry_id, letter.node, letter.reason, letter.entry) == (
         REFUSED_WRITE_ID, "n1", "refused by Redis: test", b"\x00record\nwith a newline")
-    assert letter.refused_write
     assert letter.format() == raw
 
 

@@ -145,14 +145,14 @@ def test_a_dead_start_owner_hands_start_over_in_the_call_that_declares_it_dead(
     a, b = JobStore(client, "job", "a"), JobStore(client, "job", "b")
     epoch, claimed = a.join(ttl_ms=300)
     assert claimed and b.join(ttl_ms=10_000)[1] is False
-    assert beat(b, epoch, take_start=True).start == "other"
+    assert beat(b, epoch).start == "other"
     # when a stops sending heartbeats past its dead-after
     time.sleep(0.4)
-    answer = beat(b, epoch, take_start=True)
+    answer = beat(b, epoch)
     # then b's heartbeat declared a dead and took start() over, and b can finish it
     assert (answer.declared_dead, answer.start) == ((("a", 0),), "mine")
     b.flush(epoch, [StartDone()], new_call_id())
-    assert beat(b, epoch, take_start=True).start == "done"
+    assert beat(b, epoch).start == "done"
 
 
 # ---- real nodes ---------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ from scrapy_clustersync.store import JobStore, make_client
 from scrapy_clustersync.store.errors import BadBatch
 from scrapy_clustersync.store.job_store import new_call_id
 from scrapy_clustersync.store.write_ops import (
-    OP_KINDS,
+    OP_FIELD_TYPES,
     Ack,
     DeadLetterEntry,
     DeadLetterWrite,
@@ -35,7 +35,6 @@ from scrapy_clustersync.store.write_ops import (
     StartDone,
     dead_letter_for,
     decode_op,
-    field_count,
 )
 from testkit.redis_server import RedisServer
 
@@ -135,10 +134,10 @@ def test_a_refused_write_becomes_a_dead_letter_that_keeps_what_it_was() -> None:
 
 # ---- one op table, in Python and in Lua -------------------------------------------------------
 def test_the_flush_script_has_one_op_table_and_it_agrees_with_the_records() -> None:
-    script = resources.files("scrapy_clustersync").joinpath("lua/flush.lua").read_text()
+    script = resources.files("scrapy_clustersync.store").joinpath("lua/flush.lua").read_text()
     [table] = re.findall(r"local OP_FIELDS = \{([^}]*)\}", script)
     lua = {name: int(count) for name, count in re.findall(r"(\w) = (\d+)", table)}
-    assert lua == {opcode: field_count(opcode) for opcode in OP_KINDS}
+    assert lua == {opcode: len(fields) for opcode, fields in OP_FIELD_TYPES.items()}
 
 
 @pytest.mark.parametrize("dedup", [DedupSettings("exact"), DedupSettings("bloom", 100, 0.01)],

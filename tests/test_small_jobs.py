@@ -13,7 +13,7 @@ import pytest
 import redis
 
 from scrapy_clustersync.config import ConfigError, DedupSettings
-from scrapy_clustersync.store import JobStore, Push, make_client
+from scrapy_clustersync.store import JobStore, Push, StoreError, make_client
 from scrapy_clustersync.store.bloom_layout import MIGRATE_BATCH, BloomParams, set_limit
 from scrapy_clustersync.store.job_store import new_call_id
 from scrapy_clustersync.store.keys import JobKeys
@@ -148,19 +148,18 @@ def test_no_call_of_the_move_touches_more_than_a_batch_or_blocks_redis_for_long(
     assert slowest_us < 500_000  # about 10 ms on an idle machine
 
 
-def test_a_job_of_an_older_version_keeps_its_filter_from_the_first_url(
+def test_a_job_that_stores_a_dedup_mode_this_version_does_not_write_is_not_joined(
     redis_server: RedisServer,
 ) -> None:
-    # given a job created by an older version: dedup "bloom", the filter from the first URL
+    # given a job whose meta names a dedup mode no version of the package writes ("bloom": a
+    # filter from the first URL, a format of a development version that was never released)
     client = make_client(redis_server.url)
     client.hset(KEYS.meta, mapping={"epoch": "e1", "dedup": "bloom",
                                     "bloom_capacity": 1000, "bloom_error": "0.001"})
-    store, epoch = store_for(redis_server.url, DedupSettings())
-    # when this version pushes to it
-    push(store, epoch, fingerprints(10, seed=9))
-    # then it records fingerprints as that job always did, in the filter only
-    assert store.dedup == DedupSettings("bloom", 1000, 0.001)
-    assert store.status().dedup["layers"] == 1 and not client.exists(KEYS.seen)
+    # when a node joins it, then it is refused with the way out, and writes no fingerprint
+    with pytest.raises(StoreError, match="records its fingerprints as 'bloom'.*purge"):
+        store_for(redis_server.url, DedupSettings())
+    assert not client.exists(KEYS.seen) and not client.exists(KEYS.bloom)
 
 
 def test_an_older_node_refuses_a_job_that_starts_with_a_set(redis_server: RedisServer) -> None:

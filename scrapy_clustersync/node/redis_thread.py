@@ -413,7 +413,6 @@ class SyncWorker:
             idle_after_ms=int(self.config.idle_close_after_s * 1000),
             lease_ids=sorted(self._held),
             busy_since_last=activity != self._activity_at_beat,
-            take_start=True,  # any live node takes start() over from a node that is gone
             # after an outage, nodes retry up to OUTAGE_BACKOFF_MAX_S apart: none is dead for it
             grace_ms=int((OUTAGE_BACKOFF_MAX_S + self.config.heartbeat_interval_s) * 1000),
             # a gap of two heartbeats: a live node's heartbeats come one interval apart

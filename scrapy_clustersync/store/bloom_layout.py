@@ -119,16 +119,16 @@ def set_limit(params: BloomParams) -> int:
 
 
 def layer_to_prepare(
-    params: BloomParams, active_layers: int, active_entries: int, set_entries: int | None = None
+    params: BloomParams, active_layers: int, active_entries: int, set_entries: int
 ) -> int | None:
     """The layer to allocate ahead of need, or None if none is due yet.
 
     ``active_layers`` layers are in use and the last of them holds ``active_entries``. A job
-    with no layer in use needs its first one: at once if it has no exact set before the filter
-    (``set_entries`` None), else once its set holds ``PREPARE_AT_FILL`` of ``set_limit()``.
+    with no layer in use needs its first one once its exact set holds ``set_entries``, at least
+    ``PREPARE_AT_FILL`` of ``set_limit()``.
     """
     if active_layers == 0:
-        if set_entries is None or set_entries >= PREPARE_AT_FILL * set_limit(params):
+        if set_entries >= PREPARE_AT_FILL * set_limit(params):
             return 0
         return None
     if active_entries >= PREPARE_AT_FILL * layer(params, active_layers - 1).capacity:

@@ -13,12 +13,9 @@ from __future__ import annotations
 import logging
 import time
 
-import redis
-from redis.commands.core import Script
-
 from .bloom_layout import BloomParams, layer, layer_to_prepare
-from .errors import StateLost, StoreError, StoreUnavailable, translate_errors
-from .keys import JobKeys
+from .bloom_scripts import BloomPrepareScript
+from .errors import StateLost, StoreError, StoreUnavailable
 
 logger = logging.getLogger(__name__)
 
@@ -30,21 +27,19 @@ PREPARE_RETRY_S = 10.0
 class BloomPreparer:
     """One node's side of allocating the job's next Bloom layer; several nodes may race."""
 
-    def __init__(self, step_script: Script, keys: JobKeys, client: redis.Redis) -> None:
+    def __init__(self, step_script: BloomPrepareScript) -> None:
         self._step_script = step_script
-        self._client = client
-        self._keys = keys
         self._ready = 0  # layers [0, _ready) are known to be fully allocated
         self._due: int | None = None  # the layer to allocate ahead of need (observe() says)
         self._next_chunk = 0  # how many chunks of the due layer exist, as far as this node knows
         self._retry_at = 0.0
 
     def observe(self, params: BloomParams, active_layers: int, active_entries: int,
-                set_entries: int | None = None) -> None:
+                set_entries: int) -> None:
         """Learn the filter's state from a flush: is a layer due to be allocated ahead of need?
 
-        ``set_entries``: the fingerprints in the job's exact set, None if the job has no set
-        before its filter (see bloom.layer_to_prepare).
+        ``set_entries``: the fingerprints in the job's exact set (see
+        bloom_layout.layer_to_prepare).
         """
         self._ready = max(self._ready, active_layers)
         if self._due is not None and self._due < self._ready:
@@ -94,14 +89,9 @@ class BloomPreparer:
 
     def _allocate_chunk(self, epoch: str, params: BloomParams, index: int, chunk: int) -> int:
         """One bloom_prepare.lua call; returns how many chunks of layer ``index`` exist now."""
-        shape, k = layer(params, index), self._keys
-        key = k.bloom_chunk(index, chunk)
+        shape = layer(params, index)
         try:
-            with translate_errors(self._client):
-                done = self._step_script(
-                    keys=[k.meta, k.bloom, key],
-                    args=[epoch, index, chunk, shape.chunk_bytes, shape.chunks],
-                )
+            return self._step_script.run(epoch, index, chunk, shape.chunk_bytes, shape.chunks)
         except StateLost:
             raise
         except StoreError as exc:  # an outage (out of memory, say) stays an outage
@@ -109,7 +99,6 @@ class BloomPreparer:
                 f"Redis refused chunk {chunk + 1}/{shape.chunks} ({shape.chunk_bytes:,} bytes) of "
                 f"Bloom layer {index} ({shape.bytes:,} bytes): {exc}"
             ) from exc
-        return int(done)
 
     def _layer_ready(self, index: int) -> None:
         self._ready = max(self._ready, index + 1)

@@ -17,19 +17,18 @@ they are reported, never "mended": a wrong count is the trace of an entry findin
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..codec import UndecodableEntry, _request_data
+from .check_script import CheckScript, Suspect
 from .errors import translate_errors
 from .records import FormatError, LeaseValue, parse_node_record
 from .records import as_text as _text
 
 if TYPE_CHECKING:
     from .job_store import JobStore
-
-from .job_store import _load_lua
 
 #: suspects confirmed per script call: each call holds Redis for well under a millisecond
 CONFIRM_BATCH = 200
@@ -86,7 +85,7 @@ class JobCheck:
         self.store = store
         self.client = store.client
         self.keys = store.keys
-        self._confirm = store.client.register_script(_load_lua("check"))
+        self._confirm = CheckScript(store.client, store.keys)
         #: queue scores of entries found in no structure, read from their requests
         self._scores: dict[str, str] = {}
 
@@ -184,16 +183,11 @@ class JobCheck:
                    snap: Snapshot) -> list[Finding]:
         """The suspects that hold when the script looks, each mended with ``repair``."""
         scores = self._scores
-        k = self.keys
         findings: list[Finding] = []
         for start in range(0, len(suspects), CONFIRM_BATCH):
-            args: list[str] = ["repair" if repair else "check"]
-            for kind, entry_id in suspects[start:start + CONFIRM_BATCH]:
-                args += [kind, entry_id, scores.get(entry_id, "")]
-            with translate_errors(self.client):
-                held = self._confirm(keys=[k.queue, k.entries, k.deadlines, k.leased, k.nodes],
-                                     args=args)
-            for kind, entry_id, action in _triples(held):
+            batch: list[Suspect] = [(kind, entry_id, scores.get(entry_id, ""))
+                                    for kind, entry_id in suspects[start:start + CONFIRM_BATCH]]
+            for kind, entry_id, action in self._confirm.run(batch, repair):
                 findings.append(Finding(kind, entry_id, _entry_detail(kind, entry_id, snap),
                                         action))
         return findings
@@ -251,9 +245,3 @@ def _entry_detail(kind: str, entry_id: str, snap: Snapshot) -> str:
     if entry_id in snap.leases:
         text += f" (lease {snap.leases[entry_id]})"
     return text
-
-
-def _triples(flat: Iterable[Any]) -> Iterator[tuple[str, str, str]]:
-    items = [_text(x) for x in flat]
-    for i in range(0, len(items) - 2, 3):
-        yield items[i], items[i + 1], items[i + 2]

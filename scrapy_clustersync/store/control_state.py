@@ -1,5 +1,6 @@
-"""The job's control state in Redis (pause, resume, stop): the script that changes it, the
-read that follows it, and the subscription that hears about a change at once.
+"""The job's control state in Redis (pause, resume, stop): the script that changes it
+(``ControlScript``), the read that follows it, and the subscription that hears about a change at
+once.
 
 The state is the job's meta field ``control`` (absent means running); ``control.lua`` changes
 it and publishes the new state on the job's control channel (``JobKeys.control_channel``).
@@ -17,6 +18,7 @@ import redis
 from .errors import translate_errors
 from .keys import JobKeys
 from .records import as_text
+from .script_base import JobScript
 
 RUNNING = "running"
 PAUSED = "paused"
@@ -54,25 +56,37 @@ class ControlChange:
     since_ms: int
 
 
+class ControlScript(JobScript):
+    """control.lua: ``run`` applies an action (one of ACTIONS) and publishes the new state."""
+
+    FILE = "control"
+    KEYS = ("meta", "nodes", "queue", "deadlines")
+    ARGV = ("action", "channel")
+
+    def call(self, action: str) -> tuple[list[str], list[Any]]:
+        k = self.keys
+        return [k.meta, k.nodes, k.queue, k.deadlines], [action, k.control_channel]
+
+    def run(self, action: str) -> ControlChange:
+        verdict, before, after, since = self._call(*self.call(action))
+        return ControlChange(as_text(verdict), as_text(before), as_text(after),
+                             int(as_text(since) or 0))
+
+
 class ControlStore:
     """The control state of one job: change it (``change``), read it (``read``), and hear of
     changes (``subscribe``)."""
 
-    def __init__(self, client: redis.Redis, keys: JobKeys, script: Any) -> None:
+    def __init__(self, client: redis.Redis, keys: JobKeys) -> None:
         self.client = client
         self.keys = keys
-        self._script = script
+        self._script = ControlScript(client, keys)
 
     def change(self, action: str) -> ControlChange:
         """Run ``control.lua`` with ``action`` (one of ACTIONS); one atomic call."""
         if action not in ACTIONS:
             raise ValueError(f"unknown control action {action!r}")
-        k = self.keys
-        with translate_errors(self.client):
-            verdict, before, after, since = self._script(
-                keys=[k.meta, k.nodes, k.queue, k.deadlines], args=[action, k.control_channel])
-        return ControlChange(as_text(verdict), as_text(before), as_text(after),
-                             int(as_text(since) or 0))
+        return self._script.run(action)
 
     def read(self) -> ControlState:
         """The state as Redis holds it now (one HMGET)."""

@@ -4,16 +4,16 @@ for the scripts, and what ``clustersync status`` shows of it.
 A job's meta records how it records fingerprints (``dedup``), fixed when the job is created:
 
 - ``exact``: a set of raw 20-byte fingerprints, forever (``CLUSTERSYNC_DEDUP = "exact"``);
-- ``set-then-bloom``: the set while the job is small, then the Bloom filter: new jobs with
-  ``CLUSTERSYNC_DEDUP = "bloom"`` (see bloom.py ``set_limit``, lua/dedup_migrate.lua);
-- ``bloom``: the filter from the first URL: jobs created by older versions, kept as they are.
+- ``set-then-bloom``: the set while the job is small, then the Bloom filter: jobs with
+  ``CLUSTERSYNC_DEDUP = "bloom"`` (see bloom_layout.py ``set_limit``, lua/dedup_migrate.lua).
 
-An older node joining a ``set-then-bloom`` job refuses it (its settings check does not know the
-mode), so it never adds to the filter without consulting the set.
+A job that stores any other mode was made by another program: joining it is refused
+(``check_job_mode``).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from .bloom_layout import BloomParams, expected_error, layer
@@ -23,7 +23,17 @@ from .records import BloomLayout
 
 SET_THEN_BLOOM = "set-then-bloom"
 #: the CLUSTERSYNC_DEDUP value each stored mode stands for
-SETTING_OF_JOB_MODE = {"exact": "exact", "bloom": "bloom", SET_THEN_BLOOM: "bloom"}
+SETTING_OF_JOB_MODE = {"exact": "exact", SET_THEN_BLOOM: "bloom"}
+
+
+@dataclass(frozen=True)
+class LayersDescribed:
+    """The Bloom layers a script call describes: how many, their chunk keys (layer by layer,
+    chunk by chunk) and their layouts (``BloomLayout``'s five numbers per layer, in order)."""
+
+    count: int = 0
+    chunk_keys: tuple[str, ...] = ()
+    layouts: tuple[int, ...] = ()
 
 
 def job_mode_for(setting: str) -> str:
@@ -36,17 +46,25 @@ def setting_of(job_mode: str) -> str:
     return SETTING_OF_JOB_MODE.get(job_mode, job_mode)
 
 
-def describe_layers(
-    params: BloomParams, count: int, keys: JobKeys
-) -> tuple[list[str], list[Any]]:
-    """The chunk keys and the ARGV (count, then each layout) describing ``count`` layers."""
+def check_job_mode(job: str, job_mode: str) -> None:
+    """Raise StoreError if ``job_mode``, what job ``job`` stores, is no mode this version
+    writes: the job was made by another program, and its fingerprints cannot be read."""
+    if job_mode not in SETTING_OF_JOB_MODE:
+        raise StoreError(
+            f"job {job!r} records its fingerprints as {job_mode!r}, which this version does "
+            f"not read (it writes {', '.join(map(repr, SETTING_OF_JOB_MODE))}); "
+            "`clustersync purge` the job to crawl it afresh")
+
+
+def describe_layers(params: BloomParams, count: int, keys: JobKeys) -> LayersDescribed:
+    """The first ``count`` layers of the filter of ``params``, as a script call describes them."""
     chunk_keys: list[str] = []
-    args: list[Any] = [count]
+    layouts: list[int] = []
     for index in range(count):
         each = layer(params, index)
-        args.extend(BloomLayout.of(each))
+        layouts.extend(BloomLayout.of(each))
         chunk_keys.extend(keys.bloom_chunk(index, c) for c in range(each.chunks))
-    return chunk_keys, args
+    return LayersDescribed(count, tuple(chunk_keys), tuple(layouts))
 
 
 def bloom_refusal(exc: StoreError) -> tuple[str, int]:

@@ -1,62 +1,50 @@
-"""JobStore: every Redis operation of one job, each one script call or one read pipeline."""
+"""JobStore: every Redis operation of one job, as one node (or the CLI) sees it.
+
+A facade: each script call is made by the class of its script (flush_script.py, lease_script.py,
+heartbeat_script.py, join_scripts.py, control_state.py, and dedup_upkeep.py for the Bloom
+filter's upkeep), which builds its KEYS and ARGV and parses its reply. What JobStore keeps is
+the node's state across calls: its write counter (``writes_seen``) and its dedup settings.
+"""
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
-from importlib import resources
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 import redis
 
 from ..config import DedupSettings
-from .bloom_layout import MIGRATE_BATCH, BloomParams, set_limit
-from .bloom_prepare import BloomPreparer
 from .control_state import ControlChange, ControlState, ControlStore
-from .dedup import (
-    bloom_chunks_of,
-    bloom_refusal,
-    dedup_status,
-    describe_layers,
-    job_mode_for,
-    setting_of,
-)
-from .errors import BadBatch, RolledBack, StoreError, translate_errors
+from .dedup_upkeep import DedupUpkeep
+from .errors import RolledBack, StoreError, translate_errors
+from .flush_script import FlushScript
+from .heartbeat_script import Beat, HeartbeatScript
+from .job_status import read_status
+from .join_scripts import RETRY, DedupRecord, JoinRequest, JoinScript, RestartScript
 from .keys import JobKeys
-from .records import DeadLetter, FormatError, format_node_record, parse_node_record
-from .records import as_bytes as _raw
+from .lease_script import LeaseScript
+from .records import DeadLetter, FormatError, format_node_record
 from .records import as_text as _text
+from .script_base import new_call_id, rolled_back_counter
 from .script_results import (
-    DeadNode,
-    FinishedRun,
     FlushResult,
     Heartbeat,
     JobStatus,
     Joined,
     Leased,
     Restarted,
-    parse_declared,
 )
 from .write_ops import Op
 
-DEAD_LETTERS_KEPT = 10_000
+__all__ = ["FAILED_KEPT", "JobStore", "new_call_id"]
+
 #: failed requests kept by default (CLUSTERSYNC_FAILED_KEEP)
 FAILED_KEPT = 1000
-RECLAIM_PER_LEASE = 200
 #: tries at forgetting the seen record while its Bloom filter changes (it does not, with no node)
 FORGET_TRIES = 5
-CALL_ID_BYTES = 8
 
-
-def _load_lua(name: str, *helpers: str) -> str:
-    """The script ``lua/<name>.lua``, after ``lua/prelude.lua`` and the other ``helpers``."""
-    scripts = resources.files("scrapy_clustersync.store").joinpath("lua")
-    parts = ["prelude", *helpers, name]
-    return "".join(scripts.joinpath(f"{part}.lua").read_text() for part in parts)
-
-
-def new_call_id() -> str:
-    return uuid.uuid4().hex[: CALL_ID_BYTES * 2]
+T = TypeVar("T")
 
 
 class JobStore:
@@ -80,29 +68,24 @@ class JobStore:
         #: node bumps it). A script that finds a lower value raises RolledBack: Redis lost writes
         #: it had confirmed. None: no check (the CLI, which writes without keeping state).
         self.writes_seen = writes_seen
-        #: the caller's dedup settings until join() reads the job's own
-        self.dedup = dedup or DedupSettings()
-        #: the dedup mode the job stores (see store/dedup.py); join() reads it
-        self.job_dedup = job_mode_for(self.dedup.mode)
-        self._bloom_layers_described = 1
-        self._bloom_in_use = False  # the job's filter has a layer in use, as last seen
-        self._exact_entries = 0  # the job's exact set, as last seen
-        self._flush = client.register_script(_load_lua("flush", "bloom", "tasks"))
-        self._migrate = client.register_script(_load_lua("dedup_migrate", "bloom"))
-        self._lease = client.register_script(_load_lua("lease", "tasks"))
-        self._heartbeat = client.register_script(_load_lua("heartbeat"))
-        self._join = client.register_script(_load_lua("join"))
-        self._restart = client.register_script(_load_lua("restart"))
-        self.control = ControlStore(client, self.keys,
-                                    client.register_script(_load_lua("control")))
-        self._bloom_prep = BloomPreparer(
-            client.register_script(_load_lua("bloom_prepare")), self.keys, client)
+        self._dedup = DedupUpkeep(client, self.keys, dedup or DedupSettings())
+        self._flush = FlushScript(client, self.keys, node_id, failed_keep)
+        self._lease = LeaseScript(client, self.keys, node_id)
+        self._heartbeat = HeartbeatScript(client, self.keys, node_id)
+        self._join = JoinScript(client, self.keys)
+        self._restart = RestartScript(client, self.keys)
+        self.control = ControlStore(client, self.keys)
+
+    @property
+    def dedup(self) -> DedupSettings:
+        """The caller's dedup settings until join() adopts the job's own."""
+        return self._dedup.settings
 
     def as_node(self, node_id: str, writes_seen: int) -> JobStore:
         """This job's store acting as node ``node_id`` (the spool replays a node's writes)."""
         store = JobStore(self.client, self.keys.job, node_id, self.dedup, writes_seen=writes_seen,
                          failed_keep=self.failed_keep)
-        store.job_dedup = self.job_dedup
+        store._dedup.adopt(self._dedup.job_mode, self.dedup)
         return store
 
     def ping(self) -> None:
@@ -134,30 +117,17 @@ class JobStore:
         ``recrawl`` is "" (``Joined.finished`` says when and how it ended); with "keep-seen" or
         "forget-seen" this call restarts it (``Joined.restarted``) and the node runs start();
         "forget-seen" also deletes the seen record in the same step; "join" joins it as it is.
+        Raises StoreError for a job whose stored dedup mode this version does not read.
         """
-        k, d = self.keys, self.dedup
+        ask = JoinRequest(self.node_id, uuid.uuid4().hex, ttl_ms, claim, self._dedup.job_mode,
+                          self.dedup, recrawl)
         for _ in range(FORGET_TRIES):
-            dedup_keys, layout = self._dedup_record() if recrawl == "forget-seen" else ([], [])
-            with translate_errors(self.client):
-                epoch, claimed, mode, capacity, error, *finish, restarted = self._join(
-                    keys=[k.meta, k.nodes, k.queue, k.deadlines, *dedup_keys],
-                    args=[self.node_id, uuid.uuid4().hex, ttl_ms, int(claim),
-                          job_mode_for(d.mode), d.bloom_capacity, repr(d.bloom_error_rate),
-                          recrawl, *layout],
-                )
-            if _text(restarted) != "retry":
-                break
-        else:
-            raise StoreError(f"the seen record of job {k.job!r} kept changing while it was "
-                             "being forgotten; is a node still writing to it?")
-        self.job_dedup = _text(mode)
-        self.dedup = DedupSettings(setting_of(self.job_dedup), int(capacity), float(_text(error)))
-        if self.job_dedup == "bloom":  # an older version's job: its filter from the first URL
-            self._bloom_prep.observe(self._bloom_params(), 0, 0)
-        finished = None
-        if _text(finish[0]):
-            finished = FinishedRun(*(int(_text(x) or 0) for x in finish))
-        return Joined(_text(epoch), bool(int(claimed)), finished, _text(restarted))
+            record = self._dedup_record() if recrawl == "forget-seen" else DedupRecord()
+            joined, job_mode, settings = self._join.run(ask, record)
+            if joined.restarted != RETRY:
+                self._dedup.adopt(job_mode, settings)
+                return joined
+        raise self._forget_failed()
 
     def restart(self, force: bool = False, forget_seen: bool = False) -> Restarted:
         """Make the job crawlable again: start() runs again on the next node (see restart.lua).
@@ -166,29 +136,18 @@ class JobStore:
         one with live nodes or work queued or leased. The seen record is kept unless
         ``forget_seen``: then it is deleted in the same step.
         """
-        k = self.keys
         for _ in range(FORGET_TRIES):
-            dedup_keys, layout = self._dedup_record() if forget_seen else ([], [])
-            with translate_errors(self.client):
-                done, live, queued, leased = (int(x) for x in self._restart(
-                    keys=[k.meta, k.nodes, k.queue, k.deadlines, *dedup_keys],
-                    args=[int(force), int(forget_seen), *layout]))
-            if done >= 0:
-                return Restarted(bool(done), live, queued, leased)
-        raise StoreError(f"the seen record of job {k.job!r} kept changing while it was being "
-                         "forgotten; is a node still writing to it?")
+            restarted = self._restart.run(force, self._dedup_record() if forget_seen else None)
+            if restarted is not None:
+                return restarted
+        raise self._forget_failed()
 
-    def _dedup_record(self) -> tuple[list[str], list[str]]:
-        """The keys of the job's dedup record (exact set, bloom hash, the Bloom chunks it names)
-        and the bloom hash as read (field, value pairs), which a script checks is unchanged."""
-        k = self.keys
-        with translate_errors(self.client):
-            bloom = {_text(name): _text(value)
-                     for name, value in self.client.hgetall(k.bloom).items()}
-        names = [k.seen, k.bloom]
-        for name, value in bloom.items():
-            names.extend(bloom_chunks_of(k, name, value))
-        return names, [x for pair in bloom.items() for x in pair]
+    def _dedup_record(self) -> DedupRecord:
+        return DedupRecord.read(self.client, self.keys)
+
+    def _forget_failed(self) -> StoreError:
+        return StoreError(f"the seen record of job {self.keys.job!r} kept changing while it was "
+                          "being forgotten; is a node still writing to it?")
 
     def ensure_job(self) -> str:
         """The job's epoch, creating the job if it is new (used by the CLI's seed)."""
@@ -207,61 +166,14 @@ class JobStore:
         prepared = -1  # the highest layer allocated for this batch: each retry makes progress
         while True:
             try:
-                keys, args = self._flush_call(epoch, ops, call_id)
-            except (TypeError, ValueError, OverflowError) as exc:
-                raise BadBatch(f"a write cannot be encoded for Redis ({exc})") from None
-            try:
-                raw = self._run(self._flush, keys, args)
-            except UnicodeEncodeError as exc:  # redis-py encodes text when it sends: never sent
-                raise BadBatch(f"a write cannot be encoded for Redis ({exc})") from None
-            except StoreError as exc:
-                prepared = self._grow_bloom_for_batch(epoch, exc, prepared)
+                result = self._counted(lambda writes_seen: self._flush.run(
+                    epoch, call_id, writes_seen, self._dedup.flush_dedup(), ops))
+            except StoreError as exc:  # a Bloom refusal; any other error is raised again
+                prepared = self._dedup.grow_for_batch(epoch, exc, prepared)
                 continue
-            *figures, writes = (int(x) for x in _text(raw).split())
-            self._saw_writes(writes)
-            result = FlushResult(*figures)
-            self._observe_dedup(result.bloom_layers, result.bloom_active_entries,
+            self._dedup.observe(result.bloom_layers, result.bloom_active_entries,
                                 result.exact_entries)
             return result
-
-    def _observe_dedup(self, layers: int, active_entries: int, exact_entries: int) -> None:
-        """Learn the dedup record's state from a script's answer."""
-        self._bloom_layers_described = max(1, layers)
-        self._bloom_in_use, self._exact_entries = layers > 0, exact_entries
-        if self.dedup.mode == "bloom":
-            staged = exact_entries if self.job_dedup != "bloom" else None
-            self._bloom_prep.observe(self._bloom_params(), layers, active_entries, staged)
-
-    def _run(self, script: Any, keys: list[Any], args: list[Any]) -> Any:
-        """Call ``script``; a RolledBack answer resets the counter to what Redis holds."""
-        try:
-            with translate_errors(self.client):
-                return script(keys=keys, args=args)
-        except RolledBack as exc:
-            found = str(exc).split("CLUSTERSYNC_ROLLED_BACK", 1)[1].split()[0]
-            self.writes_seen = int(found)  # start counting again from what Redis holds
-            raise
-
-    def _expected_writes(self) -> int:
-        return -1 if self.writes_seen is None else self.writes_seen
-
-    def _saw_writes(self, writes: int) -> None:
-        if self.writes_seen is not None:
-            self.writes_seen = max(self.writes_seen, writes)
-
-    def _grow_bloom_for_batch(self, epoch: str, exc: StoreError, prepared: int) -> int:
-        """Describe or allocate the layer the refused batch needs; re-raise any other error.
-
-        Returns the highest layer allocated for the batch so far.
-        """
-        name, number = bloom_refusal(exc)
-        if name == "CLUSTERSYNC_BLOOM_LAYOUT" and number > self._bloom_layers_described:
-            self._bloom_layers_described = number  # the filter grew: describe more layers
-            return prepared
-        if name == "CLUSTERSYNC_BLOOM_NOT_READY" and number > prepared:
-            self._bloom_prep.prepare(epoch, self._bloom_params(), number)
-            return number
-        raise exc
 
     def prepare_bloom(self, epoch: str) -> bool:
         """One bounded step of the Bloom filter's upkeep, if one is due; True if more remain.
@@ -269,74 +181,29 @@ class JobStore:
         Meant for the node's Redis thread between other calls. Either allocates one chunk of
         the next layer (about 1/32 of it), so that a layer is ready before a batch needs it
         (once the active layer is PREPARE_AT_FILL full, or the exact set of a new job is, see
-        bloom.py); or, once the filter is in use, moves up to MIGRATE_BATCH fingerprints of
-        the job's exact set into it. Makes no Redis call at all when nothing is due. Never
+        bloom_layout.py); or, once the filter is in use, moves up to MIGRATE_BATCH fingerprints
+        of the job's exact set into it. Makes no Redis call at all when nothing is due. Never
         needed for correctness: a flush allocates what it needs itself, and checks the set and
         the filter both while the set is not empty.
         """
-        if self.dedup.mode != "bloom":
-            return False
-        if self._bloom_prep.step(epoch, self._bloom_params()):
-            return True
-        if not (self._bloom_in_use and self._exact_entries):
-            return False
-        return self._migrate_step(epoch)
+        return self._dedup.step(epoch)
 
-    def _migrate_step(self, epoch: str) -> bool:
-        """One dedup_migrate.lua call; True if the exact set still holds fingerprints."""
-        prepared = -1
-        while True:
-            chunk_keys, layout = describe_layers(
-                self._bloom_params(), self._bloom_layers_described, self.keys)
-            k = self.keys
-            try:
-                with translate_errors(self.client):
-                    raw = self._migrate(keys=[k.meta, k.seen, k.bloom, *chunk_keys],
-                                        args=[epoch, MIGRATE_BATCH, *layout])
-            except StoreError as exc:
-                prepared = self._grow_bloom_for_batch(epoch, exc, prepared)
-                continue
-            _, left, layers, entries = (int(x) for x in _text(raw).split())
-            self._observe_dedup(layers, entries, left)
-            return left > 0
-
-    def _flush_call(
-        self, epoch: str, ops: Sequence[Op], call_id: str
-    ) -> tuple[list[str], list[Any]]:
-        k = self.keys
-        keys = [k.meta, k.queue, k.entries, k.deadlines, k.leased, k.seen, k.stats, k.dead,
-                k.last_call(self.node_id), k.bloom, k.failed, k.tasks, k.task_of,
-                k.scrapy_stats, k.node_stats]
-        args: list[Any] = [epoch, call_id, self.node_id, DEAD_LETTERS_KEPT, self.job_dedup,
-                           self._expected_writes()]
-        if self.dedup.mode == "bloom":
-            params = self._bloom_params()
-            chunk_keys, layout = describe_layers(params, self._bloom_layers_described, k)
-            keys.extend(chunk_keys)
-            count, *layouts = layout  # ARGV: set limit, layers described, failed_max, layouts
-            args.extend([set_limit(params), count, self.failed_keep, *layouts])
-        else:
-            args.extend([0, 0, self.failed_keep])
-        for op in ops:
-            args.extend(op.args())
-        return keys, args
-
-    def _bloom_params(self) -> BloomParams:
-        return BloomParams(self.dedup.bloom_capacity, self.dedup.bloom_error_rate)
+    def _counted(self, call: Callable[[int], tuple[T, int]]) -> T:
+        """``call(writes_seen)``'s answer; the write counter it returns is remembered, and a
+        RolledBack answer resets the counter to what Redis holds."""
+        try:
+            answer, writes = call(-1 if self.writes_seen is None else self.writes_seen)
+        except RolledBack as exc:
+            self.writes_seen = rolled_back_counter(exc)  # count again from what Redis holds
+            raise
+        if self.writes_seen is not None:
+            self.writes_seen = max(self.writes_seen, writes)
+        return answer
 
     def lease(self, epoch: str, count: int, lease_ms: int, call_id: str) -> list[Leased]:
         """Lease up to ``count`` entries, in the queue's order."""
-        k = self.keys
-        writes, *flat = self._run(
-            self._lease,
-            [k.meta, k.queue, k.entries, k.deadlines, k.leased, k.stats, k.last_call(self.node_id),
-             k.tasks, k.task_of],
-            [epoch, call_id, self.node_id, count, lease_ms, RECLAIM_PER_LEASE,
-             self._expected_writes()],
-        )
-        self._saw_writes(int(writes))
-        return [Leased(_text(flat[i]), _raw(flat[i + 1]), -float(flat[i + 2]))
-                for i in range(0, len(flat), 3)]
+        return self._counted(
+            lambda writes_seen: self._lease.run(epoch, call_id, count, lease_ms, writes_seen))
 
     def heartbeat(
         self,
@@ -349,42 +216,28 @@ class JobStore:
         idle_after_ms: int,
         lease_ids: Sequence[str],
         busy_since_last: bool = False,
-        take_start: bool = False,
         grace_ms: int = 0,
         told_ms: int = 0,
         gap_ms: int = 0,
     ) -> Heartbeat:
         """Keep the node alive for ``ttl_ms`` (its NODE_DEAD_AFTER; 0: it leaves), renew
         leases, declare dead the nodes whose liveness ran out (their leases back in the queue:
-        ``Heartbeat.declared_dead``), learn if all is done.
+        ``Heartbeat.declared_dead``), take the start() claim over if its holder is gone
+        (``Heartbeat.start == "mine"`` then), learn if all is done.
 
         ``busy_since_last``: the node worked since its last heartbeat, so an idle node's idle
-        time starts now. ``take_start``: the node takes the start() claim over if its holder
-        is gone (``Heartbeat.start == "mine"`` then); every node asks for it. ``grace_ms``:
-        after a gap with no heartbeat from any node (Redis was away) the nodes alive before it
-        get that long more before they can be declared dead; ``gap_ms``: how long such a gap
-        must be (0: ``ttl_ms``; the worker passes two heartbeat intervals, so that an outage
-        shorter than ``ttl_ms`` that still lets a node's deadline pass is pardoned too).
-        ``Heartbeat.my_death`` is set if
-        another node had declared this one dead: it is live again now, and answered the same
-        record until a heartbeat passes its ``declared_ms`` as ``told_ms``.
+        time starts now. ``grace_ms``: after a gap with no heartbeat from any node (Redis was
+        away) the nodes alive before it get that long more before they can be declared dead;
+        ``gap_ms``: how long such a gap must be (0: ``ttl_ms``; the worker passes two heartbeat
+        intervals, so that an outage shorter than ``ttl_ms`` that still lets a node's deadline
+        pass is pardoned too). ``Heartbeat.my_death`` is set if another node had declared this
+        one dead: it is live again now, and answered the same record until a heartbeat passes
+        its ``declared_ms`` as ``told_ms``.
         """
-        k = self.keys
         idle_flag = (2 if busy_since_last else 1) if idle else 0
-        args: list[Any] = [epoch, self.node_id, ttl_ms, lease_ms, format_node_record(info),
-                           idle_flag, idle_after_ms, self._expected_writes(), int(take_start),
-                           grace_ms, told_ms, gap_ms, *lease_ids]
-        (finished, queued, leased, live, now_ms, writes, start, wait_ms, done, declared,
-         my_death) = self._run(
-            self._heartbeat,
-            [k.meta, k.nodes, k.node_info, k.idle, k.deadlines, k.leased, k.queue,
-             k.last_call(self.node_id), k.stats, k.dead_nodes],
-            args,
-        )
-        self._saw_writes(int(writes))
-        return Heartbeat(bool(finished), int(queued), int(leased), int(live), int(now_ms),
-                         _text(start), int(wait_ms), int(done), parse_declared(_text(declared)),
-                         DeadNode.parse(self.node_id, my_death) if _text(my_death) else None)
+        beat = Beat(ttl_ms, lease_ms, format_node_record(info), idle_flag, idle_after_ms,
+                    grace_ms, told_ms, gap_ms, lease_ids)
+        return self._counted(lambda writes_seen: self._heartbeat.run(epoch, beat, writes_seen))
 
     def set_control(self, action: str) -> ControlChange:
         """Pause, resume or stop the job for every node, or settle a stop (see control.lua)."""
@@ -395,52 +248,8 @@ class JobStore:
         return self.control.read()
 
     def status(self) -> JobStatus:
-        k = self.keys
-        with translate_errors(self.client):
-            pipe = self.client.pipeline(transaction=False)
-            pipe.hgetall(k.meta)
-            pipe.zcard(k.queue)
-            pipe.zcard(k.deadlines)
-            pipe.scard(k.seen)
-            pipe.hgetall(k.stats)
-            pipe.llen(k.dead)
-            pipe.zrange(k.nodes, 0, -1, withscores=True)
-            pipe.hgetall(k.node_info)
-            pipe.hgetall(k.idle)
-            pipe.hgetall(k.bloom)
-            pipe.hgetall(k.dead_nodes)
-            pipe.time()
-            pipe.hgetall(k.scrapy_stats)
-            pipe.hgetall(k.node_stats)
-            (meta, queued, leased, seen, stats, dead, live, info, idle, bloom, deaths, now,
-             summed, per_node) = pipe.execute()
-        server_ms = int(now[0]) * 1000 + int(now[1]) // 1000
-        alive = {_text(n): score >= server_ms for n, score in live}
-        idle_since = {_text(n): int(v) for n, v in idle.items()}
-        node_stats = stats_by_node(per_node)
-        # a node back from the dead is live again (listed dead until its next heartbeat)
-        dead_nodes = sorted((DeadNode.parse(_text(n), v) for n, v in deaths.items()
-                             if not alive.get(_text(n))), key=lambda d: (d.declared_ms, d.node))
-        declared = {d.node for d in dead_nodes}
-        nodes = []
-        for raw_id, raw_info in sorted(info.items()):
-            node = _text(raw_id)
-            record = parse_node_record(raw_info)
-            record.update(id=node, alive=alive.get(node, False), idle=node in idle_since,
-                          stats=node_stats.get(node, {}))
-            if node in declared:
-                record["state"] = "dead"
-            nodes.append(record)
-        meta_t = {_text(a): _text(b) for a, b in meta.items()}
-        dedup = dedup_status(meta_t, {_text(a): _text(b) for a, b in bloom.items()}, int(seen))
-        return JobStatus(
-            job=self.keys.job, exists=bool(meta_t), queued=int(queued), leased=int(leased),
-            seen=int(dedup["entries"]), dead_letters=int(dead),
-            counters={_text(a): int(b) for a, b in stats.items()},
-            start_claimed_by=meta_t.get("start_claim"), start_done="start_done" in meta_t,
-            server_ms=server_ms, nodes=nodes, dedup=dedup, meta=meta_t, dead_nodes=dead_nodes,
-            scrapy_stats={_text(a): int(b) for a, b in summed.items()},
-        )
+        """Everything ``clustersync status`` shows of the job, read in one pipeline."""
+        return read_status(self.client, self.keys)
 
     def dead_letters(self, limit: int = 100) -> list[DeadLetter]:
         """The job's ``limit`` newest dead letters, newest first.
@@ -461,15 +270,7 @@ class JobStore:
         with translate_errors(self.client):
             nodes = [_text(n) for n in self.client.hkeys(k.node_info)]
             names = k.shared_keys() + [k.last_call(n) for n in nodes + ["cli"]]
-            names.extend(self._dedup_record()[0])
+            names.extend(DedupRecord.read(self.client, k).keys)
             # UNLINK: a huge queue or Bloom layer is freed in the background, not in the call
             return int(self.client.unlink(*dict.fromkeys(names)))
 
-
-def stats_by_node(flat: dict[Any, Any]) -> dict[str, dict[str, int]]:
-    """The ``node_stats`` hash ("<node>\t<stat>" -> int) as node -> stat -> int."""
-    nodes: dict[str, dict[str, int]] = {}
-    for key, value in flat.items():
-        node, _, name = _text(key).partition("\t")
-        nodes.setdefault(node, {})[name] = int(value)
-    return nodes

@@ -19,34 +19,34 @@ class JobKeys:
     - ``queue``    sorted set: entry id, score = -priority; equal scores sort by id, i.e. FIFO
     - ``entries``  hash: entry id -> encoded request
     - ``deadlines`` sorted set: leased entry id -> lease deadline (Redis server time, ms)
-    - ``leased``   hash: leased entry id -> "<queue score>|<node id>" (formats.LeaseValue)
+    - ``leased``   hash: leased entry id -> "<queue score>|<node id>" (records.LeaseValue)
     - ``seen``     set: raw 20-byte request fingerprints (exact dedup; a Bloom job's first ones
       until they move into the filter, see store/dedup.py)
     - ``stats``    hash: job counters (pushed, filtered, leased, acked, reclaimed, dead)
     - ``nodes``    sorted set: node id -> liveness deadline (server time, ms)
     - ``node_info`` hash: node id -> JSON record (host, pid, state, figures; see
-      formats.format_node_record)
+      records.format_node_record)
     - ``idle``     hash: node id -> server ms since which the node is idle
     - ``dead_nodes`` hash: node id -> JSON record of its death, written by the heartbeat that
       declared it dead (heartbeat.lua: declared_ms, by, deadline_ms, leases_returned, record);
       the field goes when the node comes back
     - ``bloom``    hash: Bloom filter state (active layers, entries and layout per layer, the
-      layout as formats.BloomLayout writes it, and ``prepared<layer>``: how many chunks of a
+      layout as records.BloomLayout writes it, and ``prepared<layer>``: how many chunks of a
       layer exist, allocated ahead of need)
     - ``bloom:<layer>:<chunk>`` string: the bits of one chunk of a Bloom layer
-    - ``dead``     list: dead letters, newest first (formats.DeadLetter): plain text, not
+    - ``dead``     list: dead letters, newest first (records.DeadLetter): plain text, not
       msgpack: "<entry id>\t<node>\t<server ms>\t<reason>", a newline, then the entry's encoded
-      request; for a refused write "-" as the id, then what was refused (ops.dead_letter_for)
+      request; for a refused write "-" as the id, then what was refused (write_ops.dead_letter_for)
     - ``meta`` also holds ``control`` (running, paused, stopping, stopped; absent = running) and
       ``control_ms``, written by control.lua; ``control`` is also the name of the job's pub/sub
       channel (``control_channel``), which is not a key
     - ``failed``   list: the newest failed requests, a JSON object each (lua/tasks.lua;
-      store/tasks.py FailedRequest), at most ``CLUSTERSYNC_FAILED_KEEP``
+      store/task_records.py FailedRequest), at most ``CLUSTERSYNC_FAILED_KEEP``
     - ``tasks``    hash: the user's task id -> its record, a JSON object (lua/tasks.lua;
-      store/tasks.py TaskRecord)
+      store/task_records.py TaskRecord)
     - ``task_of``  hash: entry id -> task id, while an entry of a task is queued or leased
     - ``scrapy_stats`` hash: the nodes' Scrapy stats (pages, items, errors, responses by
-      status, retries, bytes: clusterstats.py SUMMED), summed over every node of the job
+      status, retries, bytes: plugin/stats_sender.py SUMMED), summed over every node of the job
     - ``node_stats`` hash: "<node id>\t<stat>" -> the same, per node
     - ``call:<node>`` hash: the node's write counter (``writes``, see flush.lua) and its last
       flush and lease call ids with their results (a retried call changes nothing more)
@@ -130,12 +130,12 @@ class JobKeys:
         return self._key("bloom")
 
     def bloom_chunk(self, layer: int, chunk: int) -> str:
-        """One string of a Bloom filter layer (layers are cut into chunks, see bloom.py)."""
+        """One string of a Bloom filter layer (layers are cut into chunks, see bloom_layout.py)."""
         return self._key(f"bloom:{layer}:{chunk}")
 
-    def last_call(self, node_id: str) -> str:
+    def last_call(self, node: str) -> str:
         """The node's last script call id and result, so a retried call changes nothing more."""
-        return self._key(f"call:{node_id}")
+        return self._key(f"call:{node}")
 
     @property
     def control_channel(self) -> str:

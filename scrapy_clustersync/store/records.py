@@ -3,15 +3,15 @@
 The Lua scripts write most of these values. Each format has one place in the Lua too, named
 here, and tests read what the scripts wrote back through these parsers (tests/test_formats.py):
 
-- ``BloomLayout``: bloom hash field ``layout<i>``; flush.lua ``layout_text``, and the layer
+- ``BloomLayout``: bloom hash field ``layout<i>``; bloom.lua ``layout_text``, and the layer
   descriptions of the flush script's ARGV, in the same field order (``layout_from_argv``)
 - ``LeaseValue``: a value of the leased hash; prelude.lua ``lease_value`` and ``parse_lease``
-  (used by flush.lua, lease.lua and heartbeat.lua)
+  (used by flush.lua, lease.lua, heartbeat.lua and check.lua)
 - ``DeadLetter``: an item of the dead list; flush.lua ``dead_letter`` (for ops D and X)
 - node record: a value of the node_info hash, the JSON object the node sends with each
   heartbeat (heartbeat.lua stores it as it is)
 - death record: a value of the dead_nodes hash, JSON written by heartbeat.lua ``declare_dead``
-  (declared_ms first: the script matches it there) and parsed by results.py ``DeadNode``
+  (declared_ms first: the script matches it there) and parsed by script_results.py ``DeadNode``
 
 No Redis here: values come in as redis-py returns them (bytes) or as text.
 """
@@ -106,7 +106,7 @@ class DeadLetter:
 
     ``entry_id``: the dead entry's id, or ``REFUSED_WRITE_ID`` for a write Redis refused;
     ``node``: the node that wrote it; ``at_ms``: Redis server time; ``entry``: the entry's
-    encoded request (b"" if it was gone), or for a refused write what ops.dead_letter_for
+    encoded request (b"" if it was gone), or for a refused write what write_ops.dead_letter_for
     kept of it. A newline in the reason is stored as a space.
     """
 
@@ -115,10 +115,6 @@ class DeadLetter:
     at_ms: int
     reason: str
     entry: bytes
-
-    @property
-    def refused_write(self) -> bool:
-        return self.entry_id == REFUSED_WRITE_ID
 
     def format(self) -> bytes:
         head = "\t".join([self.entry_id, self.node, str(self.at_ms), one_line(self.reason)])
@@ -144,8 +140,8 @@ def one_line(reason: str) -> str:
 def format_node_record(info: Mapping[str, Any]) -> str:
     """The node record a heartbeat stores: ``info`` (JSON-ready values) as a JSON object.
 
-    What a node sends is nodeinfo.py's snapshot and its state ("starting", "crawling",
-    "idle", "disconnected", "closed"; worker.py ``_state``); readers take every field as
+    What a node sends is node/node_record.py's snapshot and its state ("starting", "crawling",
+    "idle", "disconnected", "closed"; node/redis_thread.py ``_state``); readers take every field as
     optional.
     """
     return json.dumps(dict(info))

@@ -80,7 +80,7 @@ class DeadNode:
     deadline_ms: int
     #: how many of its leases went back to the queue
     leases_returned: int
-    #: its last node record (nodeinfo.py): what it held then (leased, prefetched, inflight...)
+    #: its last node record (node/node_record.py): what it held then (leased, prefetched...)
     record: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -174,7 +174,7 @@ class JobStatus:
     dedup: dict[str, Any] = field(default_factory=dict)
     #: the job's meta hash as text (epoch, dedup settings, start claim, finish record...)
     meta: dict[str, str] = field(default_factory=dict)
-    #: the Scrapy stats of every node, summed (clusterstats.py); each node's are in its record
+    #: the Scrapy stats of every node, summed (plugin/stats_sender.py); each node's in its record
     scrapy_stats: dict[str, int] = field(default_factory=dict)
     #: the nodes declared dead and not come back, oldest death first
     dead_nodes: list[DeadNode] = field(default_factory=list)

@@ -64,8 +64,7 @@ class Push(_WriteOp):
 
     ``fingerprint``: the 20-byte cluster fingerprint, added to the job's dedup record; ``b""``
     with ``PushFlags.DONT_FILTER`` (no dedup check, no add). ``priority``: higher is leased
-    first. ``flags``: ``PushFlags``; a spool file of an older version holds 0 or 1 (dont_filter)
-    there, which reads the same.
+    first. ``flags``: ``PushFlags``.
     """
 
     OPCODE: ClassVar[str] = "P"
@@ -105,8 +104,8 @@ class TaskPush(Push):
     """A push of a request that belongs to the user's task ``task`` (opcode ``T``).
 
     The script keeps entry -> task, so that the lease and the ack of the entry update the task
-    without decoding the request. A push without a task stays a ``P`` op (the same arguments as
-    before tasks existed: spool files of either version read the same).
+    without decoding the request. A push without a task is a ``P`` op, with no task field:
+    nearly every push has none.
     """
 
     OPCODE: ClassVar[str] = "T"
@@ -152,7 +151,7 @@ class Ack(_LeaseOp):
     ACTION: ClassVar[str] = "ack"
 
     def as_release(self) -> Release:
-        """The release of the same lease: the request is crawled again (see worker.py)."""
+        """The release of the same lease: the request is crawled again (node/redis_thread.py)."""
         return Release(self.entry_id)
 
 
@@ -266,11 +265,6 @@ def _field_types(kind: type[Op]) -> tuple[tuple[str, type], ...]:
 
 #: opcode -> (name, type) of each field after it, in order
 OP_FIELD_TYPES = {opcode: _field_types(kind) for opcode, kind in OP_KINDS.items()}
-
-
-def field_count(opcode: str) -> int:
-    """How many fields follow ``opcode`` in the script's arguments (KeyError if unknown)."""
-    return len(OP_FIELD_TYPES[opcode])
 
 
 def decode_op(args: Sequence[Any]) -> Op:

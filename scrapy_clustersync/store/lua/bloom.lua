@@ -1,20 +1,21 @@
 -- bloom: the job's scalable Bloom filter, prepended (after prelude.lua) to the scripts that read
--- or fill it: flush.lua and dedup_migrate.lua (see store/job.py _load_lua).
+-- or fill it: flush.lua and dedup_migrate.lua (store/script_base.py load_lua).
 --
 -- The calling script describes the filter's layers in its ARGV and passes their chunk strings in
--- its KEYS, and calls bloom_setup(state key, ARGV index of the first layout, described layers,
--- KEYS index of the first chunk) before anything else here. The bloom hash (state key) holds:
+-- its KEYS, and calls bloom_setup(state key, argv, index of the first layout in argv, described
+-- layers, keys, index of the first chunk in keys) before anything else here; no function here
+-- reads KEYS or ARGV itself. The bloom hash (state key) holds:
 -- layers (active count), count<i>, layout<i>, prepared<i> (chunks of layer i that exist, made by
 -- bloom_prepare.lua). No function here allocates a layer: bloom_refusal() refuses a call that
 -- may need one that is not described or not fully allocated, before the script writes anything.
 local BLOOM = {layers = {}, active = 0, needed = 0}
 
--- A Bloom layer's layout, in the field order of store/formats.py BloomLayout: as ARGV describes
+-- A Bloom layer's layout, in the field order of store/records.py BloomLayout: as ARGV describes
 -- each layer, and as bloom field layout<i> stores it (the numbers, space-separated).
 local LAYOUT = {'bits', 'hashes', 'chunk_bits', 'chunks', 'capacity'}
-local function layout_from_argv(base)
+local function layout_from_argv(argv, base)
   local layer = {}
-  for j, name in ipairs(LAYOUT) do layer[name] = tonumber(ARGV[base + j - 1]) end
+  for j, name in ipairs(LAYOUT) do layer[name] = tonumber(argv[base + j - 1]) end
   return layer
 end
 local function layout_text(layer)
@@ -23,11 +24,11 @@ local function layout_text(layer)
   return table.concat(values, ' ')
 end
 
-local function bloom_setup(state_key, layout_base, described, first_chunk_key)
-  BLOOM.key, BLOOM.described = state_key, described
+local function bloom_setup(state_key, argv, layout_base, described, keys, first_chunk_key)
+  BLOOM.key, BLOOM.described, BLOOM.keys = state_key, described, keys
   local key = first_chunk_key
   for l = 1, described do
-    BLOOM.layers[l] = layout_from_argv(layout_base + #LAYOUT * (l - 1))
+    BLOOM.layers[l] = layout_from_argv(argv, layout_base + #LAYOUT * (l - 1))
     BLOOM.layers[l].first_key = key
     key = key + BLOOM.layers[l].chunks
   end
@@ -101,7 +102,7 @@ end
 local function bit_of(layer, h1, h2, h3, i)
   local pos = math.fmod(h1 + i * h2 + i * i * h3, layer.bits)
   local chunk = math.floor(pos / layer.chunk_bits)
-  return KEYS[layer.first_key + chunk], pos - chunk * layer.chunk_bits
+  return BLOOM.keys[layer.first_key + chunk], pos - chunk * layer.chunk_bits
 end
 
 local function in_layer(layer, h1, h2, h3)

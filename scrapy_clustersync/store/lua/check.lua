@@ -1,37 +1,47 @@
--- check: confirm, and with ARGV[1] = 'repair' mend, what `clustersync check` suspects of the
--- job's entries (store/check.py finds the suspects from reads that are not one snapshot, so each
+-- check: confirm, and with mode 'repair' mend, what `clustersync check` suspects of the
+-- job's entries (store/consistency.py finds the suspects from reads that are not one snapshot, so each
 -- is confirmed here, atomically, before it is reported or mended: a crawl running meanwhile
 -- never turns a suspect into a wrong repair).
 --
--- KEYS[1]  queue      zset  entry id -> queue score (-priority)
--- KEYS[2]  entries    hash  entry id -> encoded request
--- KEYS[3]  deadlines  zset  leased entry id -> lease deadline (server ms)
--- KEYS[4]  leased     hash  leased entry id -> "<queue score>|<node>"
--- KEYS[5]  nodes      zset  node id -> liveness deadline (server ms)
--- ARGV[1]  mode  'check' | 'repair'
--- ARGV[2..] triples: kind, entry id, queue score ('' unless the caller read it from the entry's
---           request: what an entry that is in no structure goes back to the queue with)
+-- (store/check_script.py CheckScript builds the call and reads the answer.)
+--
+-- KEYS[1]  queue      zset    entry id -> queue score (-priority)
+-- KEYS[2]  entries    hash    entry id -> encoded request
+-- KEYS[3]  deadlines  zset    leased entry id -> lease deadline (server ms)
+-- KEYS[4]  leased     hash    leased entry id -> "<queue score>|<node>"
+-- KEYS[5]  nodes      zset    node id -> liveness deadline (server ms)
+-- ARGV[1]  mode       string  'check' | 'repair'
+-- ARGV[2..] suspect   string  triples: kind, entry id, queue score ('' unless the caller read it
+--                             from the entry's request: what an entry that is in no structure
+--                             goes back to the queue with)
 -- Returns, for each suspect that holds: kind, id, what was done ('' in check mode).
+local queue_key = KEYS[1]
+local entries_key = KEYS[2]
+local deadlines_key = KEYS[3]
+local leased_key = KEYS[4]
+local nodes_key = KEYS[5]
+local mode = ARGV[1]
+local suspect_from = 2
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local repair = ARGV[1] == 'repair'
+local repair = mode == 'repair'
 local out = {}
 
-local function queued(id) return redis.call('ZSCORE', KEYS[1], id) end
-local function has_entry(id) return redis.call('HEXISTS', KEYS[2], id) == 1 end
-local function deadline(id) return redis.call('ZSCORE', KEYS[3], id) end
-local function lease(id) return parse_lease(redis.call('HGET', KEYS[4], id)) end
+local function queued(id) return redis.call('ZSCORE', queue_key, id) end
+local function has_entry(id) return redis.call('HEXISTS', entries_key, id) == 1 end
+local function deadline(id) return redis.call('ZSCORE', deadlines_key, id) end
+local function lease(id) return parse_lease(redis.call('HGET', leased_key, id)) end
 local function live(node)
-  local until_ms = redis.call('ZSCORE', KEYS[5], node)
+  local until_ms = redis.call('ZSCORE', nodes_key, node)
   return until_ms and tonumber(until_ms) >= now_ms
 end
 local function drop_lease(id)
-  redis.call('ZREM', KEYS[3], id)
-  redis.call('HDEL', KEYS[4], id)
+  redis.call('ZREM', deadlines_key, id)
+  redis.call('HDEL', leased_key, id)
 end
 local function requeue(id, score)
   drop_lease(id)
-  redis.call('ZADD', KEYS[1], score, id)
+  redis.call('ZADD', queue_key, score, id)
 end
 
 -- each kind: does it hold now, and how it is mended (returns what was done)
@@ -48,7 +58,7 @@ local KINDS = {
     -- would not tell it, and it would crawl them while another node does
     mend = function(id)
       local _, owner = lease(id)
-      if redis.call('ZSCORE', KEYS[5], owner) then
+      if redis.call('ZSCORE', nodes_key, owner) then
         return 'left alone: node ' .. owner .. ' is still listed; a live node\'s heartbeat ' ..
                'declares it dead'
       end
@@ -61,7 +71,7 @@ local KINDS = {
     mend = function(id)
       local _, owner = lease(id)
       if owner and live(owner) then
-        redis.call('ZREM', KEYS[1], id)
+        redis.call('ZREM', queue_key, id)
         return 'removed from the queue: leased to live node ' .. owner
       end
       drop_lease(id)
@@ -71,7 +81,7 @@ local KINDS = {
   queued_without_entry = {
     holds = function(id) return queued(id) and not has_entry(id) end,
     mend = function(id)
-      redis.call('ZREM', KEYS[1], id)
+      redis.call('ZREM', queue_key, id)
       return 'removed from the queue'
     end,
   },
@@ -94,7 +104,7 @@ local KINDS = {
     mend = function(id, score)
       drop_lease(id)
       if queued(id) then return 'deadline dropped: it stays queued' end
-      redis.call('ZADD', KEYS[1], score ~= '' and score or '0', id)
+      redis.call('ZADD', queue_key, score ~= '' and score or '0', id)
       return 'returned to the queue'
     end,
   },
@@ -103,13 +113,13 @@ local KINDS = {
       return has_entry(id) and not queued(id) and not lease(id) and not deadline(id)
     end,
     mend = function(id, score)
-      redis.call('ZADD', KEYS[1], score ~= '' and score or '0', id)
+      redis.call('ZADD', queue_key, score ~= '' and score or '0', id)
       return 'returned to the queue'
     end,
   },
 }
 
-for i = 2, #ARGV - 2, 3 do
+for i = suspect_from, #ARGV - 2, 3 do
   local kind, id, score = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   local rule = KINDS[kind]
   if not rule then

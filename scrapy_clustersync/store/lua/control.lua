@@ -1,41 +1,48 @@
 -- control: pause, resume or stop a job for every node, or settle a stop (stopping -> stopped
 -- once no live node is left). The state is the meta field `control` (absent = running), with
 -- `control_ms`, the server time of its last change. A change is PUBLISHed on the job's control
--- channel (ARGV[2]), so that nodes apply it at once; nodes also re-read the field every
+-- channel (`channel`), so that nodes apply it at once; nodes also re-read the field every
 -- fraction of a second (control.py), so one that missed the message converges.
 --
--- KEYS[1]  meta       hash  epoch, control, control_ms, finished_ms (heartbeat.lua's finish record)
--- KEYS[2]  nodes      zset  node id -> liveness deadline (server ms)
--- KEYS[3]  queue      zset  entry id -> -priority
--- KEYS[4]  deadlines  zset  leased entry id -> lease deadline (server ms)
--- ARGV[1]  action  string  "pause", "resume", "stop" or "settle" (change nothing but a stop
---                          that no live node holds up any more)
--- ARGV[2]  channel string  the job's control channel (keys.py JobKeys.control_channel)
+-- (store/control_state.py ControlScript builds the call and reads the answer.)
+--
+-- KEYS[1]  meta       hash    epoch, control, control_ms, finished_ms (heartbeat.lua's record)
+-- KEYS[2]  nodes      zset    node id -> liveness deadline (server ms)
+-- KEYS[3]  queue      zset    entry id -> -priority
+-- KEYS[4]  deadlines  zset    leased entry id -> lease deadline (server ms)
+-- ARGV[1]  action     string  "pause", "resume", "stop" or "settle" (change nothing but a stop
+--                             that no live node holds up any more)
+-- ARGV[2]  channel    string  the job's control channel (keys.py JobKeys.control_channel)
 -- Returns {verdict, before, after, control_ms}: verdict is "changed", "same" (already so:
 -- nothing done), "finished" (the job finished: pause and stop make no sense, nothing done),
 -- "stopping" (pause refused while a stop is under way or done) or "absent" (no such job);
 -- before and after are running, paused, stopping or stopped; control_ms is the server ms of
 -- the state's last change ("" if never changed).
 -- Bounded: a few hash fields, ZCARDs and one ZCOUNT.
+local meta_key = KEYS[1]
+local nodes_key = KEYS[2]
+local queue_key = KEYS[3]
+local deadlines_key = KEYS[4]
+local action = ARGV[1]
+local channel = ARGV[2]
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-if not redis.call('HGET', KEYS[1], 'epoch') then
+if not redis.call('HGET', meta_key, 'epoch') then
   return {'absent', '', '', ''}
 end
 local function set_state(state)
-  redis.call('HSET', KEYS[1], 'control', state, 'control_ms', now_ms)
-  redis.call('PUBLISH', ARGV[2], state)
+  redis.call('HSET', meta_key, 'control', state, 'control_ms', now_ms)
+  redis.call('PUBLISH', channel, state)
 end
-local state = redis.call('HGET', KEYS[1], 'control') or 'running'
-if state == 'stopping' and redis.call('ZCOUNT', KEYS[2], now_ms, '+inf') == 0 then
+local state = redis.call('HGET', meta_key, 'control') or 'running'
+if state == 'stopping' and redis.call('ZCOUNT', nodes_key, now_ms, '+inf') == 0 then
   state = 'stopped'  -- every node left (or died): the stop is complete
   set_state(state)
 end
 local before = state
 -- finished as join.lua sees it: recorded by heartbeat.lua, and nothing queued or leased since
-local finished = state == 'running' and redis.call('HEXISTS', KEYS[1], 'finished_ms') == 1
-  and redis.call('ZCARD', KEYS[3]) == 0 and redis.call('ZCARD', KEYS[4]) == 0
-local action = ARGV[1]
+local finished = state == 'running' and redis.call('HEXISTS', meta_key, 'finished_ms') == 1
+  and redis.call('ZCARD', queue_key) == 0 and redis.call('ZCARD', deadlines_key) == 0
 local verdict = 'same'
 local after = state
 if action == 'pause' then
@@ -49,10 +56,10 @@ elseif action == 'stop' then
   elseif state == 'running' or state == 'paused' then after = 'stopping' end
 end
 if after ~= before then
-  if after == 'stopping' and redis.call('ZCOUNT', KEYS[2], now_ms, '+inf') == 0 then
+  if after == 'stopping' and redis.call('ZCOUNT', nodes_key, now_ms, '+inf') == 0 then
     after = 'stopped'  -- no node to wait for
   end
   verdict = 'changed'
   set_state(after)
 end
-return {verdict, before, after, redis.call('HGET', KEYS[1], 'control_ms') or ''}
+return {verdict, before, after, redis.call('HGET', meta_key, 'control_ms') or ''}

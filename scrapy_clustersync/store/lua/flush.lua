@@ -1,40 +1,41 @@
 -- flush: apply one node's buffered writes in one atomic step, in order.
 -- Dedup check+add, push, acks, releases and dead letters of a batch all land together, so a
 -- parent's ack is never in Redis without the children its callback yielded before it.
+-- (store/flush_script.py FlushScript builds the call and reads the answer.)
 --
--- KEYS[1]  meta       hash   job epoch and entry sequence
--- KEYS[2]  queue      zset   entry id -> -priority
--- KEYS[3]  entries    hash   entry id -> encoded request
--- KEYS[4]  deadlines  zset   leased entry id -> lease deadline (server ms)
--- KEYS[5]  leased     hash   leased entry id -> "<queue score>|<node>"
--- KEYS[6]  seen       set    raw 20-byte request fingerprints: the exact set (see "dedup" below)
--- KEYS[7]  stats      hash   job counters
--- KEYS[8]  dead       list   dead letters, newest first
--- KEYS[9]  last_call  hash   this node's write counter, last call id and result (see below)
--- KEYS[10] bloom      hash   Bloom filter state: layers (active count), count<i>, layout<i>,
---                           prepared<i> (chunks of layer i allocated by bloom_prepare.lua)
--- KEYS[11] failed     list   the newest failed requests (tasks.lua)
--- KEYS[12] tasks      hash   task id -> task record (tasks.lua)
--- KEYS[13] task_of    hash   entry id -> task id, for entries of a task (tasks.lua)
--- KEYS[14] scrapy_stats hash  the Scrapy stats of every node, summed (C ops)
--- KEYS[15] node_stats   hash  "<node>\t<stat>" -> the same, per node
--- KEYS[14..] bloom chunk strings of the described layers, layer by layer, chunk by chunk
--- ARGV[1]  epoch      string the job epoch the node joined; another value = Redis lost the job
--- ARGV[2]  call_id    string unique per call; the same id again returns the stored result
--- ARGV[3]  node       string node id
--- ARGV[4]  dead_max   int    how many dead letters to keep
--- ARGV[5]  dedup      string the job's dedup mode: "exact" (the set only), "set-then-bloom" (the
---                           set, then the Bloom filter: see "dedup" below) or "bloom" (the filter
---                           from the first fingerprint: jobs made by older versions)
--- ARGV[6]  writes     int    the node's write counter as it last saw it; -1 = do not check
--- ARGV[7]  set_limit  int    "set-then-bloom": the set takes new fingerprints until it holds this
---                           many; then the filter does
--- ARGV[8]  described  int    how many Bloom layers are described next (0 for exact)
--- ARGV[9]  failed_max int    how many failed requests to keep (0: none)
--- ARGV[10..] per described layer: bits, hashes, bits per chunk, chunks, capacity (bloom.lua
---                          LAYOUT)
--- ARGV[10 + 5*described ..] ops, each an opcode followed by its fields (OP_FIELDS below counts
---                         them; store/ops.py has a record for each opcode):
+-- KEYS[1]  meta          hash   job epoch and entry sequence
+-- KEYS[2]  queue         zset   entry id -> -priority
+-- KEYS[3]  entries       hash   entry id -> encoded request
+-- KEYS[4]  deadlines     zset   leased entry id -> lease deadline (server ms)
+-- KEYS[5]  leased        hash   leased entry id -> "<queue score>|<node>"
+-- KEYS[6]  seen          set    raw 20-byte request fingerprints: the exact set (see "dedup")
+-- KEYS[7]  stats         hash   job counters
+-- KEYS[8]  dead          list   dead letters, newest first
+-- KEYS[9]  last_call     hash   this node's write counter, last call id and result (see below)
+-- KEYS[10] bloom         hash   Bloom filter state: layers (active count), count<i>, layout<i>,
+--                               prepared<i> (chunks of layer i allocated by bloom_prepare.lua)
+-- KEYS[11] failed        list   the newest failed requests (tasks.lua)
+-- KEYS[12] tasks         hash   task id -> task record (tasks.lua)
+-- KEYS[13] task_of       hash   entry id -> task id, for entries of a task (tasks.lua)
+-- KEYS[14] scrapy_stats  hash   the Scrapy stats of every node, summed (C ops)
+-- KEYS[15] node_stats    hash   "<node>\t<stat>" -> the same, per node
+-- KEYS[16..] chunk       string bloom chunk strings of the described layers, layer by layer,
+--                               chunk by chunk
+-- ARGV[1]  epoch         string the job epoch the node joined; another value = Redis lost the job
+-- ARGV[2]  call_id       string unique per call; the same id again returns the stored result
+-- ARGV[3]  node          string node id
+-- ARGV[4]  dead_max      int    how many dead letters to keep
+-- ARGV[5]  dedup_mode    string the job's dedup mode: "exact" (the set only) or "set-then-bloom"
+--                               (the set, then the Bloom filter: see "dedup" below)
+-- ARGV[6]  writes_seen   int    the node's write counter as it last saw it; -1 = do not check
+-- ARGV[7]  set_limit     int    "set-then-bloom": the set takes new fingerprints until it holds
+--                               this many; then the filter does
+-- ARGV[8]  described     int    how many Bloom layers are described next (0 for exact)
+-- ARGV[9]  failed_max    int    how many failed requests to keep (0: none)
+-- ARGV[10..] layout      int    per described layer: bits, hashes, bits per chunk, chunks,
+--                               capacity (bloom.lua LAYOUT); then the ops
+-- The ops follow the layouts (from ARGV index 10 + 5 * described), each an opcode followed by
+-- its fields (OP_FIELDS below counts them; store/write_ops.py has a record for each opcode):
 --   P fingerprint priority blob flags(0..7)        push unless the fingerprint was seen (flags:
 --                                                  1 no dedup, 2 start request, 4 LIFO)
 --   T fingerprint priority blob flags task         a push of a request of task `task`
@@ -66,45 +67,71 @@
 -- the job's sequence for FIFO or LIFO_BASE minus it for LIFO (flag 4), so the newest comes
 -- first. The call id keeps ids unique even when Redis came back older and the sequence runs
 -- again.
-if redis.call('HGET', KEYS[1], 'epoch') ~= ARGV[1] then
+local meta_key = KEYS[1]
+local queue_key = KEYS[2]
+local entries_key = KEYS[3]
+local deadlines_key = KEYS[4]
+local leased_key = KEYS[5]
+local seen_key = KEYS[6]
+local stats_key = KEYS[7]
+local dead_key = KEYS[8]
+local last_call_key = KEYS[9]
+local bloom_key = KEYS[10]
+local failed_key = KEYS[11]
+local tasks_key = KEYS[12]
+local task_of_key = KEYS[13]
+local scrapy_stats_key = KEYS[14]
+local node_stats_key = KEYS[15]
+local chunk_from = 16
+local epoch = ARGV[1]
+local call_id = ARGV[2]
+local node = ARGV[3]
+local dead_max = tonumber(ARGV[4])
+local dedup_mode = ARGV[5]
+local writes_seen = ARGV[6]
+local set_limit = tonumber(ARGV[7])
+local described = tonumber(ARGV[8])
+local failed_max = tonumber(ARGV[9])
+local layout_from = 10
+
+if redis.call('HGET', meta_key, 'epoch') ~= epoch then
   return redis.error_reply('CLUSTERSYNC_STATE_LOST job epoch missing or changed')
 end
-local refused = wrong_type({{KEYS[2], 'zset'}, {KEYS[3], 'hash'}, {KEYS[4], 'zset'},
-                            {KEYS[5], 'hash'}, {KEYS[6], 'set'}, {KEYS[7], 'hash'},
-                            {KEYS[8], 'list'}, {KEYS[9], 'hash'}, {KEYS[10], 'hash'},
-                            {KEYS[11], 'list'}, {KEYS[12], 'hash'}, {KEYS[13], 'hash'},
-                            {KEYS[14], 'hash'}, {KEYS[15], 'hash'}})
+local refused = wrong_type({{queue_key, 'zset'}, {entries_key, 'hash'}, {deadlines_key, 'zset'},
+                            {leased_key, 'hash'}, {seen_key, 'set'}, {stats_key, 'hash'},
+                            {dead_key, 'list'}, {last_call_key, 'hash'}, {bloom_key, 'hash'},
+                            {failed_key, 'list'}, {tasks_key, 'hash'}, {task_of_key, 'hash'},
+                            {scrapy_stats_key, 'hash'}, {node_stats_key, 'hash'}})
 if refused then return refused end
-local last = redis.call('HMGET', KEYS[9], 'writes', 'flush_id', 'flush_result')
+local last = redis.call('HMGET', last_call_key, 'writes', 'flush_id', 'flush_result')
 local writes = tonumber(last[1] or '0')
-if writes < tonumber(ARGV[6]) then
-  return redis.error_reply('CLUSTERSYNC_ROLLED_BACK ' .. writes .. ' ' .. ARGV[6])
+if writes < tonumber(writes_seen) then
+  return redis.error_reply('CLUSTERSYNC_ROLLED_BACK ' .. writes .. ' ' .. writes_seen)
 end
-if last[2] == ARGV[2] then
+if last[2] == call_id then
   return last[3] .. ' ' .. writes
 end
 
 local pushed, filtered, acked, released, dead, failed = 0, 0, 0, 0, 0, 0
-local described = tonumber(ARGV[8])
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-task_setup(KEYS[12], KEYS[13], ARGV[3], now_ms)
+task_setup(tasks_key, task_of_key, node, now_ms)
 
 -- ---- stored formats: the one place each is written ---------------------------------------------
--- A dead letter, newest first, ARGV[4] of them kept (store/formats.py DeadLetter parses it):
+-- A dead letter, newest first, dead_max of them kept (store/records.py DeadLetter parses it):
 -- "<entry id>\t<node>\t<server ms>\t<reason>\n<blob>"; the id is "-" for a refused write, and a
 -- newline in the reason is stored as a space, so the head stays one line.
 local function dead_letter(id, reason, blob)
-  local head = table.concat({id, ARGV[3], tostring(now_ms), (string.gsub(reason, '\n', ' '))},
+  local head = table.concat({id, node, tostring(now_ms), (string.gsub(reason, '\n', ' '))},
                             '\t')
-  redis.call('LPUSH', KEYS[8], head .. '\n' .. blob)
-  redis.call('LTRIM', KEYS[8], 0, tonumber(ARGV[4]) - 1)
+  redis.call('LPUSH', dead_key, head .. '\n' .. blob)
+  redis.call('LTRIM', dead_key, 0, dead_max - 1)
   dead = dead + 1
 end
 
--- ---- the op table: opcode -> how many fields follow it (store/ops.py: the same counts) --------
+-- ---- the op table: opcode -> how many fields follow it (store/write_ops.py: the same counts) --
 local OP_FIELDS = {P = 4, T = 5, A = 1, F = 6, N = 1, D = 2, X = 2, S = 0, C = 1}
-local first_op = 10 + #LAYOUT * described
+local first_op = layout_from + #LAYOUT * described
 
 -- Calls visit(opcode, ARGV index of the op's first field, op number) for each op of the batch,
 -- in order, and returns the first value visit returns (nil if none does). An op's opcode must
@@ -121,34 +148,33 @@ local function each_op(visit)
 end
 
 local function drop_lease(id)
-  local removed = redis.call('ZREM', KEYS[4], id)
-  redis.call('HDEL', KEYS[5], id)
+  local removed = redis.call('ZREM', deadlines_key, id)
+  redis.call('HDEL', leased_key, id)
   return removed
 end
 
 -- ---- dedup: an exact set, a Bloom filter (lua/bloom.lua), or the set and then the filter ------
--- "set-then-bloom": new fingerprints go to the set until it holds ARGV[7] (the node allocates the
+-- "set-then-bloom": new fingerprints go to the set until it holds set_limit (the node allocates the
 -- filter's first layer ahead of that; a batch that comes first is refused as below); then to
 -- the filter, while dedup_migrate.lua moves the set's fingerprints into the
 -- filter a bounded batch per call. A fingerprint is in one of the two at any moment (each move
 -- is one script), and while the set is not empty every check consults both.
-local mode = ARGV[5]
 local set_entries = 0  -- fingerprints in the exact set when the batch starts
-local adding_to_set = mode == 'exact'  -- new fingerprints go to the set in this batch
+local adding_to_set = dedup_mode == 'exact'  -- new fingerprints go to the set in this batch
 
 local function is_new(fp)
-  if adding_to_set then return redis.call('SADD', KEYS[6], fp) == 1 end
-  if set_entries > 0 and redis.call('SISMEMBER', KEYS[6], fp) == 1 then return false end
+  if adding_to_set then return redis.call('SADD', seen_key, fp) == 1 end
+  if set_entries > 0 and redis.call('SISMEMBER', seen_key, fp) == 1 then return false end
   return bloom_add(fp)
 end
 
 -- an error reply if the batch needs a Bloom layer not described or allocated; else nil
 local function prepare_dedup()
-  if mode == 'exact' then return nil end
-  bloom_setup(KEYS[10], 10, described, 16)
-  set_entries = redis.call('SCARD', KEYS[6])
-  adding_to_set = mode == 'set-then-bloom' and BLOOM.active == 0
-    and set_entries < tonumber(ARGV[7])
+  if dedup_mode == 'exact' then return nil end
+  bloom_setup(bloom_key, ARGV, layout_from, described, KEYS, chunk_from)
+  set_entries = redis.call('SCARD', seen_key)
+  adding_to_set = dedup_mode == 'set-then-bloom' and BLOOM.active == 0
+    and set_entries < set_limit
   if adding_to_set then return nil end
   local pushes = 0
   each_op(function(op) if op == 'P' or op == 'T' then pushes = pushes + 1 end end)
@@ -199,7 +225,7 @@ local unready = prepare_dedup()
 if unready then return unready end
 
 -- ---- ops --------------------------------------------------------------------------------------
-local id_tail = string.sub(ARGV[2], 1, 8)
+local id_tail = string.sub(call_id, 1, 8)
 local LIFO_BASE = 9007199254740992  -- 2^53: every sequence number below it is exact
 local function entry_id(flags, seq)
   local kind = math.floor(flags / 2) % 2
@@ -211,13 +237,13 @@ end
 -- a lease that was reclaimed sits in the queue again; the work is done, so it goes there too.
 -- A repeated or late ack finds nothing and changes nothing.
 local function settle(id, failure)
-  if drop_lease(id) + redis.call('ZREM', KEYS[2], id) == 0 then return end
-  redis.call('HDEL', KEYS[3], id)
+  if drop_lease(id) + redis.call('ZREM', queue_key, id) == 0 then return end
+  redis.call('HDEL', entries_key, id)
   acked = acked + 1
   local task = task_settled(id, failure)
   if failure then
     failed = failed + 1
-    failed_record(KEYS[11], tonumber(ARGV[9]), id, task, failure)
+    failed_record(failed_key, failed_max, id, task, failure)
   end
 end
 
@@ -226,9 +252,9 @@ local function apply_op(op, f)
     local fp, prio, blob, flags = ARGV[f], ARGV[f + 1], ARGV[f + 2], tonumber(ARGV[f + 3])
     local id = nil
     if flags % 2 == 1 or is_new(fp) then
-      id = entry_id(flags, redis.call('HINCRBY', KEYS[1], 'seq', 1))
-      redis.call('HSET', KEYS[3], id, blob)
-      redis.call('ZADD', KEYS[2], -tonumber(prio), id)
+      id = entry_id(flags, redis.call('HINCRBY', meta_key, 'seq', 1))
+      redis.call('HSET', entries_key, id, blob)
+      redis.call('ZADD', queue_key, -tonumber(prio), id)
       pushed = pushed + 1
     else
       filtered = filtered + 1
@@ -240,27 +266,27 @@ local function apply_op(op, f)
     settle(ARGV[f], failure_of(ARGV[f + 1], ARGV[f + 2], ARGV[f + 3], ARGV[f + 4], ARGV[f + 5]))
   elseif op == 'N' then
     local id = ARGV[f]
-    local score, owner = parse_lease(redis.call('HGET', KEYS[5], id))
-    if owner == ARGV[3] then
+    local score, owner = parse_lease(redis.call('HGET', leased_key, id))
+    if owner == node then
       drop_lease(id)
-      redis.call('ZADD', KEYS[2], score, id)
+      redis.call('ZADD', queue_key, score, id)
       released = released + 1
     end
   elseif op == 'D' then
     local id = ARGV[f]
-    dead_letter(id, ARGV[f + 1], redis.call('HGET', KEYS[3], id) or '')
-    if drop_lease(id) + redis.call('ZREM', KEYS[2], id) > 0 then
-      task_settled(id, {node = ARGV[3], at_ms = now_ms, error = 'dead letter: ' .. ARGV[f + 1]})
+    dead_letter(id, ARGV[f + 1], redis.call('HGET', entries_key, id) or '')
+    if drop_lease(id) + redis.call('ZREM', queue_key, id) > 0 then
+      task_settled(id, {node = node, at_ms = now_ms, error = 'dead letter: ' .. ARGV[f + 1]})
     end
-    redis.call('HDEL', KEYS[3], id)
+    redis.call('HDEL', entries_key, id)
   elseif op == 'X' then
     dead_letter('-', ARGV[f], ARGV[f + 1])
   elseif op == 'S' then
-    redis.call('HSET', KEYS[1], 'start_done', ARGV[3])
+    redis.call('HSET', meta_key, 'start_done', node)
   elseif op == 'C' then
     for name, value in string.gmatch(ARGV[f], '([^\t\n]+)\t(%-?%d+)') do
-      redis.call('HINCRBY', KEYS[14], name, value)
-      redis.call('HINCRBY', KEYS[15], ARGV[3] .. '\t' .. name, value)
+      redis.call('HINCRBY', scrapy_stats_key, name, value)
+      redis.call('HINCRBY', node_stats_key, node .. '\t' .. name, value)
     end
   end
 end
@@ -270,12 +296,12 @@ local counters = {pushed = pushed, filtered = filtered, acked = acked, released 
                   dead = dead, failed = failed}
 for name, value in pairs(counters) do
   if value > 0 then
-    redis.call('HINCRBY', KEYS[7], name, value)
+    redis.call('HINCRBY', stats_key, name, value)
   end
 end
-local exact_entries = redis.call('SCARD', KEYS[6])
+local exact_entries = redis.call('SCARD', seen_key)
 local result = table.concat({pushed, filtered, acked, released, dead, BLOOM.active,
                              bloom_active_entries(), exact_entries}, ' ')
-redis.call('HSET', KEYS[9], 'writes', writes + 1, 'flush_id', ARGV[2], 'flush_result', result)
-redis.call('PEXPIRE', KEYS[9], 86400000)
+redis.call('HSET', last_call_key, 'writes', writes + 1, 'flush_id', call_id, 'flush_result', result)
+redis.call('PEXPIRE', last_call_key, 86400000)
 return result .. ' ' .. (writes + 1)

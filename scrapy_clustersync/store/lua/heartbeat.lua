@@ -3,16 +3,18 @@
 -- job's start(), and say whether the whole job is finished. A node that leaves (ttl_ms = 0) is
 -- removed from the live set.
 --
--- KEYS[1]  meta       hash   job epoch, start_claim, start_done
--- KEYS[2]  nodes      zset   node id -> liveness deadline (server ms)
--- KEYS[3]  node_info  hash   node id -> JSON record written by the node
--- KEYS[4]  idle       hash   node id -> server ms since which the node is idle
--- KEYS[5]  deadlines  zset   leased entry id -> lease deadline (server ms)
--- KEYS[6]  leased     hash   leased entry id -> "<queue score>|<node>"
--- KEYS[7]  queue      zset   entry id -> -priority
--- KEYS[8]  last_call  hash   this node's write counter (see flush.lua)
--- KEYS[9]  stats      hash   job counters (acked: requests done; reclaimed, declared_dead)
--- KEYS[10] dead_nodes hash   node id -> JSON record of its death (see declare_dead below)
+-- (store/heartbeat_script.py HeartbeatScript builds the call and reads the answer.)
+--
+-- KEYS[1]  meta           hash    job epoch, start_claim, start_done
+-- KEYS[2]  nodes          zset    node id -> liveness deadline (server ms)
+-- KEYS[3]  node_info      hash    node id -> JSON record written by the node
+-- KEYS[4]  idle           hash    node id -> server ms since which the node is idle
+-- KEYS[5]  deadlines      zset    leased entry id -> lease deadline (server ms)
+-- KEYS[6]  leased         hash    leased entry id -> "<queue score>|<node>"
+-- KEYS[7]  queue          zset    entry id -> -priority
+-- KEYS[8]  last_call      hash    this node's write counter (see flush.lua)
+-- KEYS[9]  stats          hash    job counters (acked: requests done; reclaimed, declared_dead)
+-- KEYS[10] dead_nodes     hash    node id -> JSON record of its death (see declare_dead below)
 -- ARGV[1]  epoch          string  the job epoch the node joined
 -- ARGV[2]  node           string  node id
 -- ARGV[3]  ttl_ms         int     liveness duration (CLUSTERSYNC_NODE_DEAD_AFTER); 0 = the
@@ -22,21 +24,21 @@
 -- ARGV[6]  idle           0|1|2   0 busy; 1 idle; 2 idle now but busy since its last heartbeat
 --                                 (its idle time starts again now)
 -- ARGV[7]  idle_after_ms  int     how long every live node must be idle; 0 = never finish
--- ARGV[8]  writes         int     the node's write counter as it last saw it; -1 = no check
--- ARGV[9]  take_start     0|1     the node waits for start(): take the claim over if its
---                                 holder is no longer alive
--- ARGV[10] grace_ms       int     after a gap in which no node's heartbeat arrived (Redis was
---                                 away, or every node stood still) for longer than ttl_ms, the
+-- ARGV[8]  writes_seen    int     the node's write counter as it last saw it; -1 = no check
+-- ARGV[9]  grace_ms       int     after a gap in which no node's heartbeat arrived (Redis was
+--                                 away, or every node stood still) for longer than gap_ms, the
 --                                 nodes alive at the last heartbeat before it get this long
 --                                 more (their retries are spread out) instead of being
 --                                 declared dead for Redis's absence
--- ARGV[11] told_ms        int     declared_ms of the last death of this node it was told of
+-- ARGV[10] told_ms        int     declared_ms of the last death of this node it was told of
 --                                 (0: none): that record is deleted now, as the node knows it
--- ARGV[12] gap_ms       int     how long a gap with no heartbeat must be to give the grace (0:
+-- ARGV[11] gap_ms         int     how long a gap with no heartbeat must be to give the grace (0:
 --                                 ttl_ms). Shorter than ttl_ms (the worker passes two
 --                                 heartbeat intervals): an outage of less than ttl_ms still
 --                                 lets the deadline of a node that beat a little before it pass
--- ARGV[13..] lease ids this node holds, to renew
+-- ARGV[12..] lease_id     string  lease ids this node holds, to renew
+-- A node that does not leave takes the start() claim over if its holder is no longer alive
+-- (every node waits for start() to be done).
 -- Returns {finished 0|1, queued, leased, live nodes, server ms, writes, start, finish_wait, done,
 -- declared, my_death};
 -- start is "done" (start() exhausted), "mine" (this node holds the claim, perhaps just taken
@@ -65,92 +67,112 @@
 -- learns it (join.lua); one that finds it unable to finish by waiting clears that record.
 -- Errors (before any change): CLUSTERSYNC_STATE_LOST, CLUSTERSYNC_WRONG_TYPE,
 -- CLUSTERSYNC_ROLLED_BACK <w> <e> (as flush).
-if redis.call('HGET', KEYS[1], 'epoch') ~= ARGV[1] then
+local meta_key = KEYS[1]
+local nodes_key = KEYS[2]
+local node_info_key = KEYS[3]
+local idle_key = KEYS[4]
+local deadlines_key = KEYS[5]
+local leased_key = KEYS[6]
+local queue_key = KEYS[7]
+local last_call_key = KEYS[8]
+local stats_key = KEYS[9]
+local dead_nodes_key = KEYS[10]
+local epoch = ARGV[1]
+local node = ARGV[2]
+local ttl_ms = tonumber(ARGV[3])
+local lease_ms = tonumber(ARGV[4])
+local info = ARGV[5]
+local idle = ARGV[6]
+local idle_after_ms = tonumber(ARGV[7])
+local writes_seen = ARGV[8]
+local grace_ms = tonumber(ARGV[9])
+local told_ms = ARGV[10]
+local gap_ms = tonumber(ARGV[11])
+local lease_id_from = 12
+if redis.call('HGET', meta_key, 'epoch') ~= epoch then
   return redis.error_reply('CLUSTERSYNC_STATE_LOST job epoch missing or changed')
 end
-local refused = wrong_type({{KEYS[2], 'zset'}, {KEYS[3], 'hash'}, {KEYS[4], 'hash'},
-                            {KEYS[5], 'zset'}, {KEYS[6], 'hash'}, {KEYS[7], 'zset'},
-                            {KEYS[8], 'hash'}, {KEYS[9], 'hash'}, {KEYS[10], 'hash'}})
+local refused = wrong_type({{nodes_key, 'zset'}, {node_info_key, 'hash'}, {idle_key, 'hash'},
+                            {deadlines_key, 'zset'}, {leased_key, 'hash'}, {queue_key, 'zset'},
+                            {last_call_key, 'hash'}, {stats_key, 'hash'}, {dead_nodes_key, 'hash'}})
 if refused then return refused end
-local node = ARGV[2]
-local writes, rolled_back = bump_writes(KEYS[8], ARGV[8])
+local writes, rolled_back = bump_writes(last_call_key, writes_seen)
 if not writes then return rolled_back end
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local leaving = tonumber(ARGV[3]) == 0
+local leaving = ttl_ms == 0
 local DEATHS_PER_BEAT = 100
 
 -- a gap with no heartbeat at all is Redis's absence (or the whole cluster's), not a death
-local last_beat = tonumber(redis.call('HGET', KEYS[1], 'beat_ms') or '0')
-local gap_ms = tonumber(ARGV[12])
-if gap_ms <= 0 then gap_ms = tonumber(ARGV[3]) end
+local last_beat = tonumber(redis.call('HGET', meta_key, 'beat_ms') or '0')
+if gap_ms <= 0 then gap_ms = ttl_ms end
 if last_beat > 0 and now_ms - last_beat > gap_ms and not leaving then
-  local grace = now_ms + tonumber(ARGV[3]) + tonumber(ARGV[10])
-  local alive_then = redis.call('ZRANGEBYSCORE', KEYS[2], last_beat, '+inf', 'LIMIT', 0, 100000)
+  local grace = now_ms + ttl_ms + grace_ms
+  local alive_then = redis.call('ZRANGEBYSCORE', nodes_key, last_beat, '+inf', 'LIMIT', 0, 100000)
   for _, other in ipairs(alive_then) do
-    redis.call('ZADD', KEYS[2], 'GT', grace, other)
+    redis.call('ZADD', nodes_key, 'GT', grace, other)
   end
 end
 if not leaving then  -- a leaving node's beat must not hide the gap from the next one
-  redis.call('HSET', KEYS[1], 'beat_ms', now_ms)
+  redis.call('HSET', meta_key, 'beat_ms', now_ms)
 end
 
 -- this node back after others declared it dead: it is live again from here on, and listed
 -- dead until it says it knows
-local my_death = redis.call('HGET', KEYS[10], node) or ''
-if my_death ~= '' and string.match(my_death, '^{"declared_ms":(%d+),') == ARGV[11] then
-  redis.call('HDEL', KEYS[10], node)
+local my_death = redis.call('HGET', dead_nodes_key, node) or ''
+if my_death ~= '' and string.match(my_death, '^{"declared_ms":(%d+),') == told_ms then
+  redis.call('HDEL', dead_nodes_key, node)
   my_death = ''
 end
 
-redis.call('HSET', KEYS[3], node, ARGV[5])
+redis.call('HSET', node_info_key, node, info)
 if leaving then
-  redis.call('ZREM', KEYS[2], node)
-  redis.call('HDEL', KEYS[4], node)
+  redis.call('ZREM', nodes_key, node)
+  redis.call('HDEL', idle_key, node)
 else
-  redis.call('ZADD', KEYS[2], now_ms + tonumber(ARGV[3]), node)
-  if ARGV[6] == '2' then
-    redis.call('HSET', KEYS[4], node, now_ms)
-  elseif ARGV[6] == '1' then
-    redis.call('HSETNX', KEYS[4], node, now_ms)
+  redis.call('ZADD', nodes_key, now_ms + ttl_ms, node)
+  if idle == '2' then
+    redis.call('HSET', idle_key, node, now_ms)
+  elseif idle == '1' then
+    redis.call('HSETNX', idle_key, node, now_ms)
   else
-    redis.call('HDEL', KEYS[4], node)
+    redis.call('HDEL', idle_key, node)
   end
 end
 
 -- declare dead every other node whose deadline passed, returning its leases to the queue
 local function declare_dead()
-  local dead = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', '(' .. now_ms, 'LIMIT', 0,
+  local dead = redis.call('ZRANGEBYSCORE', nodes_key, '-inf', '(' .. now_ms, 'LIMIT', 0,
                           DEATHS_PER_BEAT)
   if #dead == 0 then return '' end
   local returned, deadline = {}, {}
   for _, other in ipairs(dead) do
     returned[other] = 0
-    deadline[other] = redis.call('ZSCORE', KEYS[2], other)
+    deadline[other] = redis.call('ZSCORE', nodes_key, other)
   end
-  local leases = redis.call('HGETALL', KEYS[6])
+  local leases = redis.call('HGETALL', leased_key)
   for i = 1, #leases, 2 do
     local score, owner = parse_lease(leases[i + 1])
     if owner and returned[owner] then
-      redis.call('ZREM', KEYS[5], leases[i])
-      redis.call('HDEL', KEYS[6], leases[i])
-      redis.call('ZADD', KEYS[7], score, leases[i])
+      redis.call('ZREM', deadlines_key, leases[i])
+      redis.call('HDEL', leased_key, leases[i])
+      redis.call('ZADD', queue_key, score, leases[i])
       returned[owner] = returned[owner] + 1
     end
   end
   local lines, total = {}, 0
   for _, other in ipairs(dead) do
-    local record = redis.call('HGET', KEYS[3], other) or 'null'
-    redis.call('HSET', KEYS[10], other, '{"declared_ms":' .. now_ms .. ',"by":' ..
+    local record = redis.call('HGET', node_info_key, other) or 'null'
+    redis.call('HSET', dead_nodes_key, other, '{"declared_ms":' .. now_ms .. ',"by":' ..
                cjson.encode(node) .. ',"deadline_ms":' .. deadline[other] ..
                ',"leases_returned":' .. returned[other] .. ',"record":' .. record .. '}')
-    redis.call('ZREM', KEYS[2], other)
-    redis.call('HDEL', KEYS[4], other)
+    redis.call('ZREM', nodes_key, other)
+    redis.call('HDEL', idle_key, other)
     total = total + returned[other]
     lines[#lines + 1] = returned[other] .. '\t' .. other
   end
-  if total > 0 then redis.call('HINCRBY', KEYS[9], 'reclaimed', total) end
-  redis.call('HINCRBY', KEYS[9], 'declared_dead', #dead)
+  if total > 0 then redis.call('HINCRBY', stats_key, 'reclaimed', total) end
+  redis.call('HINCRBY', stats_key, 'declared_dead', #dead)
   return table.concat(lines, '\n')
 end
 -- a leaving node declares nobody dead: it cannot give the outage grace (it has no liveness),
@@ -158,46 +180,46 @@ end
 local declared = ''
 if not leaving then declared = declare_dead() end
 
-local lease_deadline = now_ms + tonumber(ARGV[4])
-for j = 13, #ARGV do
-  local _, owner = parse_lease(redis.call('HGET', KEYS[6], ARGV[j]))
+local lease_deadline = now_ms + lease_ms
+for j = lease_id_from, #ARGV do
+  local _, owner = parse_lease(redis.call('HGET', leased_key, ARGV[j]))
   if owner == node then
-    redis.call('ZADD', KEYS[5], 'XX', lease_deadline, ARGV[j])
+    redis.call('ZADD', deadlines_key, 'XX', lease_deadline, ARGV[j])
   end
 end
 
 -- start(): done, or claimed by a node that is alive, or taken over from one that is not
 local start = 'none'
-local claim = redis.call('HMGET', KEYS[1], 'start_claim', 'start_done')
+local claim = redis.call('HMGET', meta_key, 'start_claim', 'start_done')
 if claim[2] then
   start = 'done'
 elseif claim[1] == node then
   start = 'mine'
 elseif claim[1] then
-  local alive_until = redis.call('ZSCORE', KEYS[2], claim[1])
-  if (not alive_until or tonumber(alive_until) < now_ms) and ARGV[9] == '1' and not leaving then
-    redis.call('HSET', KEYS[1], 'start_claim', node)
-    redis.call('HINCRBY', KEYS[1], 'start_takeovers', 1)
+  local alive_until = redis.call('ZSCORE', nodes_key, claim[1])
+  if (not alive_until or tonumber(alive_until) < now_ms) and not leaving then
+    redis.call('HSET', meta_key, 'start_claim', node)
+    redis.call('HINCRBY', meta_key, 'start_takeovers', 1)
     start = 'mine'
   else
     start = 'other'
   end
 end
 
-local queued = redis.call('ZCARD', KEYS[7])
-local leased = redis.call('ZCARD', KEYS[5])
-local live = redis.call('ZRANGEBYSCORE', KEYS[2], now_ms, '+inf', 'LIMIT', 0, 100000)
-local idle_after = tonumber(ARGV[7])
+local queued = redis.call('ZCARD', queue_key)
+local leased = redis.call('ZCARD', deadlines_key)
+local live = redis.call('ZRANGEBYSCORE', nodes_key, now_ms, '+inf', 'LIMIT', 0, 100000)
+local idle_after = idle_after_ms
 
 -- every live node has to be idle; the wait only lets a node that just turned idle settle
 local function finish_wait()
   if idle_after <= 0 or queued > 0 or leased > 0 or (start ~= 'done' and start ~= 'none') then
     return -1
   end
-  if (redis.call('HGET', KEYS[1], 'control') or 'running') ~= 'running' then return -1 end  -- control.lua
+  if (redis.call('HGET', meta_key, 'control') or 'running') ~= 'running' then return -1 end  -- control.lua
   local wait = 0
   for _, other in ipairs(live) do
-    local since = redis.call('HGET', KEYS[4], other)
+    local since = redis.call('HGET', idle_key, other)
     if not since then return -1 end
     wait = math.max(wait, idle_after - (now_ms - tonumber(since)))
   end
@@ -205,15 +227,15 @@ local function finish_wait()
 end
 
 local wait = finish_wait()
-local done = tonumber(redis.call('HGET', KEYS[9], 'acked') or '0')
+local done = tonumber(redis.call('HGET', stats_key, 'acked') or '0')
 local finished = 0
 if wait == 0 then
   finished = 1
-  if redis.call('HSETNX', KEYS[1], 'finished_ms', now_ms) == 1 then
-    redis.call('HSET', KEYS[1], 'finished_pages', done,
+  if redis.call('HSETNX', meta_key, 'finished_ms', now_ms) == 1 then
+    redis.call('HSET', meta_key, 'finished_pages', done,
                'finished_nodes', #live, 'finished_idle_ms', idle_after)
   end
 elseif wait < 0 then
-  redis.call('HDEL', KEYS[1], FINISH_FIELDS[1], FINISH_FIELDS[2], FINISH_FIELDS[3], FINISH_FIELDS[4])
+  redis.call('HDEL', meta_key, FINISH_FIELDS[1], FINISH_FIELDS[2], FINISH_FIELDS[3], FINISH_FIELDS[4])
 end
 return {finished, queued, leased, #live, now_ms, writes, start, wait, done, declared, my_death}

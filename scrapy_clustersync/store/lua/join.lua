@@ -6,75 +6,93 @@
 -- it (restart_job, in prelude.lua), which one call does for all: a second node joining after
 -- it finds the job running.
 --
--- KEYS[1]  meta       hash  epoch, dedup settings, start_claim, start_done, finished_*
--- KEYS[2]  nodes      zset  node id -> liveness deadline (server ms)
--- KEYS[3]  queue      zset  entry id -> -priority
--- KEYS[4]  deadlines  zset  leased entry id -> lease deadline (server ms)
+-- (store/join_scripts.py JoinScript builds the call and reads the answer.)
+--
+-- KEYS[1]  meta            hash    epoch, dedup settings, start_claim, start_done, finished_*
+-- KEYS[2]  nodes           zset    node id -> liveness deadline (server ms)
+-- KEYS[3]  queue           zset    entry id -> -priority
+-- KEYS[4]  deadlines       zset    leased entry id -> lease deadline (server ms)
+-- KEYS[5..] dedup          keys    with "forget-seen" only: the dedup record (seen, bloom, the
+--                                  chunks; see dedup_unchanged in prelude.lua)
 -- ARGV[1]  node            string  node id ("cli" for the command line)
 -- ARGV[2]  new_epoch       string  the epoch to set if the job has none yet
 -- ARGV[3]  ttl_ms          int     liveness duration of the joining node; 0 = not a node
 -- ARGV[4]  claim           0|1     try to claim start()
--- ARGV[5]  dedup           string  "bloom" or "exact", used if the job is new
--- ARGV[6]  bloom_capacity  int     used if the job is new
--- ARGV[7]  bloom_error     string  used if the job is new
--- KEYS[5..]  with "forget-seen": the dedup record (seen, bloom, chunks; see dedup_unchanged)
+-- ARGV[5]  dedup_mode      string  "set-then-bloom" or "exact", stored if the job is new
+-- ARGV[6]  bloom_capacity  int     stored if the job is new
+-- ARGV[7]  bloom_error     string  stored if the job is new
 -- ARGV[8]  recrawl         string  "" = a finished job stays finished; "keep-seen" or
 --                                  "forget-seen" = restart it ("forget-seen" also deletes the
 --                                  dedup record, in the same step); "join" = join it as it is
--- ARGV[9..]  with "forget-seen": the bloom hash as read to name its chunks
+-- ARGV[9..] bloom_field    string  with "forget-seen" only: the bloom hash as read to name its
+--                                  chunks (field, value pairs)
 -- Returns {epoch, claimed 0|1, dedup, bloom_capacity, bloom_error, finished_ms, finished_pages,
 -- finished_nodes, finished_idle_ms, restarted}: the job's settings, not the caller's; the
 -- finished_* fields are "" unless the job is finished (then the node was not added and claimed
--- nothing); restarted is ARGV[8] if this call restarted the job, "retry" if it did not because
+-- nothing); restarted is `recrawl` if this call restarted the job, "retry" if it did not because
 -- the bloom hash changed since it was read (nothing done), else "".
+local meta_key = KEYS[1]
+local nodes_key = KEYS[2]
+local queue_key = KEYS[3]
+local deadlines_key = KEYS[4]
+local dedup_from = 5
+local node = ARGV[1]
+local new_epoch = ARGV[2]
+local ttl_ms = tonumber(ARGV[3])
+local claim = ARGV[4]
+local dedup_mode = ARGV[5]
+local bloom_capacity = ARGV[6]
+local bloom_error = ARGV[7]
+local recrawl = ARGV[8]
+local bloom_field_from = 9
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-if redis.call('HSETNX', KEYS[1], 'epoch', ARGV[2]) == 1 then
-  redis.call('HSET', KEYS[1], 'created_ms', now_ms, 'dedup', ARGV[5],
-             'bloom_capacity', ARGV[6], 'bloom_error', ARGV[7])
+if redis.call('HSETNX', meta_key, 'epoch', new_epoch) == 1 then
+  redis.call('HSET', meta_key, 'created_ms', now_ms, 'dedup', dedup_mode,
+             'bloom_capacity', bloom_capacity, 'bloom_error', bloom_error)
 end
-local job = redis.call('HMGET', KEYS[1], 'epoch', 'dedup', 'bloom_capacity', 'bloom_error')
+local job = redis.call('HMGET', meta_key, 'epoch', 'dedup', 'bloom_capacity', 'bloom_error')
 local finished = {'', '', '', ''}
 local restarted = ''
 local function answer(claimed)
   return {job[1], claimed, job[2], job[3], job[4], finished[1], finished[2], finished[3],
           finished[4], restarted}
 end
-if tonumber(ARGV[3]) > 0 then
-  local record = redis.call('HMGET', KEYS[1], FINISH_FIELDS[1], FINISH_FIELDS[2], FINISH_FIELDS[3], FINISH_FIELDS[4])
-  local idle = redis.call('ZCARD', KEYS[3]) == 0 and redis.call('ZCARD', KEYS[4]) == 0
-  if ARGV[8] == 'join' then
+if ttl_ms > 0 then
+  local record = redis.call('HMGET', meta_key, FINISH_FIELDS[1], FINISH_FIELDS[2], FINISH_FIELDS[3], FINISH_FIELDS[4])
+  local idle = redis.call('ZCARD', queue_key) == 0 and redis.call('ZCARD', deadlines_key) == 0
+  if recrawl == 'join' then
     record[1] = false
   end
-  if record[1] and idle and ARGV[8] == '' then
+  if record[1] and idle and recrawl == '' then
     for i = 1, 4 do finished[i] = record[i] or '' end
     return answer(0)
   elseif record[1] and idle then
-    if ARGV[8] == 'forget-seen' then
-      if not dedup_unchanged(KEYS[6], 9) then
+    if recrawl == 'forget-seen' then
+      if not dedup_unchanged(KEYS, dedup_from, ARGV, bloom_field_from) then
         restarted = 'retry'
         return answer(0)
       end
-      forget_dedup(5)
+      forget_dedup(KEYS, dedup_from)
     end
-    restart_job(KEYS[1], now_ms)
-    restarted = ARGV[8]
+    restart_job(meta_key, now_ms)
+    restarted = recrawl
   end
-  redis.call('ZADD', KEYS[2], now_ms + tonumber(ARGV[3]), ARGV[1])
+  redis.call('ZADD', nodes_key, now_ms + ttl_ms, node)
 end
-if ARGV[4] ~= '1' or redis.call('HEXISTS', KEYS[1], 'start_done') == 1 then
+if claim ~= '1' or redis.call('HEXISTS', meta_key, 'start_done') == 1 then
   return answer(0)
 end
-local claim = redis.call('HGET', KEYS[1], 'start_claim')
-if claim == ARGV[1] then
+local holder = redis.call('HGET', meta_key, 'start_claim')
+if holder == node then
   return answer(1)
 end
-if claim then
-  local alive_until = redis.call('ZSCORE', KEYS[2], claim)
+if holder then
+  local alive_until = redis.call('ZSCORE', nodes_key, holder)
   if alive_until and tonumber(alive_until) >= now_ms then
     return answer(0)
   end
-  redis.call('HINCRBY', KEYS[1], 'start_takeovers', 1)
+  redis.call('HINCRBY', meta_key, 'start_takeovers', 1)
 end
-redis.call('HSET', KEYS[1], 'start_claim', ARGV[1])
+redis.call('HSET', meta_key, 'start_claim', node)
 return answer(1)

@@ -1,4 +1,6 @@
--- prelude: prepended to every script of the job when it is loaded (see store/job.py _load_lua).
+-- prelude: prepended to every script of the job when it is loaded (store/script_base.py
+-- load_lua). Its functions take every key and argument they need as parameters: none reads KEYS
+-- or ARGV.
 --
 -- wrong_type({{key, type}, ...}): an error reply if a key holds another type than the script
 -- writes to it (another program wrote into the job's keys), else nil. Scripts check this before
@@ -31,7 +33,7 @@ end
 
 -- lease_value(score, node): what the leased hash holds for an entry leased to ``node``:
 -- "<queue score>|<node>", the score putting the entry back in its place when the lease ends
--- (store/formats.py LeaseValue parses it). parse_lease(value): its score and node; nil, nil for
+-- (store/records.py LeaseValue parses it). parse_lease(value): its score and node; nil, nil for
 -- a missing value (HGET's false) or one of another form.
 local function lease_value(score, node)
   return score .. '|' .. node
@@ -48,24 +50,26 @@ end
 -- CLUSTERSYNC_RECRAWL do (the queue, stats and dedup record are left alone).
 local FINISH_FIELDS = {'finished_ms', 'finished_pages', 'finished_nodes', 'finished_idle_ms'}
 
--- The job's dedup record (exact set, bloom hash and the chunks it names) is KEYS[first..] when a
--- script may forget it; ARGV[expected..] is the bloom hash as the caller read it to name the
--- chunks (field, value pairs). dedup_unchanged is false if the hash changed since (the caller
--- reads it again and retries); forget_dedup deletes the record.
-local function dedup_unchanged(bloom, expected)
-  if redis.call('HLEN', bloom) * 2 ~= #ARGV - expected + 1 then
+-- The job's dedup record, which a script that may forget it gets as its KEYS from `first` on:
+-- the exact set (seen), the bloom hash, then the Bloom chunk strings that hash names; and, as its
+-- ARGV from `fields_from` on, the bloom hash as the caller read it to name those chunks (field,
+-- value pairs). dedup_unchanged(keys, first, argv, fields_from) is false if the hash changed
+-- since (the caller reads it again and retries); forget_dedup(keys, first) deletes the record.
+local function dedup_unchanged(keys, first, argv, fields_from)
+  local bloom = keys[first + 1]
+  if redis.call('HLEN', bloom) * 2 ~= #argv - fields_from + 1 then
     return false
   end
-  for i = expected, #ARGV, 2 do
-    if redis.call('HGET', bloom, ARGV[i]) ~= ARGV[i + 1] then
+  for i = fields_from, #argv, 2 do
+    if redis.call('HGET', bloom, argv[i]) ~= argv[i + 1] then
       return false
     end
   end
   return true
 end
 
-local function forget_dedup(first)
-  redis.call('UNLINK', unpack(KEYS, first))
+local function forget_dedup(keys, first)
+  redis.call('UNLINK', unpack(keys, first))
 end
 
 local function restart_job(meta, now_ms)

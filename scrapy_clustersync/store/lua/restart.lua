@@ -1,35 +1,46 @@
 -- restart: make a finished (or stopped) job crawlable again (`clustersync restart`): start()
 -- runs again on the next node that joins (restart_job, in prelude.lua). The queue, the stats
--- and the dead letters are kept; the seen record too unless ARGV[2] asks to forget it, which
+-- and the dead letters are kept; the seen record too unless `forget` asks to forget it, which
 -- happens in the same step (no node can join in between and crawl with the old record).
 --
--- KEYS[1]  meta       hash  epoch, start_claim, start_done, finished_*
--- KEYS[2]  nodes      zset  node id -> liveness deadline (server ms)
--- KEYS[3]  queue      zset  entry id -> -priority
--- KEYS[4]  deadlines  zset  leased entry id -> lease deadline (server ms)
--- KEYS[5..] the dedup record: seen, bloom, the bloom chunks (see dedup_unchanged)
--- ARGV[1]  force   0|1  restart even with live nodes or work queued or leased
--- ARGV[2]  forget  0|1  also delete the dedup record (KEYS[5..])
--- ARGV[3..] the bloom hash as read to name its chunks (field, value pairs)
+-- (store/join_scripts.py RestartScript builds the call and reads the answer.)
+--
+-- KEYS[1]  meta         hash  epoch, start_claim, start_done, finished_*
+-- KEYS[2]  nodes        zset  node id -> liveness deadline (server ms)
+-- KEYS[3]  queue        zset  entry id -> -priority
+-- KEYS[4]  deadlines    zset  leased entry id -> lease deadline (server ms)
+-- KEYS[5..] dedup       keys  the dedup record: seen, bloom, the bloom chunks (see
+--                             dedup_unchanged in prelude.lua)
+-- ARGV[1]  force        0|1   restart even with live nodes or work queued or leased
+-- ARGV[2]  forget       0|1   also delete the dedup record (KEYS[5..])
+-- ARGV[3..] bloom_field string the bloom hash as read to name its chunks (field, value pairs)
 -- Returns {restarted, live nodes, queued, leased}; restarted is 1 if done, 0 when the job does
 -- not exist, or when it is not idle (live nodes, work queued or leased) and force is 0, -1 when
 -- the bloom hash changed since it was read (nothing done: read it again and retry).
-if redis.call('HEXISTS', KEYS[1], 'epoch') == 0 then
+local meta_key = KEYS[1]
+local nodes_key = KEYS[2]
+local queue_key = KEYS[3]
+local deadlines_key = KEYS[4]
+local dedup_from = 5
+local force = ARGV[1]
+local forget = ARGV[2]
+local bloom_field_from = 3
+if redis.call('HEXISTS', meta_key, 'epoch') == 0 then
   return {0, 0, 0, 0}
 end
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local live = redis.call('ZCOUNT', KEYS[2], now_ms, '+inf')
-local queued = redis.call('ZCARD', KEYS[3])
-local leased = redis.call('ZCARD', KEYS[4])
-if ARGV[1] ~= '1' and (live > 0 or queued > 0 or leased > 0) then
+local live = redis.call('ZCOUNT', nodes_key, now_ms, '+inf')
+local queued = redis.call('ZCARD', queue_key)
+local leased = redis.call('ZCARD', deadlines_key)
+if force ~= '1' and (live > 0 or queued > 0 or leased > 0) then
   return {0, live, queued, leased}
 end
-if ARGV[2] == '1' then
-  if not dedup_unchanged(KEYS[6], 3) then
+if forget == '1' then
+  if not dedup_unchanged(KEYS, dedup_from, ARGV, bloom_field_from) then
     return {-1, live, queued, leased}
   end
-  forget_dedup(5)
+  forget_dedup(KEYS, dedup_from)
 end
-restart_job(KEYS[1], now_ms)
+restart_job(meta_key, now_ms)
 return {1, live, queued, leased}

@@ -4,13 +4,13 @@
 --
 -- A task is the user's id in a request's meta["clustersync_task"] (children inherit it). The
 -- job keeps, in KEYS it is given:
---   tasks     hash  task id -> its record, a JSON object (store/tasks.py TaskRecord parses it):
+--   tasks     hash  task id -> its record, a JSON object (store/task_records.py TaskRecord parses it):
 --                   state, requests (entries pushed), open (of those, still queued or leased),
 --                   done, failed, filtered (pushes dedup dropped), created_ms, started_ms,
 --                   ended_ms, updated_ms, node (of the last change), failure (the first failed
 --                   request: url, node, at_ms, status, error, attempts, errback)
 --   task_of   hash  entry id -> task id, while the entry is queued or leased
---   failed    list  the newest failed requests, a JSON object each (store/tasks.py
+--   failed    list  the newest failed requests, a JSON object each (store/task_records.py
 --                   FailedRequest), at most `keep` of them
 -- The state is never written by a caller: it follows from the counts, in one place
 -- (task_state): pending (open, none leased yet) -> running (one was leased) -> success or failed
@@ -19,7 +19,7 @@
 -- ack of a reclaimed entry, a retried call change nothing), and a lease moves only pending to
 -- running: so a late or repeated update never turns success back into running. Only new work (a
 -- new entry pushed for the task) reopens a finished task. "paused" and "terminated" are not
--- stored: readers show them from the job's control state (store/tasks.py).
+-- stored: readers show them from the job's control state (store/task_records.py).
 local TASKS = {}
 
 local function task_setup(tasks_key, task_of_key, node, now_ms)

@@ -1,0 +1,84 @@
+"""``flush.lua``: one node's buffered writes applied in one atomic step, in order."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+
+from .dedup import LayersDescribed
+from .errors import BadBatch
+from .keys import JobKeys
+from .records import as_text
+from .script_base import JobScript
+from .script_results import FlushResult
+from .write_ops import Op
+
+#: how many dead letters the job keeps, newest first
+DEAD_LETTERS_KEPT = 10_000
+
+
+@dataclass(frozen=True)
+class FlushDedup:
+    """How a flush records fingerprints: the job's stored mode ("exact" or "set-then-bloom"),
+    how many the exact set takes before the filter does (0 for exact), and the layers described.
+    """
+
+    mode: str
+    set_limit: int = 0
+    layers: LayersDescribed = LayersDescribed()
+
+
+class FlushScript(JobScript):
+    """flush.lua for one node: ``run`` applies a batch; the same call id twice is a no-op."""
+
+    FILE = "flush"
+    HELPERS = ("bloom", "tasks")
+    KEYS = ("meta", "queue", "entries", "deadlines", "leased", "seen", "stats", "dead",
+            "last_call", "bloom", "failed", "tasks", "task_of", "scrapy_stats", "node_stats")
+    KEYS_TAIL = "chunk"
+    ARGV = ("epoch", "call_id", "node", "dead_max", "dedup_mode", "writes_seen", "set_limit",
+            "described", "failed_max")
+    ARGV_TAIL = "layout"
+
+    def __init__(self, client: redis.Redis, keys: JobKeys, node_id: str,
+                 failed_max: int) -> None:
+        super().__init__(client, keys)
+        self.node_id = node_id
+        #: how many failed requests the job keeps (CLUSTERSYNC_FAILED_KEEP)
+        self.failed_max = failed_max
+
+    def call(self, epoch: str, call_id: str, writes_seen: int, dedup: FlushDedup,
+             ops: Sequence[Op]) -> tuple[list[str], list[Any]]:
+        """The KEYS and ARGV of the call: the fixed ones, the layers described, then each op's
+        ``args()`` in order."""
+        k, layers = self.keys, dedup.layers
+        keys = [k.meta, k.queue, k.entries, k.deadlines, k.leased, k.seen, k.stats, k.dead,
+                k.last_call(self.node_id), k.bloom, k.failed, k.tasks, k.task_of,
+                k.scrapy_stats, k.node_stats, *layers.chunk_keys]
+        args: list[Any] = [epoch, call_id, self.node_id, DEAD_LETTERS_KEPT, dedup.mode,
+                           writes_seen, dedup.set_limit, layers.count, self.failed_max,
+                           *layers.layouts]
+        for op in ops:
+            args.extend(op.args())
+        return keys, args
+
+    def run(self, epoch: str, call_id: str, writes_seen: int, dedup: FlushDedup,
+            ops: Sequence[Op]) -> tuple[FlushResult, int]:
+        """What the batch did, and the node's write counter after it.
+
+        Raises BadBatch, before any change, if an op is malformed or cannot be encoded; the
+        script's refusals (errors.py, flush.lua's header) as the store's errors.
+        """
+        try:
+            keys, args = self.call(epoch, call_id, writes_seen, dedup, ops)
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise BadBatch(f"a write cannot be encoded for Redis ({exc})") from None
+        try:
+            raw = self._call(keys, args)
+        except UnicodeEncodeError as exc:  # redis-py encodes text when it sends: never sent
+            raise BadBatch(f"a write cannot be encoded for Redis ({exc})") from None
+        *figures, writes = (int(x) for x in as_text(raw).split())
+        return FlushResult(*figures), writes
