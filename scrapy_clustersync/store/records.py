@@ -116,6 +116,11 @@ class DeadLetter:
     reason: str
     entry: bytes
 
+    @property
+    def refused_write(self) -> bool:
+        """True for a write Redis refused (set aside by the node), not a queued entry."""
+        return self.entry_id == REFUSED_WRITE_ID
+
     def format(self) -> bytes:
         head = "\t".join([self.entry_id, self.node, str(self.at_ms), one_line(self.reason)])
         return head.encode() + b"\n" + self.entry
