@@ -19,6 +19,9 @@ from testkit.site import TestSite
 
 from conftest import RedisFactory, SiteFactory
 from support import (
+    marks,
+    missing_pages,
+    node_env,
     pages_fetched,
     pages_fetched_twice,
     start_node,
@@ -246,3 +249,37 @@ def wait_for_state(control: NodeControl, state: str, timeout_s: float) -> float:
     started = time.monotonic()
     wait_until(lambda: control.state == state, timeout_s, f"the node to see {state}")
     return time.monotonic() - started
+
+
+# ---- control during start() ---------------------------------------------------------------------
+
+def test_pause_and_stop_during_start_then_resume_and_a_new_run_fetch_every_page_once(
+    redis_server: RedisServer, site: SiteFactory, fault_project: Path,
+    tmp_path: Path,
+) -> None:
+    # given a node running a slow start() (60 requests, 0.05 s apart)
+    web = site(60)
+    settings = {"PAGES": "60", "START_SLEEP": "0.05"}
+
+    def node(name: str) -> Any:
+        return start_node(name, redis_server.url, web.start_url, tmp_path, settings,
+                          project_dir=fault_project, spider="slowstart", env=node_env(tmp_path))
+
+    first = node("first")
+    wait_until(lambda: len(marks(tmp_path, "started")) >= 10, 60, "start() to be under way")
+    # when the job is paused during start(), then stopped, then resumed, and a new node runs
+    assert clustersync(redis_server.url, "pause", "slowstart").returncode == 0
+    time.sleep(1.0)
+    assert clustersync(redis_server.url, "stop", "slowstart").returncode == 0
+    first.wait(40)
+    assert first.finish_reason() == "clustersync_stopped"
+    fetched_in_first = pages_fetched(web)
+    assert clustersync(redis_server.url, "resume", "slowstart").returncode == 0
+    second = node("second")
+    wait_all([second], timeout_s=60)
+    # then the two runs fetched every page exactly once
+    print(f"first run fetched {fetched_in_first}, start() marks {len(marks(tmp_path, 'started'))}"
+          f", twice: {pages_fetched_twice(web)}")
+    assert missing_pages(web) == []
+    assert pages_fetched_twice(web) == {}
+    assert second.finish_reason() == "finished"

@@ -7,6 +7,8 @@ on to a live node. (tests/test_failover.py is about a failover of Redis itself.)
 from __future__ import annotations
 
 import json
+import os
+import random
 import signal
 import subprocess
 import sys
@@ -14,23 +16,33 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 import redis
+from scrapy.settings import Settings
 from test_guarantees import SPIDERS
-from test_store import joined, push_op
 
+from scrapy_clustersync.config import ClusterConfig
+from scrapy_clustersync.node.redis_thread import SyncWorker
 from scrapy_clustersync.store import Ack, JobStore, StartDone, make_client
+from scrapy_clustersync.store.consistency import JobCheck
 from scrapy_clustersync.store.job_store import new_call_id
 from scrapy_clustersync.store.records import as_text
 from testkit.redis_server import RedisServer
 from testkit.site import TestSite
 
-from conftest import SiteFactory
+from conftest import ProxyFactory, SiteFactory
 from support import (
     Node,
+    chaos_runs,
+    chaos_seed,
+    joined,
     marks,
     missing_pages,
     node_env,
+    pages_fetched,
+    pages_fetched_twice,
     project_with_spiders,
+    push_op,
     start_node,
     start_nodes,
     wait_all,
@@ -51,6 +63,10 @@ NODE_RECORD_FIELDS = {
 }
 #: what the measured time may exceed DEAD_AFTER_S + one heartbeat by: polling, a busy machine
 MARGIN_S = 1.0
+#: what the worker sends as the outage grace: the reconnect backoff (5 s) plus one heartbeat
+GRACE_MS = 5_000 + 333
+#: what the worker passes as the gap that earns the grace: two heartbeat intervals (1/3 s here)
+GAP_MS = 666
 
 
 def beat(store: JobStore, epoch: str, ttl_ms: int = 10_000, **kw: Any) -> Any:
@@ -59,7 +75,7 @@ def beat(store: JobStore, epoch: str, ttl_ms: int = 10_000, **kw: Any) -> Any:
     return store.heartbeat(epoch, ttl_ms=ttl_ms, **(options | kw))
 
 
-# ---- the heartbeat script, deterministic -------------------------------------------------------
+# ---- the heartbeat script, deterministic --------------------------------------------------------
 
 def test_a_silent_node_is_declared_dead_with_its_leases_back_in_the_queue_in_their_place(
     redis_server: RedisServer,
@@ -292,3 +308,212 @@ def test_the_start_owner_killed_mid_start_is_taken_over_once_declared_dead(
     assert "declared dead; its" in other.log()
     assert missing_pages(web) == []
     assert other.finish_reason() == "finished"
+
+
+# ---- outages are not deaths ---------------------------------------------------------------------
+
+def stall_redis(server: RedisServer, seconds: float) -> None:
+    """Freeze the redis-server process (a stall: a fork, a slow command, a VM pause)."""
+    pid = server.pid
+    assert pid is not None
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        time.sleep(seconds)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+
+def lease_owners(client: Any, job: str) -> dict[str, str]:
+    return {as_text(i): as_text(v).split("|", 1)[1]
+            for i, v in client.hgetall(f"clustersync:{{{job}}}:leased").items()}
+
+
+def test_a_redis_stall_shorter_than_the_dead_threshold_declares_no_node_dead(
+    redis_server: RedisServer,
+) -> None:
+    # given two nodes of a job with a dead-after of 1 s (heartbeats a third of it apart): a,
+    # holding a lease, beat at t=0 and b at t=0.3; a's next heartbeat is due at t=0.33
+    a, epoch = joined(redis_server, "a")
+    b, _ = joined(redis_server, "b")
+    a.flush(epoch, [push_op("http://x/1")], new_call_id())
+    a.lease(epoch, 1, 60_000, new_call_id())
+    beat(a, epoch, ttl_ms=1000, grace_ms=GRACE_MS, gap_ms=GAP_MS)
+    time.sleep(0.3)
+    beat(b, epoch, ttl_ms=1000, grace_ms=GRACE_MS, gap_ms=GAP_MS)
+    # when Redis stalls for 0.85 s, less than the dead-after: no heartbeat reaches it
+    stall_redis(redis_server, 0.85)
+    # then the first heartbeat after the stall (b's) declares nobody dead for it
+    answer = beat(b, epoch, ttl_ms=1000, grace_ms=GRACE_MS, gap_ms=GAP_MS)
+    print(f"declared dead after a {0.85}s Redis stall (dead-after 1 s): {answer.declared_dead}")
+    assert answer.declared_dead == ()
+    assert beat(a, epoch, ttl_ms=1000, grace_ms=GRACE_MS, gap_ms=GAP_MS).my_death is None
+
+
+def test_a_node_leaving_first_after_an_outage_does_not_make_the_others_dead_for_it(
+    redis_server: RedisServer,
+) -> None:
+    # given three live nodes (dead-after 0.3 s)
+    a, epoch = joined(redis_server, "a")
+    b, _ = joined(redis_server, "b")
+    c, _ = joined(redis_server, "c")
+    for store in (a, b, c):
+        beat(store, epoch, ttl_ms=300, grace_ms=1000)
+    # when Redis is away for 0.4 s, and the first heartbeat after it is c's leaving one (c was
+    # stopped during the outage: it sent its writes, then leaves), then a's
+    time.sleep(0.4)
+    declared = [beat(c, epoch, ttl_ms=0).declared_dead,
+                beat(a, epoch, ttl_ms=300, grace_ms=1000).declared_dead]
+    print(f"declared dead by c's leaving heartbeat, then by a's: {declared}")
+    # then nobody is declared dead for the outage: a and b get the grace as if c had not left
+    assert declared == [(), ()]
+    assert redis_server.client().hlen("clustersync:{job}:dead_nodes") == 0
+
+
+def test_check_repair_right_after_an_outage_hands_no_live_nodes_lease_to_another_node(
+    redis_server: RedisServer,
+) -> None:
+    # given node a holding four leases (prefetched) and node b, both live (dead-after 0.3 s)
+    a, epoch = joined(redis_server, "a")
+    b, _ = joined(redis_server, "b")
+    a.flush(epoch, [push_op(f"http://x/{i}") for i in range(4)], new_call_id())
+    held = [entry.entry_id for entry in a.lease(epoch, 4, 60_000, new_call_id())]
+    beat(a, epoch, ttl_ms=300, grace_ms=1000)
+    beat(b, epoch, ttl_ms=300, grace_ms=1000)
+    # when Redis is away for 0.4 s (no heartbeat reaches it), and the first call after it is a
+    # cron'd `clustersync check --repair`
+    time.sleep(0.4)
+    findings = JobCheck(b).run(repair=True)
+    print("check --repair right after the outage:", [(f.kind, f.action) for f in findings])
+    # then, as the heartbeat declares nobody dead for the outage, a keeps what it holds ...
+    answer = beat(a, epoch, ttl_ms=300, grace_ms=1000, lease_ids=held)
+    assert answer.declared_dead == () and answer.my_death is None
+    # ... and no other node can lease any of it: a crawls it, and b must not crawl it too
+    taken_by_b = [entry.entry_id for entry in b.lease(epoch, 10, 60_000, new_call_id())]
+    assert sorted(set(taken_by_b) & set(held)) == []
+
+
+def test_a_node_back_from_the_dead_hands_out_only_entries_redis_has_leased_to_it(
+    redis_server: RedisServer,
+) -> None:
+    # given a node (batches of 2 writes, 8 prefetched) holding 8 prefetched leases
+    config = ClusterConfig.from_settings(Settings({
+        "CLUSTERSYNC_REDIS_URL": redis_server.url, "CLUSTERSYNC_BATCH_SIZE": "2",
+        "CLUSTERSYNC_PREFETCH": "8", "CLUSTERSYNC_HEARTBEAT_INTERVAL": "0.2",
+        "CLUSTERSYNC_NODE_DEAD_AFTER": "0.5", "CLUSTERSYNC_LEASE_TIMEOUT": "30"}), "job")
+    store = JobStore(make_client(redis_server.url), "job", config.node_id)
+    epoch = store.join(ttl_ms=500, claim=False)[0]
+    other, _ = joined(redis_server, "b")
+    other.flush(epoch, [push_op(f"http://x/{i}") for i in range(8)], new_call_id())
+    worker = SyncWorker(store, config, epoch, node_info=dict, on_leased=lambda: None)
+    worker._step(closing=False)  # its Redis thread: first heartbeat, then a lease of 8
+    assert len(worker._prefetched) == 8
+    # when it stands still past its dead-after, node b declares it dead (its 8 leases go back
+    # to the queue), and then its Redis thread runs on
+    time.sleep(0.7)
+    assert beat(other, epoch).declared_dead == ((config.node_id, 8),)
+    for _ in range(12):
+        worker._step(closing=False)
+    # then each entry it has prefetched (and will hand to its engine) is leased to it in Redis:
+    # none is queued, where node b leases it and crawls it too
+    owners = lease_owners(redis_server.client(), "job")
+    prefetched = worker._prefetched.entry_ids()
+    not_its_own = [i for i in prefetched if owners.get(i) != config.node_id]
+    print(f"prefetched {len(prefetched)}, of which leased to it in Redis: "
+          f"{len(prefetched) - len(not_its_own)}; not its own: {len(not_its_own)}")
+    taken_by_b = {entry.entry_id for entry in other.lease(epoch, 10, 60_000, new_call_id())}
+    worker._stop.set()
+    assert not_its_own == []
+    assert taken_by_b & set(prefetched) == set()
+
+
+def test_short_redis_outages_during_a_crawl_declare_no_node_dead_and_lose_nothing(
+    redis_server: RedisServer, site: SiteFactory, proxy_factory: ProxyFactory, tmp_path: Path
+) -> None:
+    # given two nodes crawling through a proxy to Redis (heartbeat 0.5 s, dead-after 1.5 s)
+    proxy = proxy_factory(redis_server)
+    web = site(600, delay_s=0.3)
+    client = redis_server.client()
+    nodes = start_nodes(2, proxy.url(), web.start_url, tmp_path,
+                        {**FAILOVER, "CLUSTERSYNC_SOCKET_TIMEOUT": "1"})
+    wait_until(lambda: pages_fetched(web) >= 30, 60, "30 pages")
+    # when Redis stops answering eight times for 0.75 s (less than the dead-after), 2.5 s
+    # apart (a stall, a failover): calls hang, fail when it is back, and are retried
+    for _ in range(8):
+        proxy.cut(blackhole=True)
+        time.sleep(0.75)
+        proxy.restore()
+        time.sleep(2.5)
+    declared = int(client.hget("clustersync:{site}:stats", "declared_dead") or 0)
+    told = sum(node.log().count("was declared dead by node") for node in nodes)
+    print(f"after 8 Redis outages of 0.75s (dead-after 1.5s): {declared} nodes declared dead, "
+          f"{told} told so; {pages_fetched(web)} pages fetched so far")
+    wait_all(nodes, timeout_s=90)
+    # then no node was declared dead for them, and no page is lost
+    assert missing_pages(web) == []
+    assert (declared, told) == (0, 0)
+
+
+# ---- stuck and frozen nodes ---------------------------------------------------------------------
+
+def test_a_node_whose_reactor_is_stuck_does_not_keep_its_pages_for_ever(
+    redis_server: RedisServer, site: SiteFactory, fault_project: Path, tmp_path: Path
+) -> None:
+    """A node whose reactor is blocked (a synchronous call that never returns, in a callback
+    or a pipeline) is as dead to the crawl as a SIGSTOPped one, but its Redis thread
+    (worker.py SyncWorker._run) keeps heartbeating and renewing every lease it holds
+    (heartbeat.lua renews ``held`` regardless of progress). Its pages are never reclaimed:
+    pages reachable only through them are never crawled, and the job never finishes."""
+    web = site(20, links_per_page=1)
+    stuck = start_node("stuck", redis_server.url, web.start_url, tmp_path, {"STUCK": "1"},
+                       project_dir=fault_project, spider="stuck", env=node_env(tmp_path))
+    healthy = None
+    try:
+        wait_until(lambda: marks(tmp_path, "stuck") != [], 60, "the reactor to block")
+        healthy = start_node("healthy", redis_server.url, web.start_url, tmp_path, {},
+                             project_dir=fault_project, spider="stuck", env=node_env(tmp_path))
+        # a lease is 3 s here: far more than enough for page 5 to be reclaimed and crawled
+        deadline = time.monotonic() + 45
+        while missing_pages(web) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert missing_pages(web) == []
+    finally:
+        stuck.kill()
+        if healthy is not None:
+            healthy.kill()
+
+
+@pytest.mark.chaos
+@pytest.mark.parametrize("run", range(chaos_runs()), ids=lambda run: f"run{run + 1}")
+def test_random_freezes_of_two_nodes_lose_no_page_and_count_each_once(
+    run: int, redis_server: RedisServer, site: SiteFactory, tmp_path: Path
+) -> None:
+    # given two nodes crawling a slow site (heartbeat 0.5 s, dead-after 1.5 s)
+    seed = chaos_seed()
+    rng = random.Random(seed)
+    web = site(500, delay_s=0.1)
+    client = redis_server.client()
+    nodes = start_nodes(2, redis_server.url, web.start_url, tmp_path,
+                        {**FAILOVER, "CLUSTERSYNC_BATCH_SIZE": "3"})
+    wait_until(lambda: pages_fetched(web) >= 30, 60, "30 pages")
+    # when, for 18 s, a node picked at random is frozen (SIGSTOP) for 0.3 to 3 s at a time
+    freezes = []
+    until = time.monotonic() + 18
+    while time.monotonic() < until and all(n.process.poll() is None for n in nodes):
+        victim = rng.choice(nodes)
+        frozen_s = rng.uniform(0.3, 3.0)
+        victim.process.send_signal(signal.SIGSTOP)
+        time.sleep(frozen_s)
+        victim.process.send_signal(signal.SIGCONT)
+        freezes.append((victim.name, round(frozen_s, 2)))
+        time.sleep(rng.uniform(0.2, 1.5))
+    wait_all(nodes, timeout_s=90)
+    stats = {as_text(k): int(v) for k, v in client.hgetall("clustersync:{site}:stats").items()}
+    twice = pages_fetched_twice(web)
+    print(f"seed {seed}; freezes {freezes}; declared dead {stats.get('declared_dead', 0)}; "
+          f"acked {stats.get('acked')}; pages fetched twice {len(twice)}")
+    # then no page is lost, each is counted done once, both nodes end normally, and the job's
+    # structures are consistent
+    assert missing_pages(web) == []
+    assert stats["acked"] == web.pages
+    assert [n.finish_reason() for n in nodes] == ["finished", "finished"]
+    assert JobCheck(JobStore(make_client(redis_server.url), "site", "cli")).run() == []
