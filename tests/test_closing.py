@@ -6,6 +6,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
+
 from testkit.redis_server import RedisServer
 
 from conftest import SiteFactory
@@ -133,6 +135,7 @@ def logged_at(log: str, text: str) -> float:
     return float(lines[-1].split(" ", 1)[0]) - (time.time() - time.monotonic())
 
 
+@pytest.mark.timing
 def test_a_one_node_one_page_crawl_closes_within_two_seconds_of_its_page(
     redis_server: RedisServer, site: SiteFactory, tmp_path: Path
 ) -> None:

@@ -39,6 +39,7 @@ def test_two_nodes_fetch_every_page_exactly_once(
     assert [node.finish_reason() for node in nodes] == ["finished", "finished"]
 
 
+@pytest.mark.timing
 def test_three_nodes_fetch_each_page_once_and_the_start_page_once(
     redis_server: RedisServer, site: SiteFactory, tmp_path: Path
 ) -> None:

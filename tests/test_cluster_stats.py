@@ -4,8 +4,6 @@ summed in Redis, per job and per node, and match what the site served to each no
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -24,7 +22,7 @@ from scrapy_clustersync.store.write_ops import StatsCounts
 from testkit.redis_server import RedisServer
 
 from conftest import SiteFactory
-from support import start_nodes, wait_all
+from support import clustersync, start_nodes, wait_all
 
 
 def test_two_nodes_stats_are_summed_per_job_and_per_node(
@@ -36,9 +34,7 @@ def test_two_nodes_stats_are_summed_per_job_and_per_node(
                         settings={"CLUSTERSYNC_JOB": "shop"})
     wait_all(nodes, timeout_s=120)
     # when the job's status is read
-    done = subprocess.run([sys.executable, "-m", "scrapy_clustersync.cli", "--redis-url",
-                           redis_server.url, "status", "shop", "--json"],
-                          capture_output=True, text=True, timeout=60)
+    done = clustersync(redis_server.url, "status", "shop", "--json")
     status = json.loads(done.stdout)
     # then the job's sums match what the site served, and each node's what it was served
     served = {node.name: sum(web.hits_by_agent().get(node.name, {}).values()) for node in nodes}
@@ -51,9 +47,7 @@ def test_two_nodes_stats_are_summed_per_job_and_per_node(
         served.values())
     assert sum(s["downloader/request_count"] for s in by_node.values()) == \
         status["stats"]["downloader/request_count"]
-    text = subprocess.run([sys.executable, "-m", "scrapy_clustersync.cli", "--redis-url",
-                           redis_server.url, "status", "shop"],
-                          capture_output=True, text=True, timeout=60).stdout
+    text = clustersync(redis_server.url, "status", "shop").stdout
     assert "responses    200: 300" in text
 
 

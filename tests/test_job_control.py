@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from scrapy_clustersync.node.control_follower import NodeControl
 from scrapy_clustersync.store import JobStore, make_client
@@ -19,6 +19,7 @@ from testkit.site import TestSite
 
 from conftest import RedisFactory, SiteFactory
 from support import (
+    clustersync,
     marks,
     missing_pages,
     node_env,
@@ -34,11 +35,6 @@ JOB = "site"  # the example spider's name, so the job's name
 #: pages fetched at once by a node: with the site's delay, a crawl lasts long enough to steer
 SLOW = {"CONCURRENT_REQUESTS_PER_DOMAIN": "4", "CONCURRENT_REQUESTS": "4"}
 ERROR_LINE = re.compile(r"\] ERROR: ")
-
-
-def clustersync(url: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "scrapy_clustersync.cli", "--redis-url", url,
-                           *args], capture_output=True, text=True, timeout=60, check=False)
 
 
 def status(url: str) -> dict[str, Any]:
@@ -67,6 +63,7 @@ def hits_after(web: TestSite, agents: list[str], moment: float) -> int:
     return sum(sum(t > moment for t in web.agent_hits(agent).times) for agent in agents)
 
 
+@pytest.mark.timing
 def test_pause_stops_fetching_on_every_node_within_a_second_and_resume_finishes_the_crawl(
     redis_server: RedisServer, site: SiteFactory, tmp_path: Path
 ) -> None:
@@ -224,6 +221,7 @@ def test_control_commands_refuse_an_unknown_job_and_transitions_that_make_no_sen
         assert "has finished" in answer.stderr and "clustersync restart small" in answer.stderr
 
 
+@pytest.mark.timing
 def test_a_node_follows_the_control_state_again_after_redis_restarted(
     redis_factory: RedisFactory,
 ) -> None:

@@ -10,8 +10,6 @@ import json
 import os
 import random
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -35,6 +33,7 @@ from support import (
     Node,
     chaos_runs,
     chaos_seed,
+    clustersync,
     joined,
     marks,
     missing_pages,
@@ -131,6 +130,7 @@ def test_a_node_declared_dead_learns_it_rejoins_and_its_late_ack_counts_once(
     assert (status.counters["acked"], status.queued, status.leased) == (1, 0, 0)
 
 
+@pytest.mark.timing
 def test_no_node_is_declared_dead_for_a_gap_in_which_no_heartbeat_reached_redis(
     redis_server: RedisServer,
 ) -> None:
@@ -196,12 +196,12 @@ def fetched_by(web: TestSite, name: str) -> int:
 
 
 def status_json(url: str, job: str) -> dict[str, Any]:
-    result = subprocess.run([sys.executable, "-m", "scrapy_clustersync.cli", "--redis-url", url,
-                             "status", job, "--json"], capture_output=True, text=True, timeout=60)
+    result = clustersync(url, "status", job, "--json")
     assert result.returncode == 0, result.stderr
     return dict(json.loads(result.stdout))
 
 
+@pytest.mark.timing
 def test_a_killed_node_is_declared_dead_in_seconds_and_the_other_finishes_every_page(
     redis_server: RedisServer, site: SiteFactory, tmp_path: Path
 ) -> None:
@@ -276,6 +276,7 @@ def test_a_node_frozen_past_the_dead_threshold_loses_nothing_acks_once_and_rejoi
 
 
 
+@pytest.mark.timing
 def test_the_start_owner_killed_mid_start_is_taken_over_once_declared_dead(
     redis_server: RedisServer, site: SiteFactory, tmp_path: Path
 ) -> None:
@@ -323,11 +324,23 @@ def stall_redis(server: RedisServer, seconds: float) -> None:
         os.kill(pid, signal.SIGCONT)
 
 
+def beat_deadlines(client: Any, job: str) -> dict[bytes, float]:
+    """Each live node's liveness deadline, which each of its heartbeats moves on."""
+    return dict(client.zrange(f"clustersync:{{{job}}}:nodes", 0, -1, withscores=True))
+
+
+def all_beat_since(client: Any, job: str, before: dict[bytes, float]) -> bool:
+    """Every node of ``before`` has beat since (or left the job)."""
+    now = beat_deadlines(client, job)
+    return all(now.get(node, float("inf")) > deadline for node, deadline in before.items())
+
+
 def lease_owners(client: Any, job: str) -> dict[str, str]:
     return {as_text(i): as_text(v).split("|", 1)[1]
             for i, v in client.hgetall(f"clustersync:{{{job}}}:leased").items()}
 
 
+@pytest.mark.timing
 def test_a_redis_stall_shorter_than_the_dead_threshold_declares_no_node_dead(
     redis_server: RedisServer,
 ) -> None:
@@ -426,6 +439,7 @@ def test_a_node_back_from_the_dead_hands_out_only_entries_redis_has_leased_to_it
     assert taken_by_b & set(prefetched) == set()
 
 
+@pytest.mark.timing
 def test_short_redis_outages_during_a_crawl_declare_no_node_dead_and_lose_nothing(
     redis_server: RedisServer, site: SiteFactory, proxy_factory: ProxyFactory, tmp_path: Path
 ) -> None:
@@ -436,13 +450,16 @@ def test_short_redis_outages_during_a_crawl_declare_no_node_dead_and_lose_nothin
     nodes = start_nodes(2, proxy.url(), web.start_url, tmp_path,
                         {**FAILOVER, "CLUSTERSYNC_SOCKET_TIMEOUT": "1"})
     wait_until(lambda: pages_fetched(web) >= 30, 60, "30 pages")
-    # when Redis stops answering eight times for 0.75 s (less than the dead-after), 2.5 s
-    # apart (a stall, a failover): calls hang, fail when it is back, and are retried
+    # when Redis stops answering eight times for 0.75 s (less than the dead-after), each time
+    # once every node has beat again since the last (a stall, a failover): calls hang, fail
+    # when it is back, and are retried
     for _ in range(8):
+        beats = beat_deadlines(client, "site")
         proxy.cut(blackhole=True)
-        time.sleep(0.75)
+        time.sleep(0.75)  # the outage itself
         proxy.restore()
-        time.sleep(2.5)
+        wait_until(lambda: all_beat_since(client, "site", beats), 30,  # noqa: B023
+                   "every node to beat again after the outage")
     declared = int(client.hget("clustersync:{site}:stats", "declared_dead") or 0)
     told = sum(node.log().count("was declared dead by node") for node in nodes)
     print(f"after 8 Redis outages of 0.75s (dead-after 1.5s): {declared} nodes declared dead, "
