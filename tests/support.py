@@ -202,6 +202,11 @@ def project_with_spiders(workdir: Path, module: str, source: str) -> Path:
     return root
 
 
+def open_barrier(workdir: Path, name: str) -> None:
+    """Let the spiders of ``project_with_spiders`` that ``wait_for(name)`` go on."""
+    (workdir / "marks" / name).touch()
+
+
 def marks(workdir: Path, name: str) -> list[str]:
     """The lines the spiders of ``project_with_spiders`` marked in ``name``."""
     path = workdir / "marks" / name

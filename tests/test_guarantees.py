@@ -24,6 +24,7 @@ from support import (
     marks,
     missing_pages,
     node_env,
+    open_barrier,
     pages_fetched,
     project_with_spiders,
     start_node,
@@ -34,7 +35,7 @@ from support import (
 SPIDERS = '''
     import scrapy
 
-    from example.spiders.helpers import mark, sleep
+    from example.spiders.helpers import mark, sleep, wait_for
     from example.spiders.site import SiteSpider
 
 
@@ -84,13 +85,16 @@ SPIDERS = '''
 
 
     class SlowStartSpider(SiteSpider):
-        """start() yields page 0 .. PAGES-1 slowly; callbacks follow nothing."""
+        """start() yields page 0 .. PAGES-1 slowly; callbacks follow nothing. With START_HOLD_AT
+        it holds before that page until the test opens the barrier "go_on"."""
 
         name = "slowstart"
 
         async def start(self):
             base = self.start_url.rsplit("/", 1)[0]
             for index in range(self.settings.getint("PAGES")):
+                if index == self.settings.getint("START_HOLD_AT", -1):
+                    await wait_for("go_on")
                 mark("started", f"{self.settings.get('USER_AGENT')} {index}")
                 yield scrapy.Request(f"{base}/{index}.html")
                 await sleep(self.settings.getfloat("START_SLEEP", 0.2))
@@ -163,17 +167,19 @@ def test_a_request_whose_errback_ran_is_done_and_a_leaving_node_does_not_hand_it
 def test_the_job_waits_for_start_and_a_live_node_finishes_it_when_its_node_dies(
     redis_server: RedisServer, site: SiteFactory, project: Path, tmp_path: Path
 ) -> None:
-    # given two nodes started together on a spider whose start() yields 30 pages slowly
+    # given two nodes started together on a spider whose start() yields 30 pages, and holds
+    # after the first 10 until the test lets it go on
     web = site(30)
-    settings = {"PAGES": "30"}
+    settings = {"PAGES": "30", "START_SLEEP": "0", "START_HOLD_AT": "10"}
     nodes = [start_node(name, redis_server.url, web.start_url, tmp_path, settings,
                         project_dir=project, spider="slowstart", env=node_env(tmp_path))
              for name in ("node1", "node2")]
-    wait_until(lambda: len(marks(tmp_path, "started")) >= 5, 60, "start() to be under way")
-    # when the node running start() is killed half-way
+    wait_until(lambda: len(marks(tmp_path, "started")) >= 10, 60, "start() to be held half-way")
+    # when the node running start() is killed half-way (then start() may go on)
     [runner] = [n for n in nodes if n.name == marks(tmp_path, "started")[0].split()[0]]
     [other] = [n for n in nodes if n is not runner]
     runner.kill()
+    open_barrier(tmp_path, "go_on")
     wait_all([other], timeout_s=120)
     # then the other node took start() over and the job finished with every page
     assert missing_pages(web) == []

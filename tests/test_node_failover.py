@@ -38,6 +38,7 @@ from support import (
     marks,
     missing_pages,
     node_env,
+    open_barrier,
     pages_fetched,
     pages_fetched_twice,
     project_with_spiders,
@@ -255,7 +256,9 @@ def test_a_node_frozen_past_the_dead_threshold_loses_nothing_acks_once_and_rejoi
     frozen.process.send_signal(signal.SIGSTOP)
     wait_until(lambda: dead_record(client, "site", frozen_id) is not None, 30,
                "the frozen node to be declared dead")
-    time.sleep(1.0)
+    crawled_at_death = fetched_by(web, other.name)
+    wait_until(lambda: fetched_by(web, other.name) >= crawled_at_death + 5, 30,
+               "the other node to crawl on")
     frozen.process.send_signal(signal.SIGCONT)
     woken_with = fetched_by(web, "node1")
     # then it learns it was declared dead, says so once, and is live again
@@ -280,21 +283,21 @@ def test_a_node_frozen_past_the_dead_threshold_loses_nothing_acks_once_and_rejoi
 def test_the_start_owner_killed_mid_start_is_taken_over_once_declared_dead(
     redis_server: RedisServer, site: SiteFactory, tmp_path: Path
 ) -> None:
-    # given a spider whose start() yields 150 pages slowly, run by the first of two nodes
-    web = site(150)
-    # (the spider is test_guarantees.py's, yielding every 0.05 s)
+    # given a spider whose start() yields 40 pages, holding after the first 5 until the test
+    # lets it go on, run by the first of two nodes (the spider is test_guarantees.py's)
+    web = site(40)
     project = project_with_spiders(tmp_path, "guarantees", SPIDERS)
-    settings = {**FAILOVER, "PAGES": "150", "START_SLEEP": "0.05"}
+    settings = {**FAILOVER, "PAGES": "40", "START_SLEEP": "0", "START_HOLD_AT": "5"}
 
     def node(name: str) -> Node:
         return start_node(name, redis_server.url, web.start_url, tmp_path, settings,
                           project_dir=project, spider="slowstart", env=node_env(tmp_path))
 
     owner = node("owner")
-    wait_until(lambda: len(marks(tmp_path, "started")) >= 5, 60, "start() to be under way")
+    wait_until(lambda: len(marks(tmp_path, "started")) >= 5, 60, "start() to be held half-way")
     other = node("other")
     wait_until(lambda: "joined job" in other.log(), 60, "the second node to join")
-    # when the node running start() is killed while start() still yields
+    # when the node running start() is killed while start() is held half-way
     owner.kill()
     killed_at = time.monotonic()
     wait_until(lambda: "runs it now" in other.log(), 30, "the other node to take start() over")
@@ -302,6 +305,7 @@ def test_the_start_owner_killed_mid_start_is_taken_over_once_declared_dead(
     print(f"start() taken over {taken_over_s:.2f}s after the owner's kill")
     # (the start() loop polls the heartbeat's answer every 0.25 s)
     assert taken_over_s <= DEAD_AFTER_S + HEARTBEAT_S + MARGIN_S + 0.25
+    open_barrier(tmp_path, "go_on")
     wait_all([other], timeout_s=90)
     # then the other node declared it dead, ran start() and the crawl completed
     assert all(not line.startswith("other") for line in marks(tmp_path, "started")[:5])
