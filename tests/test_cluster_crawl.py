@@ -123,7 +123,7 @@ def every_lease_ran_out(client: redis.Redis, job: str) -> bool:
     """No lease of ``job`` runs beyond now, on the Redis server's clock."""
     seconds, micros = client.time()
     latest = client.zrange(f"clustersync:{{{job}}}:deadlines", -1, -1, withscores=True)
-    return not latest or latest[0][1] < seconds * 1000 + micros / 1000
+    return not latest or float(latest[0][1]) < seconds * 1000 + micros / 1000
 
 
 @pytest.mark.parametrize("blackhole", [False, True], ids=["refused", "replies-lost"])
