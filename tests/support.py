@@ -139,6 +139,11 @@ def wait_until(condition: Callable[[], bool], timeout_s: float, what: str) -> No
         time.sleep(0.05)
 
 
+def start_done(server: RedisServer, job: str) -> bool:
+    """Redis holds that ``job``'s start() was exhausted (a node's "S" op reached it)."""
+    return bool(server.client().hexists(f"clustersync:{{{job}}}:meta", "start_done"))
+
+
 def pages_fetched(site: TestSite) -> int:
     return sum(site.hits().values())
 

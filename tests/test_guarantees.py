@@ -27,6 +27,7 @@ from support import (
     open_barrier,
     pages_fetched,
     project_with_spiders,
+    start_done,
     start_node,
     wait_all,
     wait_until,
@@ -220,7 +221,7 @@ def test_start_runs_again_when_redis_comes_back_older_than_its_end(
     wait_until(lambda: len(marks(tmp_path, "started")) >= 8, 60, "start() to be under way")
     redis_server.client().save()
     wait_until(lambda: len(marks(tmp_path, "started")) == 30, 60, "start() to be exhausted")
-    time.sleep(0.5)
+    wait_until(lambda: start_done(redis_server, "slowstart"), 30, "Redis to hold start() done")
     assert pages_fetched(web) < 30  # some of start()'s requests are still queued
     # when Redis crashes and comes back from the snapshot (the end of start() is gone)
     redis_server.restart(crash=True)

@@ -267,7 +267,7 @@ def test_pause_and_stop_during_start_then_resume_and_a_new_run_fetch_every_page_
     wait_until(lambda: len(marks(tmp_path, "started")) >= 10, 60, "start() to be under way")
     # when the job is paused during start(), then stopped, then resumed, and a new node runs
     assert clustersync(redis_server.url, "pause", "slowstart").returncode == 0
-    time.sleep(1.0)
+    wait_until(lambda: "is paused" in first.log(), 30, "the node to apply the pause")
     assert clustersync(redis_server.url, "stop", "slowstart").returncode == 0
     first.wait(40)
     assert first.finish_reason() == "clustersync_stopped"

@@ -27,6 +27,7 @@ from support import (
     missing_pages,
     node_env,
     push_op,
+    start_done,
     start_node,
     wait_all,
     wait_until,
@@ -202,7 +203,7 @@ def test_start_lost_by_a_rollback_is_run_again_when_the_node_that_ran_it_has_lef
     wait_until(lambda: len(marks(tmp_path, "started")) >= 8, 60, "start() to be under way")
     redis_server.client().save()
     wait_until(lambda: len(marks(tmp_path, "started")) == 30, 60, "start() to be exhausted")
-    time.sleep(0.5)
+    wait_until(lambda: start_done(redis_server, "slowstart"), 30, "Redis to hold start() done")
     runner.process.send_signal(signal.SIGTERM)
     assert runner.wait(60) == 0
     redis_server.restart(crash=True)
@@ -229,7 +230,7 @@ def test_start_run_again_after_a_rollback_includes_what_spider_middlewares_add(
     wait_until(lambda: len(marks(tmp_path, "started")) >= 8, 60, "start() to be under way")
     redis_server.client().save()
     wait_until(lambda: len(marks(tmp_path, "started")) == 29, 60, "start() to be exhausted")
-    time.sleep(0.5)
+    wait_until(lambda: start_done(redis_server, "mwstart"), 30, "Redis to hold start() done")
     redis_server.restart(crash=True)
     wait_all([node], timeout_s=120)
     assert "runs start() again" in node.log()
