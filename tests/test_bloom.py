@@ -131,20 +131,20 @@ def test_exact_dedup_never_skips_a_new_url(redis_server: RedisServer) -> None:
     assert store.status().dedup == {"mode": "exact", "entries": 5000}
 
 
-def test_a_5000_page_crawl_completes_through_a_filter_planned_for_250(
+def test_a_3000_page_crawl_completes_through_a_filter_planned_for_150(
     redis_server: RedisServer, site: SiteFactory, tmp_path: Path
 ) -> None:
-    # given a filter planned for 250 URLs (error 1e-9, so that no page is skipped by chance):
-    # its layers hold 250, 500, 1000, 2000, 4000, so 5,000 pages need a fifth layer
-    web = site(5_000)
-    settings = {"CLUSTERSYNC_BLOOM_CAPACITY": "250", "CLUSTERSYNC_BLOOM_ERROR_RATE": "1e-9",
+    # given a filter planned for 150 URLs (error 1e-9, so that no page is skipped by chance):
+    # its layers hold 150, 300, 600, 1,200, 2,400, so 3,000 pages need a fifth layer
+    web = site(3_000)
+    settings = {"CLUSTERSYNC_BLOOM_CAPACITY": "150", "CLUSTERSYNC_BLOOM_ERROR_RATE": "1e-9",
                 "CONCURRENT_REQUESTS": "32"}
-    # when two nodes crawl a 5,000-page site (the suite's one big crawl)
+    # when two nodes crawl a 3,000-page site (the suite's one big crawl)
     nodes = start_nodes(2, redis_server.url, web.start_url, tmp_path, settings)
     wait_all(nodes, timeout_s=300)
     # then the filter grew, and every page was fetched exactly once
     dedup = JobStore(make_client(redis_server.url), "site", "t").status().dedup
-    assert dedup["layers"] >= 5 and dedup["entries"] == 5_000
+    assert dedup["layers"] >= 5 and dedup["entries"] == 3_000
     assert missing_pages(web) == []
     assert pages_fetched_twice(web) == {}
 
