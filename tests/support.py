@@ -255,6 +255,11 @@ class CliResult:
     stdout: str
     stderr: str
 
+    @property
+    def output(self) -> str:
+        """Everything it printed: what went to stdout, then what went to stderr."""
+        return self.stdout + self.stderr
+
 
 def clustersync(url: str, *args: str, stdin: str | None = None) -> CliResult:
     """Run ``clustersync --redis-url URL ARGS...`` in this process (click's CliRunner: no
