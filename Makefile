@@ -1,12 +1,16 @@
-# Quick start: `make demo` runs a real cluster crawl, `make test` runs the tests
-# (`make unit`: only the unit tier, in seconds, without Redis).
+# Quick start: `make demo` runs a real cluster crawl, `make test` runs the tests in parallel
+# (pytest-xdist; `make unit`: only the unit tier, in seconds, without Redis; `make chaos`: the
+# random kill and freeze soaks alone, one at a time, CHAOS_RUNS runs each).
 # Both set up everything they need in .venv on a fresh machine. `make compat` runs Scrapy's own
 # tests with the add-on switched on (compat/README.md); it builds .compat/ the first time.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
+#: pytest-xdist workers: the end-to-end tests mostly wait on their subprocesses, so 3 keep 2 cores busy
+TEST_WORKERS ?= 3
+CHAOS_RUNS ?= 5
 
-.PHONY: demo test unit lint bench compat clean
+.PHONY: demo test unit chaos lint bench compat clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,10 +27,14 @@ lint: $(BIN)/.installed
 
 test: $(BIN)/.installed lint
 	./scripts/ensure-redis-server.sh
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=15
 
 unit: $(BIN)/.installed
-	$(BIN)/pytest -q tests/unit
+	$(BIN)/pytest -q -n 0 tests/unit
+
+chaos: $(BIN)/.installed
+	./scripts/ensure-redis-server.sh
+	CLUSTERSYNC_CHAOS_RUNS=$(CHAOS_RUNS) $(BIN)/pytest -q -n 0 -m chaos
 
 bench: $(BIN)/.installed
 	$(BIN)/python bench/run.py

@@ -10,6 +10,7 @@ binary (the demo fallback; fakeredis runs Lua scripts only when ``lupa`` is inst
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import signal
 import socket
@@ -41,6 +42,8 @@ _STOP_TIMEOUT_S = 10.0
 _POLL_INTERVAL_S = 0.01
 _PORT_ATTEMPTS = 5
 _LOG_TAIL_CHARS = 2000
+#: where `free_port` looks: below Linux's ephemeral ports, above most fixed services'
+_PORT_RANGE = (10_000, 31_999)
 
 
 def redis_server_binary() -> str | None:
@@ -55,13 +58,37 @@ def redis_server_binary() -> str | None:
 
 
 def free_port() -> int:
-    """A TCP port of 127.0.0.1 that was free a moment ago (the OS picks it; never 6379)."""
+    """A TCP port of 127.0.0.1 that was free a moment ago (never 6379).
+
+    Chosen below the OS's ephemeral range (32768-60999 on Linux), so no OS-chosen port (a
+    client connection, a service started on port 0) takes it between this check and its use,
+    nor while a restarted server is down; each pytest-xdist worker draws from its own block,
+    so two workers never hand out the same port.
+    """
+    first, last = _port_block()
+    rng = random.Random()
     while True:
+        port = rng.randint(first, last)
+        if port == 6379:
+            continue
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.bind((LOCALHOST, 0))
-            port = int(sock.getsockname()[1])
-        if port != 6379:
-            return port
+            try:
+                sock.bind((LOCALHOST, port))
+            except OSError:
+                continue
+        return port
+
+
+def _port_block() -> tuple[int, int]:
+    """The ports this process may hand out: all of them, or its xdist worker's share."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0") or 0)
+    if not worker.startswith("gw") or count < 1:
+        return _PORT_RANGE
+    first, last = _PORT_RANGE
+    size = (last - first + 1) // count
+    start = first + int(worker[2:]) % count * size
+    return start, start + size - 1
 
 
 def redis_url(port: int, db: int = 0, password: str | None = None, host: str = LOCALHOST) -> str:

@@ -14,12 +14,13 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+from fault_spiders import FAULT_SPIDERS
 
 from testkit.proxy import TcpProxy
 from testkit.redis_server import RedisServer, redis_server_binary
 from testkit.site import TestSite
 
-from support import kill_leftover_nodes
+from support import kill_leftover_nodes, project_with_spiders
 
 NO_REDIS_MESSAGE = (
     "redis-server not found: install it with `apt-get install redis-server` "
@@ -58,6 +59,15 @@ def started_until_teardown(build: Callable[..., _S]) -> Iterator[Callable[..., _
     yield make
     for service in services:
         service.stop()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests that assert a wall-clock window run one after another on one xdist worker
+    (``--dist loadgroup``): never two of them beside each other, whose subprocesses would
+    compete for the same two cores in the very second being measured."""
+    for item in items:
+        if item.get_closest_marker("timing") is not None:
+            item.add_marker(pytest.mark.xdist_group("timing"))
 
 
 @pytest.fixture(autouse=True)
@@ -130,3 +140,10 @@ def filter_from_first_url(monkeypatch: pytest.MonkeyPatch) -> None:
 
     for module in (scrapy_clustersync.store.bloom_layout, scrapy_clustersync.store.dedup_upkeep):
         monkeypatch.setattr(module, "set_limit", lambda params: 0)
+
+
+@pytest.fixture
+def fault_project(tmp_path: Path) -> Path:
+    """A copy of the example project with the spiders of tests/fault_spiders.py as
+    ``example.spiders.faults``; their marks go to ``tmp_path/marks`` (support.marks)."""
+    return project_with_spiders(tmp_path, "faults", FAULT_SPIDERS)

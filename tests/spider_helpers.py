@@ -1,7 +1,7 @@
 """Helpers for the spiders the end-to-end tests write into a copy of the example project.
 
 ``project_with_spiders`` copies this file there as ``example/spiders/helpers.py``; the spiders
-import ``sleep`` and ``mark`` from it.
+import ``sleep``, ``mark`` and ``wait_for`` from it.
 """
 
 from __future__ import annotations
@@ -16,6 +16,14 @@ async def sleep(seconds: float) -> None:
     from twisted.internet.task import deferLater
 
     await maybe_deferred_to_future(deferLater(reactor, seconds, lambda: None))
+
+
+async def wait_for(name: str) -> None:
+    """Wait, without blocking the reactor, until the marks file ``name`` exists: a barrier the
+    test opens (support.open_barrier) once it has seen what it waits for."""
+    path = os.path.join(os.environ["MARKS_DIR"], name)
+    while not os.path.exists(path):
+        await sleep(0.02)
 
 
 def mark(name: str, line: str) -> None:

@@ -1,7 +1,11 @@
-"""Real `scrapy crawl` node processes for the end-to-end tests, and what to check about them."""
+"""What the tests share: real `scrapy crawl` node processes and what to check about them, a
+store that joined a job, a push op, the `clustersync` command run in this process, `wait_until`,
+and how many runs the chaos soaks make."""
 
 from __future__ import annotations
 
+import os
+import random
 import signal
 import subprocess
 import textwrap
@@ -12,7 +16,14 @@ from datetime import datetime
 from pathlib import Path
 
 import redis
+from click.testing import CliRunner
+from scrapy import Request
+from scrapy.utils.request import RequestFingerprinter
 
+from scrapy_clustersync.cli.app import main as clustersync_main
+from scrapy_clustersync.codec import RequestCodec
+from scrapy_clustersync.config import DedupSettings
+from scrapy_clustersync.store import JobStore, Push, make_client
 from testkit import nodes
 from testkit.proxy import TcpProxy
 from testkit.redis_server import LOCALHOST, RedisServer
@@ -118,11 +129,19 @@ def wait_all(nodes: list[Node], timeout_s: float = 120) -> None:
 
 
 def wait_until(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
+    """Poll ``condition`` until it holds; fail naming ``what`` once ``timeout_s`` has passed.
+
+    The one way the suite waits for something: never a fixed sleep that hopes it happened."""
     deadline = time.monotonic() + timeout_s
     while not condition():
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
         time.sleep(0.05)
+
+
+def start_done(server: RedisServer, job: str) -> bool:
+    """Redis holds that ``job``'s start() was exhausted (a node's "S" op reached it)."""
+    return bool(server.client().hexists(f"clustersync:{{{job}}}:meta", "start_done"))
 
 
 def pages_fetched(site: TestSite) -> int:
@@ -188,6 +207,11 @@ def project_with_spiders(workdir: Path, module: str, source: str) -> Path:
     return root
 
 
+def open_barrier(workdir: Path, name: str) -> None:
+    """Let the spiders of ``project_with_spiders`` that ``wait_for(name)`` go on."""
+    (workdir / "marks" / name).touch()
+
+
 def marks(workdir: Path, name: str) -> list[str]:
     """The lines the spiders of ``project_with_spiders`` marked in ``name``."""
     path = workdir / "marks" / name
@@ -197,3 +221,66 @@ def marks(workdir: Path, name: str) -> list[str]:
 def node_env(workdir: Path, **extra: str) -> dict[str, str]:
     """The environment the spiders of ``project_with_spiders`` need (where marks go)."""
     return {"MARKS_DIR": str(workdir / "marks"), **extra}
+
+
+# ---- the job's store, its ops, the CLI ---------------------------------------------------------
+
+CODEC = RequestCodec(None, max_bytes=1 << 20)
+FINGERPRINTER = RequestFingerprinter()
+
+
+def push_op(url: str, priority: int = 0, dont_filter: bool = False) -> Push:
+    """A push of ``Request(url)`` as the scheduler builds it (Scrapy's fingerprint, encoded)."""
+    request = Request(url, priority=priority, dont_filter=dont_filter)
+    fingerprint = b"" if dont_filter else FINGERPRINTER.fingerprint(request)
+    return Push(fingerprint, priority, CODEC.encode(request), dont_filter)
+
+
+def joined(server: RedisServer | str, node: str = "n1", job: str = "job",
+           dedup: DedupSettings | None = None, ttl_ms: int = 10_000) -> tuple[JobStore, str]:
+    """A `JobStore` of node ``node`` that joined ``job`` on ``server`` (a server or its URL),
+    creating the job with ``dedup`` (the store's default when None); and the job's epoch."""
+    url = server if isinstance(server, str) else server.url
+    store = (JobStore(make_client(url), job, node) if dedup is None
+             else JobStore(make_client(url), job, node, dedup))
+    epoch, _ = store.join(ttl_ms=ttl_ms)
+    return store, epoch
+
+
+@dataclass(frozen=True)
+class CliResult:
+    """What a run of `clustersync` left: its exit code and what it printed."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+    @property
+    def output(self) -> str:
+        """Everything it printed: what went to stdout, then what went to stderr."""
+        return self.stdout + self.stderr
+
+
+def clustersync(url: str, *args: str, stdin: str | None = None) -> CliResult:
+    """Run ``clustersync --redis-url URL ARGS...`` in this process (click's CliRunner: no
+    interpreter to start; the entry point itself is tested as a process in tests/test_cli.py)."""
+    result = CliRunner().invoke(clustersync_main, ["--redis-url", url, *args], input=stdin,
+                                prog_name="clustersync")
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return CliResult(result.exit_code, result.stdout, result.stderr)
+
+
+# ---- chaos soaks ------------------------------------------------------------------------------
+
+def chaos_runs() -> int:
+    """How many runs each chaos soak makes: ``CLUSTERSYNC_CHAOS_RUNS``, 1 by default (`make
+    test`); `make chaos` runs the soaks alone with their full count."""
+    return int(os.environ.get("CLUSTERSYNC_CHAOS_RUNS", "1"))
+
+
+def chaos_seed() -> int:
+    """The seed of one chaos run's schedule: ``CLUSTERSYNC_CHAOS_SEED`` (to replay a run whose
+    printed seed failed), else a fresh one."""
+    given = os.environ.get("CLUSTERSYNC_CHAOS_SEED")
+    return int(given) if given else random.SystemRandom().randrange(2**32)

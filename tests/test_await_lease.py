@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 
+import pytest
 from scrapy.settings import Settings
 
 from scrapy_clustersync.config import ClusterConfig
@@ -20,6 +21,8 @@ from testkit.redis_server import RedisServer
 
 from conftest import ProxyFactory
 
+#: both tests measure how long the reactor is held (seconds): never beside another such test
+pytestmark = pytest.mark.timing
 
 def _node_through(proxy: TcpProxy, **settings: str) -> SyncWorker:
     config = ClusterConfig.from_settings(

@@ -2,14 +2,30 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
-from scrapy_clustersync.store import JobStore, Push, PushFlags, make_client
+import pytest
+from scrapy.settings import Settings
+
+from scrapy_clustersync.config import ClusterConfig
+from scrapy_clustersync.node.redis_thread import SyncWorker
+from scrapy_clustersync.store import JobStore, Push, PushFlags, StoreError, make_client
 from scrapy_clustersync.store.job_store import new_call_id
+from scrapy_clustersync.store.records import as_text
 from testkit.redis_server import RedisServer
 
 from conftest import SiteFactory
-from support import missing_pages, project_with_spiders, start_node, wait_all
+from support import (
+    joined,
+    missing_pages,
+    node_env,
+    project_with_spiders,
+    push_op,
+    start_node,
+    wait_all,
+    wait_until,
+)
 
 
 def test_an_undecodable_queue_entry_is_dead_lettered_and_the_crawl_completes(
@@ -88,3 +104,67 @@ def test_a_bad_setting_stops_the_node_with_the_setting_named(
     assert "CLUSTERSYNC_LEASE_TIMEOUT = 'soon' is not a number" in node.log()
     assert node.process.returncode != 0 and "Engine slot not assigned" not in node.log()
     assert web.hits() == {}
+
+
+# ---- a batch Redis refuses for a key of the wrong type ------------------------------------------
+
+def test_a_batch_redis_refuses_for_a_foreign_key_of_the_wrong_type_changes_nothing(
+    redis_server: RedisServer,
+) -> None:
+    """docs/guarantees.md: "a write Redis refuses for what it holds (a bug, a foreign key of
+    the wrong type): every script validates every op before its first write, so a refused
+    batch changes nothing". flush.lua validates op *shapes* only; a key of the wrong type
+    fails mid-script (here the stats hash, written last), and Redis does not roll a script
+    back: the pushes are applied, the call id is not recorded."""
+    store, epoch = joined(redis_server)
+    client = redis_server.client()
+    client.set("clustersync:{job}:stats", "a foreign string")
+    with contextlib.suppress(StoreError):
+        store.flush(epoch, [push_op("http://a/1"), push_op("http://a/2")], new_call_id())
+    # a refused batch changes nothing
+    assert client.zcard("clustersync:{job}:queue") == 0
+
+
+def test_a_node_whose_batch_redis_refuses_for_a_wrong_type_keeps_it_and_sends_it_once_mended(
+    redis_server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The same, seen from the node. A key of the job that another program overwrote is not
+    the batch's fault: the node says which key and what to do, keeps its writes (nothing is
+    applied, nothing dead-lettered), and sends them once the key is mended."""
+    config = ClusterConfig.from_settings(
+        Settings({"CLUSTERSYNC_REDIS_URL": redis_server.url}), "job")
+    store = JobStore(make_client(redis_server.url), "job", config.node_id)
+    epoch = store.join(ttl_ms=60_000)[0]
+    client = redis_server.client()
+    client.set("clustersync:{job}:stats", "a foreign string")
+    worker = SyncWorker(store, config, epoch, node_info=dict, on_leased=lambda: None)
+    worker.start()
+    worker.submit(push_op("http://a/1"))
+    worker.submit(push_op("http://a/2"))
+    wait_until(lambda: "holds a string, not a hash" in caplog.text, 10, "the error")
+    assert client.hlen("clustersync:{job}:entries") == 0
+    assert "delete or rename that key" in caplog.text
+    client.delete("clustersync:{job}:stats")
+    wait_until(lambda: client.hlen("clustersync:{job}:entries") == 2, 10, "the writes")
+    assert not worker.close(unacked=[])
+
+
+# ---- an error text UTF-8 cannot encode ----------------------------------------------------------
+
+def test_a_failed_request_whose_error_text_holds_a_lone_surrogate_does_not_wedge_the_node(
+    redis_server: RedisServer, site: SiteFactory, fault_project: Path,
+    tmp_path: Path,
+) -> None:
+    # given a spider whose callback for page 3 raises an error with text from a JSON API that
+    # holds half an emoji (a lone surrogate, which UTF-8 cannot encode)
+    web = site(30)
+    # when a node crawls the site
+    node = start_node("node1", redis_server.url, web.start_url, tmp_path, {},
+                      project_dir=fault_project, spider="surrogate", env=node_env(tmp_path))
+    # then it finishes with every page, and the failure is recorded
+    wait_all([node], timeout_s=40)
+    failed = redis_server.client().lrange("clustersync:{surrogate}:failed", 0, -1)
+    print(f"finish reason {node.finish_reason()}, failed records {len(failed)}")
+    assert missing_pages(web) == []
+    assert node.finish_reason() == "finished"
+    assert len(failed) == 1 and "ValueError" in as_text(failed[0])

@@ -6,6 +6,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
+
 from testkit.redis_server import RedisServer
 
 from conftest import SiteFactory
@@ -133,6 +135,7 @@ def logged_at(log: str, text: str) -> float:
     return float(lines[-1].split(" ", 1)[0]) - (time.time() - time.monotonic())
 
 
+@pytest.mark.timing
 def test_a_one_node_one_page_crawl_closes_within_two_seconds_of_its_page(
     redis_server: RedisServer, site: SiteFactory, tmp_path: Path
 ) -> None:
@@ -207,3 +210,20 @@ def test_pages_a_spider_idle_handler_schedules_once_the_job_is_finished_are_all_
     assert missing_pages(web) == []
     assert pages_fetched_twice(web) == {}
     assert [node.finish_reason() for node in nodes] == ["finished", "finished"]
+
+
+# ---- a start() that raises ----------------------------------------------------------------------
+
+def test_a_start_that_raises_does_not_hang_the_job_for_ever(
+    redis_server: RedisServer, site: SiteFactory, fault_project: Path, tmp_path: Path
+) -> None:
+    """start() yields page 0 and then raises. Plain Scrapy crawls what start() yielded and
+    closes with reason "start_error". Here the node never calls start_exhausted() (the
+    exception goes through ClusterSpiderMiddleware.process_start), the job's start() stays
+    claimed by a live node, the heartbeat never says finished: the node runs for ever."""
+    web = site(20)
+    node = start_node("node1", redis_server.url, web.start_url, tmp_path, {},
+                      project_dir=fault_project, spider="starterror", env=node_env(tmp_path))
+    wait_all([node], timeout_s=60)
+    assert missing_pages(web) == []
+    assert node.finish_reason() in ("finished", "start_error")

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import msgpack
 import pytest
+import redis
 
 from testkit.redis_server import RedisServer
 
@@ -39,6 +40,7 @@ def test_two_nodes_fetch_every_page_exactly_once(
     assert [node.finish_reason() for node in nodes] == ["finished", "finished"]
 
 
+@pytest.mark.timing
 def test_three_nodes_fetch_each_page_once_and_the_start_page_once(
     redis_server: RedisServer, site: SiteFactory, tmp_path: Path
 ) -> None:
@@ -117,6 +119,13 @@ def test_redis_restart_mid_crawl_loses_nothing(
         assert log.count("reachable again") == 1
 
 
+def every_lease_ran_out(client: redis.Redis, job: str) -> bool:
+    """No lease of ``job`` runs beyond now, on the Redis server's clock."""
+    seconds, micros = client.time()
+    latest = client.zrange(f"clustersync:{{{job}}}:deadlines", -1, -1, withscores=True)
+    return not latest or float(latest[0][1]) < seconds * 1000 + micros / 1000
+
+
 @pytest.mark.parametrize("blackhole", [False, True], ids=["refused", "replies-lost"])
 def test_redis_unreachable_longer_than_a_lease_loses_nothing(
     blackhole: bool, redis_server: RedisServer, site: SiteFactory, proxy_factory: ProxyFactory,
@@ -133,7 +142,8 @@ def test_redis_unreachable_longer_than_a_lease_loses_nothing(
     proxy.cut(blackhole=blackhole)
     before = pages_fetched(web)
     wait_until(lambda: all("is unreachable" in n.log() for n in nodes), 20, "both nodes to notice")
-    time.sleep(4)
+    wait_until(lambda: every_lease_ran_out(redis_server.client(), "site"), 20,
+               "every lease to run out on Redis' clock")
     proxy.restore()
     wait_all(nodes)
     # then the nodes kept crawling what they held, and after the cut everything was fetched

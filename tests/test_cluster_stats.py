@@ -4,13 +4,16 @@ summed in Redis, per job and per node, and match what the site served to each no
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
+from scrapy.settings import Settings
 from scrapy.statscollectors import MemoryStatsCollector
 
+from scrapy_clustersync.config import ClusterConfig
+from scrapy_clustersync.node.redis_thread import SyncWorker
 from scrapy_clustersync.plugin.stats_sender import StatsSender, is_summed
 from scrapy_clustersync.store import JobStore, Op, make_client
 from scrapy_clustersync.store.errors import BadBatch
@@ -19,7 +22,7 @@ from scrapy_clustersync.store.write_ops import StatsCounts
 from testkit.redis_server import RedisServer
 
 from conftest import SiteFactory
-from support import start_nodes, wait_all
+from support import clustersync, start_nodes, wait_all
 
 
 def test_two_nodes_stats_are_summed_per_job_and_per_node(
@@ -31,9 +34,7 @@ def test_two_nodes_stats_are_summed_per_job_and_per_node(
                         settings={"CLUSTERSYNC_JOB": "shop"})
     wait_all(nodes, timeout_s=120)
     # when the job's status is read
-    done = subprocess.run([sys.executable, "-m", "scrapy_clustersync.cli", "--redis-url",
-                           redis_server.url, "status", "shop", "--json"],
-                          capture_output=True, text=True, timeout=60)
+    done = clustersync(redis_server.url, "status", "shop", "--json")
     status = json.loads(done.stdout)
     # then the job's sums match what the site served, and each node's what it was served
     served = {node.name: sum(web.hits_by_agent().get(node.name, {}).values()) for node in nodes}
@@ -46,9 +47,7 @@ def test_two_nodes_stats_are_summed_per_job_and_per_node(
         served.values())
     assert sum(s["downloader/request_count"] for s in by_node.values()) == \
         status["stats"]["downloader/request_count"]
-    text = subprocess.run([sys.executable, "-m", "scrapy_clustersync.cli", "--redis-url",
-                           redis_server.url, "status", "shop"],
-                          capture_output=True, text=True, timeout=60).stdout
+    text = clustersync(redis_server.url, "status", "shop").stdout
     assert "responses    200: 300" in text
 
 
@@ -86,3 +85,50 @@ def test_malformed_stats_counts_are_refused_before_any_change(
     assert store.status().scrapy_stats == {}
     store.flush(epoch, [StatsCounts("ok\t1\nother\t-2")], new_call_id())
     assert store.status().scrapy_stats == {"ok": 1, "other": -2}
+
+
+# ---- stats that do not fit ----------------------------------------------------------------------
+
+class FakeStats:
+    def __init__(self, stats: dict[Any, Any]) -> None:
+        self.stats = stats
+
+    def get_stats(self) -> dict[Any, Any]:
+        return self.stats
+
+
+def test_a_stat_with_a_non_text_name_does_not_break_the_stats_sender() -> None:
+    # given a node whose Scrapy stats hold a key that is not a str (Scrapy's stats collector
+    # takes any key; an extension counts per (domain, status) tuple)
+    sent: list[Any] = []
+    stats: Any = FakeStats({"response_received_count": 3, ("example.com", 200): 1})
+    sender = StatsSender(stats, sent.append, every_s=1.0)
+    # when it sends the growth (ClusterScheduler.check does, from the lifecycle loop)
+    sender.send()
+    # then the summed stats go out, and the odd key is left alone
+    assert [op.counts for op in sent] == ["response_received_count\t3"]
+
+
+def test_one_stat_too_big_for_the_op_does_not_lose_the_other_stats_of_its_send(
+    redis_server: RedisServer,
+) -> None:
+    # given a node whose stats grew: 5 responses, and a counter a middleware set very high
+    config = ClusterConfig.from_settings(
+        Settings({"CLUSTERSYNC_REDIS_URL": redis_server.url}), "job")
+    store = JobStore(make_client(redis_server.url), "job", config.node_id)
+    epoch = store.join(ttl_ms=60_000, claim=False)[0]
+    worker = SyncWorker(store, config, epoch, node_info=dict, on_leased=lambda: None)
+    stats: Any = FakeStats({"response_received_count": 5, "downloader/response_bytes": 10**16})
+    sender = StatsSender(stats, worker.submit, every_s=1.0)
+    # when it sends them
+    sender.send()
+    worker.start()
+    deadline = time.monotonic() + 5
+    client = redis_server.client()
+    while worker.figures()["buffered"] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    worker._stop.set()
+    summed = client.hgetall("clustersync:{job}:scrapy_stats")
+    print("cluster stats:", summed, "dead letters:", client.llen("clustersync:{job}:dead"))
+    # then the responses are counted in the cluster's stats
+    assert int(summed.get(b"response_received_count", 0)) == 5

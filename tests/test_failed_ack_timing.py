@@ -54,6 +54,7 @@ def failing_entry_in_redis(server: RedisServer, marker: bytes) -> bool:
     return any(marker in blob for blob in server.client().hvals("clustersync:{failing}:entries"))
 
 
+@pytest.mark.timing
 @pytest.mark.parametrize(("reactor", "errback"), [
     ("asyncio", True), ("select", True), ("asyncio", False),
 ], ids=["asyncio-errback", "select-errback", "asyncio-no-errback"])

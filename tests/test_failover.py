@@ -11,15 +11,9 @@ from pathlib import Path
 
 import pytest
 import redis
-from scrapy import Request
-from scrapy.utils.request import RequestFingerprinter
 
-from scrapy_clustersync.codec import RequestCodec
 from scrapy_clustersync.store import (
-    JobStore,
-    Push,
     StoreUnavailable,
-    make_client,
 )
 from scrapy_clustersync.store.job_store import new_call_id
 from testkit.redis_server import RedisServer
@@ -30,8 +24,10 @@ from support import (
     Node,
     fail_over,
     in_sync,
+    joined,
     missing_pages,
     pages_fetched,
+    push_op,
     replicate,
     start_nodes,
     wait_all,
@@ -40,18 +36,6 @@ from support import (
 
 #: a replica's first full sync starts at once, not after the default 5 s wait for others
 REPLICATION = ["--repl-diskless-sync-delay", "0"]
-CODEC = RequestCodec(None, max_bytes=1 << 20)
-FINGERPRINTER = RequestFingerprinter()
-
-
-def push_op(url: str) -> Push:
-    request = Request(url)
-    return Push(FINGERPRINTER.fingerprint(request), 0, CODEC.encode(request))
-
-
-def joined(url: str) -> tuple[JobStore, str]:
-    store = JobStore(make_client(url), "job", "n1")
-    return store, store.join(ttl_ms=10_000)[0]
 
 
 def connection_ids(server_client: redis.Redis) -> set[int]:

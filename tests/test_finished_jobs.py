@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,7 +12,14 @@ import pytest
 from testkit.redis_server import RedisServer
 
 from conftest import RedisFactory, SiteFactory
-from support import pages_fetched, pages_fetched_twice, start_node, start_nodes, wait_all
+from support import (
+    clustersync,
+    pages_fetched,
+    pages_fetched_twice,
+    start_node,
+    start_nodes,
+    wait_all,
+)
 
 ERROR_LINE = re.compile(r"\] ERROR: ")
 
@@ -23,12 +28,6 @@ def _crawl(name: str, url: str, start_url: str, tmp_path: Path, **settings: str)
     node = start_node(name, url, start_url, tmp_path, settings)
     wait_all([node], timeout_s=90)
     return node.process.returncode, node.log()
-
-
-def _clustersync(url: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "scrapy_clustersync.cli", "--redis-url", url, *args],
-        capture_output=True, text=True, timeout=60, check=False)
 
 
 def _one_clean_error(log: str, text: str) -> None:
@@ -55,7 +54,7 @@ def test_running_a_finished_job_again_says_when_it_finished_and_exits_non_zero(
     assert "'finish_reason': 'clustersync_job_finished'" in log
     assert code != 0
     # and `clustersync status` says when and why it finished
-    status = json.loads(_clustersync(redis_server.url, "status", "site", "--json").stdout)
+    status = json.loads(clustersync(redis_server.url, "status", "site", "--json").stdout)
     assert status["state"] == "finished" and status["finished_at"]
     assert status["finished_reason"].startswith("queue empty, no lease out, 1 node(s) idle for")
 
@@ -66,7 +65,7 @@ def test_restart_keeping_the_seen_record_crawls_only_new_urls(
     # given a job crawled to its end, then restarted keeping what it has seen
     web = site(20)
     _crawl("first", redis_server.url, web.start_url, tmp_path)
-    restarted = _clustersync(redis_server.url, "restart", "site")
+    restarted = clustersync(redis_server.url, "restart", "site")
     assert restarted.returncode == 0, restarted.stderr
     # when a node runs the job again over the same site
     code, log = _crawl("again", redis_server.url, web.start_url, tmp_path)
@@ -83,8 +82,8 @@ def test_restart_forgetting_the_seen_record_crawls_every_page_again(
     web = site(20)
     _crawl("first", redis_server.url, web.start_url, tmp_path)
     # when it is restarted with --forget-seen (refused without --yes) and a node runs it again
-    assert _clustersync(redis_server.url, "restart", "site", "--forget-seen").returncode != 0
-    restarted = _clustersync(redis_server.url, "restart", "site", "--forget-seen", "--yes")
+    assert clustersync(redis_server.url, "restart", "site", "--forget-seen").returncode != 0
+    restarted = clustersync(redis_server.url, "restart", "site", "--forget-seen", "--yes")
     assert restarted.returncode == 0, restarted.stderr
     code, _ = _crawl("again", redis_server.url, web.start_url, tmp_path)
     # then every page is fetched once more by the new run
@@ -96,14 +95,14 @@ def test_restart_refuses_a_job_with_live_nodes_or_work_unless_forced(
     redis_server: RedisServer, tmp_path: Path
 ) -> None:
     # given a job with one URL queued and no node
-    seeded = _clustersync(redis_server.url, "seed", "queued", "--create",
+    seeded = clustersync(redis_server.url, "seed", "queued", "--create",
                           "http://127.0.0.1:9/a")
     assert seeded.returncode == 0, seeded.stderr
     # when it is restarted, then refused with what it holds; --force restarts it
-    refused = _clustersync(redis_server.url, "restart", "queued")
+    refused = clustersync(redis_server.url, "restart", "queued")
     assert refused.returncode != 0 and "1 queued" in refused.stderr
-    assert _clustersync(redis_server.url, "restart", "queued", "--force").returncode == 0
-    assert _clustersync(redis_server.url, "restart", "nosuchjob").returncode != 0
+    assert clustersync(redis_server.url, "restart", "queued", "--force").returncode == 0
+    assert clustersync(redis_server.url, "restart", "nosuchjob").returncode != 0
 
 
 def test_recrawl_setting_restarts_a_finished_job_once_for_two_nodes_started_together(

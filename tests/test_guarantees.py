@@ -24,8 +24,10 @@ from support import (
     marks,
     missing_pages,
     node_env,
+    open_barrier,
     pages_fetched,
     project_with_spiders,
+    start_done,
     start_node,
     wait_all,
     wait_until,
@@ -34,7 +36,7 @@ from support import (
 SPIDERS = '''
     import scrapy
 
-    from example.spiders.helpers import mark, sleep
+    from example.spiders.helpers import mark, sleep, wait_for
     from example.spiders.site import SiteSpider
 
 
@@ -84,13 +86,16 @@ SPIDERS = '''
 
 
     class SlowStartSpider(SiteSpider):
-        """start() yields page 0 .. PAGES-1 slowly; callbacks follow nothing."""
+        """start() yields page 0 .. PAGES-1 slowly; callbacks follow nothing. With START_HOLD_AT
+        it holds before that page until the test opens the barrier "go_on"."""
 
         name = "slowstart"
 
         async def start(self):
             base = self.start_url.rsplit("/", 1)[0]
             for index in range(self.settings.getint("PAGES")):
+                if index == self.settings.getint("START_HOLD_AT", -1):
+                    await wait_for("go_on")
                 mark("started", f"{self.settings.get('USER_AGENT')} {index}")
                 yield scrapy.Request(f"{base}/{index}.html")
                 await sleep(self.settings.getfloat("START_SLEEP", 0.2))
@@ -163,17 +168,19 @@ def test_a_request_whose_errback_ran_is_done_and_a_leaving_node_does_not_hand_it
 def test_the_job_waits_for_start_and_a_live_node_finishes_it_when_its_node_dies(
     redis_server: RedisServer, site: SiteFactory, project: Path, tmp_path: Path
 ) -> None:
-    # given two nodes started together on a spider whose start() yields 30 pages slowly
+    # given two nodes started together on a spider whose start() yields 30 pages, and holds
+    # after the first 10 until the test lets it go on
     web = site(30)
-    settings = {"PAGES": "30"}
+    settings = {"PAGES": "30", "START_SLEEP": "0", "START_HOLD_AT": "10"}
     nodes = [start_node(name, redis_server.url, web.start_url, tmp_path, settings,
                         project_dir=project, spider="slowstart", env=node_env(tmp_path))
              for name in ("node1", "node2")]
-    wait_until(lambda: len(marks(tmp_path, "started")) >= 5, 60, "start() to be under way")
-    # when the node running start() is killed half-way
+    wait_until(lambda: len(marks(tmp_path, "started")) >= 10, 60, "start() to be held half-way")
+    # when the node running start() is killed half-way (then start() may go on)
     [runner] = [n for n in nodes if n.name == marks(tmp_path, "started")[0].split()[0]]
     [other] = [n for n in nodes if n is not runner]
     runner.kill()
+    open_barrier(tmp_path, "go_on")
     wait_all([other], timeout_s=120)
     # then the other node took start() over and the job finished with every page
     assert missing_pages(web) == []
@@ -214,7 +221,7 @@ def test_start_runs_again_when_redis_comes_back_older_than_its_end(
     wait_until(lambda: len(marks(tmp_path, "started")) >= 8, 60, "start() to be under way")
     redis_server.client().save()
     wait_until(lambda: len(marks(tmp_path, "started")) == 30, 60, "start() to be exhausted")
-    time.sleep(0.5)
+    wait_until(lambda: start_done(redis_server, "slowstart"), 30, "Redis to hold start() done")
     assert pages_fetched(web) < 30  # some of start()'s requests are still queued
     # when Redis crashes and comes back from the snapshot (the end of start() is gone)
     redis_server.restart(crash=True)
@@ -242,3 +249,76 @@ def test_a_node_frozen_longer_than_its_leases_loses_nothing_when_it_wakes(
     # then every page was crawled and both nodes ended the job normally
     assert missing_pages(web) == []
     assert [frozen.finish_reason(), other.finish_reason()] == ["finished", "finished"]
+
+
+# ---- pages and items of callbacks and start() that did not end well -----------------------------
+
+def test_a_page_whose_callback_raised_closespider_is_crawled_again_by_the_cluster(
+    redis_server: RedisServer, site: SiteFactory, fault_project: Path, tmp_path: Path
+) -> None:
+    """A chain of 20 pages (page i links to page i+1 only). The first node raises CloseSpider
+    ("banned") in the callback of page 5, as spiders do when they see a ban page: that node
+    stops, the cluster goes on with a second, healthy node. Page 5's callback never ran to its
+    end (it yielded nothing), yet the scheduler acks it when the scrape Deferred fires
+    (scheduler.py ClusterScheduler._scraped), so pages 6-19 are never crawled and the job
+    ends "finished" with them missing."""
+    web = site(20, links_per_page=1)
+    banned = start_node("banned", redis_server.url, web.start_url, tmp_path, {"BANNED": "1"},
+                        project_dir=fault_project, spider="banned", env=node_env(tmp_path))
+    wait_all([banned], timeout_s=60)
+    assert banned.finish_reason() == "banned"
+    healthy = start_node("healthy", redis_server.url, web.start_url, tmp_path, {},
+                         project_dir=fault_project, spider="banned", env=node_env(tmp_path))
+    wait_all([healthy], timeout_s=60)
+    assert healthy.finish_reason() == "finished"
+    assert missing_pages(web) == []
+
+
+def test_a_retry_that_cannot_be_queued_does_not_ack_the_request_it_replaces(
+    redis_server: RedisServer, site: SiteFactory, fault_project: Path, tmp_path: Path
+) -> None:
+    """A chain of 10 pages. A downloader middleware keeps a live object in ``request.meta``
+    (as session/proxy/browser middlewares do) and page 3's first attempt gets a 503. The
+    retry RetryMiddleware builds copies that meta, so it cannot be encoded: enqueue_request
+    logs an error and returns False, and then acks the leased page 3 anyway
+    (scheduler.py ClusterScheduler.enqueue_request: the ack does not look at ``accepted``).
+    Page 3 was a perfectly queueable request the spider yielded; plain Scrapy retries it in
+    memory. Here it and every page after it are lost, and the job ends "finished"."""
+    web = site(10, links_per_page=1)
+    settings = {
+        "DOWNLOADER_MIDDLEWARES": '{"example.spiders.faults.ConnectionInMetaMiddleware": 950}'}
+    node = start_node("node1", redis_server.url, web.start_url, tmp_path, settings,
+                      project_dir=fault_project, spider="follow", env=node_env(tmp_path))
+    wait_all([node], timeout_s=60)
+    assert node.finish_reason() == "finished"
+    assert missing_pages(web) == []
+
+
+def test_an_item_yielded_by_start_goes_through_the_pipelines_even_if_its_node_is_killed(
+    redis_server: RedisServer, site: SiteFactory, fault_project: Path, tmp_path: Path
+) -> None:
+    """start() yields an item, then page 0. Scrapy sends start() items to the pipelines without
+    waiting (ExecutionEngine._process_start_next -> Scraper._start_itemproc_nowait), and
+    ClusterSpiderMiddleware.process_start marks start() exhausted ("S", start_done in Redis)
+    as soon as the iteration ends, while that item is still in a slow pipeline. A kill -9
+    then loses the item for good: start() is done, no node runs it again."""
+    web = site(5)
+    settings = {"SLOW_S": "10",
+                "ITEM_PIPELINES": '{"example.spiders.faults.SlowStartItemsPipeline": 100}'}
+    first = start_node("first", redis_server.url, web.start_url, tmp_path, settings,
+                       project_dir=fault_project, spider="startitems", env=node_env(tmp_path))
+    client = redis_server.client()
+    wait_until(lambda: marks(tmp_path, "start_item_begun") == ["first"], 60,
+               "start()'s item to be in the pipeline")
+    time.sleep(1.0)  # far longer than a flush takes
+    # start() is not done while its item is in the pipeline
+    assert not client.hexists("clustersync:{startitems}:meta", "start_done")
+    assert marks(tmp_path, "start_items") == []
+    first.kill()
+    second = start_node("second", redis_server.url, web.start_url, tmp_path,
+                        {**settings, "SLOW_S": "0"}, project_dir=fault_project, spider="startitems",
+                        env=node_env(tmp_path))
+    wait_all([second], timeout_s=60)
+    assert missing_pages(web) == []
+    # the item start() yielded went through the pipelines at least once
+    assert marks(tmp_path, "start_items") != []

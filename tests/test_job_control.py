@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from scrapy_clustersync.node.control_follower import NodeControl
 from scrapy_clustersync.store import JobStore, make_client
@@ -19,6 +19,10 @@ from testkit.site import TestSite
 
 from conftest import RedisFactory, SiteFactory
 from support import (
+    clustersync,
+    marks,
+    missing_pages,
+    node_env,
     pages_fetched,
     pages_fetched_twice,
     start_node,
@@ -31,11 +35,6 @@ JOB = "site"  # the example spider's name, so the job's name
 #: pages fetched at once by a node: with the site's delay, a crawl lasts long enough to steer
 SLOW = {"CONCURRENT_REQUESTS_PER_DOMAIN": "4", "CONCURRENT_REQUESTS": "4"}
 ERROR_LINE = re.compile(r"\] ERROR: ")
-
-
-def clustersync(url: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "scrapy_clustersync.cli", "--redis-url", url,
-                           *args], capture_output=True, text=True, timeout=60, check=False)
 
 
 def status(url: str) -> dict[str, Any]:
@@ -64,6 +63,7 @@ def hits_after(web: TestSite, agents: list[str], moment: float) -> int:
     return sum(sum(t > moment for t in web.agent_hits(agent).times) for agent in agents)
 
 
+@pytest.mark.timing
 def test_pause_stops_fetching_on_every_node_within_a_second_and_resume_finishes_the_crawl(
     redis_server: RedisServer, site: SiteFactory, tmp_path: Path
 ) -> None:
@@ -221,6 +221,7 @@ def test_control_commands_refuse_an_unknown_job_and_transitions_that_make_no_sen
         assert "has finished" in answer.stderr and "clustersync restart small" in answer.stderr
 
 
+@pytest.mark.timing
 def test_a_node_follows_the_control_state_again_after_redis_restarted(
     redis_factory: RedisFactory,
 ) -> None:
@@ -246,3 +247,37 @@ def wait_for_state(control: NodeControl, state: str, timeout_s: float) -> float:
     started = time.monotonic()
     wait_until(lambda: control.state == state, timeout_s, f"the node to see {state}")
     return time.monotonic() - started
+
+
+# ---- control during start() ---------------------------------------------------------------------
+
+def test_pause_and_stop_during_start_then_resume_and_a_new_run_fetch_every_page_once(
+    redis_server: RedisServer, site: SiteFactory, fault_project: Path,
+    tmp_path: Path,
+) -> None:
+    # given a node running a slow start() (60 requests, 0.05 s apart)
+    web = site(60)
+    settings = {"PAGES": "60", "START_SLEEP": "0.05"}
+
+    def node(name: str) -> Any:
+        return start_node(name, redis_server.url, web.start_url, tmp_path, settings,
+                          project_dir=fault_project, spider="slowstart", env=node_env(tmp_path))
+
+    first = node("first")
+    wait_until(lambda: len(marks(tmp_path, "started")) >= 10, 60, "start() to be under way")
+    # when the job is paused during start(), then stopped, then resumed, and a new node runs
+    assert clustersync(redis_server.url, "pause", "slowstart").returncode == 0
+    wait_until(lambda: "is paused" in first.log(), 30, "the node to apply the pause")
+    assert clustersync(redis_server.url, "stop", "slowstart").returncode == 0
+    first.wait(40)
+    assert first.finish_reason() == "clustersync_stopped"
+    fetched_in_first = pages_fetched(web)
+    assert clustersync(redis_server.url, "resume", "slowstart").returncode == 0
+    second = node("second")
+    wait_all([second], timeout_s=60)
+    # then the two runs fetched every page exactly once
+    print(f"first run fetched {fetched_in_first}, start() marks {len(marks(tmp_path, 'started'))}"
+          f", twice: {pages_fetched_twice(web)}")
+    assert missing_pages(web) == []
+    assert pages_fetched_twice(web) == {}
+    assert second.finish_reason() == "finished"

@@ -8,13 +8,15 @@ into a queue before the child requests reach the scheduler, so an ack sent when 
 output ends (as the add-on did) reached Redis first, and a SIGKILL in between lost those
 children for good: 3 to 15 of the 600 pages per run, and 150-520 items under either reactor.
 
-``CLUSTERSYNC_CHAOS_RUNS`` (default 1) runs per reactor, each on its own redis-server and site;
-``CLUSTERSYNC_CHAOS_SEED`` replays the kill schedule of a printed seed.
+A second spider (the fault spider ``chaos``) reaches its links through redirects, retries and
+errbacks, and is killed at random in the same way.
+
+``CLUSTERSYNC_CHAOS_RUNS`` (default 1; ``make chaos`` runs 5) runs per reactor, each on its own
+redis-server and site; ``CLUSTERSYNC_CHAOS_SEED`` replays the kill schedule of a printed seed.
 """
 
 from __future__ import annotations
 
-import os
 import random
 import time
 from collections.abc import Callable, Mapping
@@ -29,7 +31,10 @@ from conftest import SiteFactory
 from support import (
     ROOT,
     Node,
+    chaos_runs,
+    chaos_seed,
     missing_pages,
+    node_env,
     pages_fetched,
     pages_fetched_twice,
     start_node,
@@ -42,7 +47,7 @@ REACTORS = {
     "asyncio": {},  # Scrapy's default, the asyncio reactor
     "select": {"TWISTED_REACTOR": "twisted.internet.selectreactor.SelectReactor"},
 }
-RUNS = int(os.environ.get("CLUSTERSYNC_CHAOS_RUNS", "1"))
+RUNS = chaos_runs()
 
 PAGES = 600
 LINKS_PER_PAGE = 3  # the next page and two others: most pages are linked from few pages
@@ -51,12 +56,8 @@ PIPELINE_DELAY_S = 0.01
 KILL_INTERVAL_S = (1.5, 3.5)
 MAX_KILLS = 8
 NODE_SLOTS = ("a", "b")
-
-
-def chaos_seed() -> int:
-    """The seed of one run's kill schedule: ``CLUSTERSYNC_CHAOS_SEED``, else a fresh one."""
-    given = os.environ.get("CLUSTERSYNC_CHAOS_SEED")
-    return int(given) if given else random.SystemRandom().randrange(2**32)
+#: the site of the spider that reaches its links in six ways
+SIX_WAYS_PAGES = 400
 
 
 def start_listing_node(name: str, redis_url: str, web: TestSite, workdir: Path,
@@ -101,6 +102,7 @@ def items_never_processed(web: TestSite, workdir: Path) -> int:
     return len(expected - done)
 
 
+@pytest.mark.chaos
 @pytest.mark.parametrize("run", range(RUNS), ids=lambda run: f"run{run + 1}")
 @pytest.mark.parametrize("reactor", sorted(REACTORS))
 def test_listing_spider_loses_no_page_when_nodes_are_killed_at_random(
@@ -151,3 +153,68 @@ def test_listing_spider_loses_no_page_when_nodes_are_killed_at_random(
     ended = [node.finish_reason() for node in survivors if node not in late]
     assert ended and ended == ["finished"] * len(ended), (
         summary + "".join(f"\n--- {node.name}:\n{node.log()[-2000:]}" for node in survivors))
+
+
+# ---- a spider that reaches its links in six ways ------------------------------------------------
+
+@pytest.mark.chaos
+@pytest.mark.parametrize("run", range(RUNS), ids=lambda run: f"run{run + 1}")
+@pytest.mark.parametrize("reactor", sorted(REACTORS))
+def test_a_spider_reaching_links_through_redirects_retries_and_errbacks_loses_no_page_under_kills(
+    reactor: str, run: int, redis_server: RedisServer, site: SiteFactory, fault_project: Path,
+    tmp_path: Path,
+) -> None:
+    """The fault spider ``chaos`` reaches its links in six ways: plain, meta copied from the
+    parent (lease token included), a redirect, a 503 then a retry then a redirect, an errback
+    of a request the downloader ignores, an errback of a 404; its callback is async."""
+    # given two nodes of that spider on a slow site
+    seed = chaos_seed()
+    rng = random.Random(seed)
+    web = site(SIX_WAYS_PAGES, links_per_page=3, delay_s=0.1)
+    settings = {
+        "DOWNLOADER_MIDDLEWARES": '{"example.spiders.faults.ChaosDownloaderMiddleware": 950}',
+        "ITEM_PIPELINES": '{"example.spiders.faults.PagesPipeline": 100}',
+        "CONCURRENT_ITEMS": "4",
+        **REACTORS[reactor],
+    }
+    started: list[Node] = []
+
+    def launch(name: str) -> Node:
+        node = start_node(name, redis_server.url, web.start_url, tmp_path,
+                          {**settings, "PAGES_FILE": str(tmp_path / f"pages-{name}.txt")},
+                          project_dir=fault_project, spider="chaos", env=node_env(tmp_path))
+        started.append(node)
+        return node
+
+    nodes = {"a": launch("a0"), "b": launch("b0")}
+    # when one node or the other is killed with SIGKILL every 1-3 s and restarted at once
+    kills = 0
+    try:
+        while kills < 8:
+            time.sleep(rng.uniform(1.0, 3.0))
+            if any(node.process.poll() is not None for node in nodes.values()):
+                break
+            slot = rng.choice(sorted(nodes))
+            nodes[slot].kill()
+            kills += 1
+            nodes[slot] = launch(f"{slot}{kills}")
+        wait_all(list(nodes.values()), timeout_s=180)
+    finally:
+        for node in started:
+            if node.process.poll() is None:
+                node.kill()
+    # then every page was parsed, and every node closed cleanly: the job finished, or it had
+    # finished before a node started last joined it (that node says so and stops)
+    parsed = {int(line) for path in tmp_path.glob("pages-*.txt")
+              for line in path.read_text().split()}
+    missing = sorted(set(range(SIX_WAYS_PAGES)) - parsed)
+    summary = (f"{reactor} seed {seed}: {kills} kills, {len(missing)} of {SIX_WAYS_PAGES} "
+               f"pages never parsed {missing[:10]}, "
+               f"{len(pages_fetched_twice(web))} fetched twice or more")
+    print(summary)
+    assert missing == [], summary
+    reasons = {node.name: node.finish_reason() for node in nodes.values()}
+    late = [node.name for node in nodes.values() if "already finished at" in node.log()]
+    assert all(reason == "finished" or reason == "clustersync_job_finished" and name in late
+               for name, reason in reasons.items()), (summary, reasons)
+    assert "finished" in reasons.values(), (summary, reasons)

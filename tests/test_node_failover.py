@@ -7,18 +7,21 @@ on to a live node. (tests/test_failover.py is about a failover of Redis itself.)
 from __future__ import annotations
 
 import json
+import random
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 import redis
+from scrapy.settings import Settings
 from test_guarantees import SPIDERS
-from test_store import joined, push_op
 
+from scrapy_clustersync.config import ClusterConfig
+from scrapy_clustersync.node.redis_thread import SyncWorker
 from scrapy_clustersync.store import Ack, JobStore, StartDone, make_client
+from scrapy_clustersync.store.consistency import JobCheck
 from scrapy_clustersync.store.job_store import new_call_id
 from scrapy_clustersync.store.records import as_text
 from testkit.redis_server import RedisServer
@@ -27,10 +30,18 @@ from testkit.site import TestSite
 from conftest import SiteFactory
 from support import (
     Node,
+    chaos_runs,
+    chaos_seed,
+    clustersync,
+    joined,
     marks,
     missing_pages,
     node_env,
+    open_barrier,
+    pages_fetched,
+    pages_fetched_twice,
     project_with_spiders,
+    push_op,
     start_node,
     start_nodes,
     wait_all,
@@ -51,6 +62,10 @@ NODE_RECORD_FIELDS = {
 }
 #: what the measured time may exceed DEAD_AFTER_S + one heartbeat by: polling, a busy machine
 MARGIN_S = 1.0
+#: what the worker sends as the outage grace: the reconnect backoff (5 s) plus one heartbeat
+GRACE_MS = 5_000 + 333
+#: what the worker passes as the gap that earns the grace: two heartbeat intervals (1/3 s here)
+GAP_MS = 666
 
 
 def beat(store: JobStore, epoch: str, ttl_ms: int = 10_000, **kw: Any) -> Any:
@@ -59,7 +74,7 @@ def beat(store: JobStore, epoch: str, ttl_ms: int = 10_000, **kw: Any) -> Any:
     return store.heartbeat(epoch, ttl_ms=ttl_ms, **(options | kw))
 
 
-# ---- the heartbeat script, deterministic -------------------------------------------------------
+# ---- the heartbeat script, deterministic --------------------------------------------------------
 
 def test_a_silent_node_is_declared_dead_with_its_leases_back_in_the_queue_in_their_place(
     redis_server: RedisServer,
@@ -115,6 +130,7 @@ def test_a_node_declared_dead_learns_it_rejoins_and_its_late_ack_counts_once(
     assert (status.counters["acked"], status.queued, status.leased) == (1, 0, 0)
 
 
+@pytest.mark.timing
 def test_no_node_is_declared_dead_for_a_gap_in_which_no_heartbeat_reached_redis(
     redis_server: RedisServer,
 ) -> None:
@@ -180,12 +196,12 @@ def fetched_by(web: TestSite, name: str) -> int:
 
 
 def status_json(url: str, job: str) -> dict[str, Any]:
-    result = subprocess.run([sys.executable, "-m", "scrapy_clustersync.cli", "--redis-url", url,
-                             "status", job, "--json"], capture_output=True, text=True, timeout=60)
+    result = clustersync(url, "status", job, "--json")
     assert result.returncode == 0, result.stderr
     return dict(json.loads(result.stdout))
 
 
+@pytest.mark.timing
 def test_a_killed_node_is_declared_dead_in_seconds_and_the_other_finishes_every_page(
     redis_server: RedisServer, site: SiteFactory, tmp_path: Path
 ) -> None:
@@ -239,7 +255,9 @@ def test_a_node_frozen_past_the_dead_threshold_loses_nothing_acks_once_and_rejoi
     frozen.process.send_signal(signal.SIGSTOP)
     wait_until(lambda: dead_record(client, "site", frozen_id) is not None, 30,
                "the frozen node to be declared dead")
-    time.sleep(1.0)
+    crawled_at_death = fetched_by(web, other.name)
+    wait_until(lambda: fetched_by(web, other.name) >= crawled_at_death + 5, 30,
+               "the other node to crawl on")
     frozen.process.send_signal(signal.SIGCONT)
     woken_with = fetched_by(web, "node1")
     # then it learns it was declared dead, says so once, and is live again
@@ -260,24 +278,25 @@ def test_a_node_frozen_past_the_dead_threshold_loses_nothing_acks_once_and_rejoi
 
 
 
+@pytest.mark.timing
 def test_the_start_owner_killed_mid_start_is_taken_over_once_declared_dead(
     redis_server: RedisServer, site: SiteFactory, tmp_path: Path
 ) -> None:
-    # given a spider whose start() yields 150 pages slowly, run by the first of two nodes
-    web = site(150)
-    # (the spider is test_guarantees.py's, yielding every 0.05 s)
+    # given a spider whose start() yields 40 pages, holding after the first 5 until the test
+    # lets it go on, run by the first of two nodes (the spider is test_guarantees.py's)
+    web = site(40)
     project = project_with_spiders(tmp_path, "guarantees", SPIDERS)
-    settings = {**FAILOVER, "PAGES": "150", "START_SLEEP": "0.05"}
+    settings = {**FAILOVER, "PAGES": "40", "START_SLEEP": "0", "START_HOLD_AT": "5"}
 
     def node(name: str) -> Node:
         return start_node(name, redis_server.url, web.start_url, tmp_path, settings,
                           project_dir=project, spider="slowstart", env=node_env(tmp_path))
 
     owner = node("owner")
-    wait_until(lambda: len(marks(tmp_path, "started")) >= 5, 60, "start() to be under way")
+    wait_until(lambda: len(marks(tmp_path, "started")) >= 5, 60, "start() to be held half-way")
     other = node("other")
     wait_until(lambda: "joined job" in other.log(), 60, "the second node to join")
-    # when the node running start() is killed while start() still yields
+    # when the node running start() is killed while start() is held half-way
     owner.kill()
     killed_at = time.monotonic()
     wait_until(lambda: "runs it now" in other.log(), 30, "the other node to take start() over")
@@ -285,6 +304,7 @@ def test_the_start_owner_killed_mid_start_is_taken_over_once_declared_dead(
     print(f"start() taken over {taken_over_s:.2f}s after the owner's kill")
     # (the start() loop polls the heartbeat's answer every 0.25 s)
     assert taken_over_s <= DEAD_AFTER_S + HEARTBEAT_S + MARGIN_S + 0.25
+    open_barrier(tmp_path, "go_on")
     wait_all([other], timeout_s=90)
     # then the other node declared it dead, ran start() and the crawl completed
     assert all(not line.startswith("other") for line in marks(tmp_path, "started")[:5])
@@ -292,3 +312,110 @@ def test_the_start_owner_killed_mid_start_is_taken_over_once_declared_dead(
     assert "declared dead; its" in other.log()
     assert missing_pages(web) == []
     assert other.finish_reason() == "finished"
+
+
+# ---- a node back from the dead ------------------------------------------------------------------
+
+def lease_owners(client: Any, job: str) -> dict[str, str]:
+    return {as_text(i): as_text(v).split("|", 1)[1]
+            for i, v in client.hgetall(f"clustersync:{{{job}}}:leased").items()}
+
+
+def test_a_node_back_from_the_dead_hands_out_only_entries_redis_has_leased_to_it(
+    redis_server: RedisServer,
+) -> None:
+    # given a node (batches of 2 writes, 8 prefetched) holding 8 prefetched leases
+    config = ClusterConfig.from_settings(Settings({
+        "CLUSTERSYNC_REDIS_URL": redis_server.url, "CLUSTERSYNC_BATCH_SIZE": "2",
+        "CLUSTERSYNC_PREFETCH": "8", "CLUSTERSYNC_HEARTBEAT_INTERVAL": "0.2",
+        "CLUSTERSYNC_NODE_DEAD_AFTER": "0.5", "CLUSTERSYNC_LEASE_TIMEOUT": "30"}), "job")
+    store = JobStore(make_client(redis_server.url), "job", config.node_id)
+    epoch = store.join(ttl_ms=500, claim=False)[0]
+    other, _ = joined(redis_server, "b")
+    other.flush(epoch, [push_op(f"http://x/{i}") for i in range(8)], new_call_id())
+    worker = SyncWorker(store, config, epoch, node_info=dict, on_leased=lambda: None)
+    worker._step(closing=False)  # its Redis thread: first heartbeat, then a lease of 8
+    assert len(worker._prefetched) == 8
+    # when it stands still past its dead-after, node b declares it dead (its 8 leases go back
+    # to the queue), and then its Redis thread runs on
+    time.sleep(0.7)
+    assert beat(other, epoch).declared_dead == ((config.node_id, 8),)
+    for _ in range(12):
+        worker._step(closing=False)
+    # then each entry it has prefetched (and will hand to its engine) is leased to it in Redis:
+    # none is queued, where node b leases it and crawls it too
+    owners = lease_owners(redis_server.client(), "job")
+    prefetched = worker._prefetched.entry_ids()
+    not_its_own = [i for i in prefetched if owners.get(i) != config.node_id]
+    print(f"prefetched {len(prefetched)}, of which leased to it in Redis: "
+          f"{len(prefetched) - len(not_its_own)}; not its own: {len(not_its_own)}")
+    taken_by_b = {entry.entry_id for entry in other.lease(epoch, 10, 60_000, new_call_id())}
+    worker._stop.set()
+    assert not_its_own == []
+    assert taken_by_b & set(prefetched) == set()
+
+
+# ---- stuck and frozen nodes ---------------------------------------------------------------------
+
+def test_a_node_whose_reactor_is_stuck_does_not_keep_its_pages_for_ever(
+    redis_server: RedisServer, site: SiteFactory, fault_project: Path, tmp_path: Path
+) -> None:
+    """A node whose reactor is blocked (a synchronous call that never returns, in a callback
+    or a pipeline) is as dead to the crawl as a SIGSTOPped one, but its Redis thread
+    (worker.py SyncWorker._run) keeps heartbeating and renewing every lease it holds
+    (heartbeat.lua renews ``held`` regardless of progress). Its pages are never reclaimed:
+    pages reachable only through them are never crawled, and the job never finishes."""
+    web = site(20, links_per_page=1)
+    stuck = start_node("stuck", redis_server.url, web.start_url, tmp_path, {"STUCK": "1"},
+                       project_dir=fault_project, spider="stuck", env=node_env(tmp_path))
+    healthy = None
+    try:
+        wait_until(lambda: marks(tmp_path, "stuck") != [], 60, "the reactor to block")
+        healthy = start_node("healthy", redis_server.url, web.start_url, tmp_path, {},
+                             project_dir=fault_project, spider="stuck", env=node_env(tmp_path))
+        # a lease is 3 s here: far more than enough for page 5 to be reclaimed and crawled
+        deadline = time.monotonic() + 45
+        while missing_pages(web) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert missing_pages(web) == []
+    finally:
+        stuck.kill()
+        if healthy is not None:
+            healthy.kill()
+
+
+@pytest.mark.chaos
+@pytest.mark.parametrize("run", range(chaos_runs()), ids=lambda run: f"run{run + 1}")
+def test_random_freezes_of_two_nodes_lose_no_page_and_count_each_once(
+    run: int, redis_server: RedisServer, site: SiteFactory, tmp_path: Path
+) -> None:
+    # given two nodes crawling a slow site (heartbeat 0.5 s, dead-after 1.5 s)
+    seed = chaos_seed()
+    rng = random.Random(seed)
+    web = site(500, delay_s=0.1)
+    client = redis_server.client()
+    nodes = start_nodes(2, redis_server.url, web.start_url, tmp_path,
+                        {**FAILOVER, "CLUSTERSYNC_BATCH_SIZE": "3"})
+    wait_until(lambda: pages_fetched(web) >= 30, 60, "30 pages")
+    # when, for 18 s, a node picked at random is frozen (SIGSTOP) for 0.3 to 3 s at a time
+    freezes = []
+    until = time.monotonic() + 18
+    while time.monotonic() < until and all(n.process.poll() is None for n in nodes):
+        victim = rng.choice(nodes)
+        frozen_s = rng.uniform(0.3, 3.0)
+        victim.process.send_signal(signal.SIGSTOP)
+        time.sleep(frozen_s)
+        victim.process.send_signal(signal.SIGCONT)
+        freezes.append((victim.name, round(frozen_s, 2)))
+        time.sleep(rng.uniform(0.2, 1.5))
+    wait_all(nodes, timeout_s=90)
+    stats = {as_text(k): int(v) for k, v in client.hgetall("clustersync:{site}:stats").items()}
+    twice = pages_fetched_twice(web)
+    print(f"seed {seed}; freezes {freezes}; declared dead {stats.get('declared_dead', 0)}; "
+          f"acked {stats.get('acked')}; pages fetched twice {len(twice)}")
+    # then no page is lost, each is counted done once, both nodes end normally, and the job's
+    # structures are consistent
+    assert missing_pages(web) == []
+    assert stats["acked"] == web.pages
+    assert [n.finish_reason() for n in nodes] == ["finished", "finished"]
+    assert JobCheck(JobStore(make_client(redis_server.url), "site", "cli")).run() == []

@@ -3,13 +3,14 @@ idle time, and how a node reacts to them."""
 
 from __future__ import annotations
 
+import signal
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 from scrapy.exceptions import CloseSpider
 from scrapy.settings import Settings
-from test_store import joined, push_op
 
 from scrapy_clustersync.config import ClusterConfig
 from scrapy_clustersync.node.redis_thread import SyncWorker
@@ -19,7 +20,18 @@ from scrapy_clustersync.store.errors import RolledBack
 from scrapy_clustersync.store.job_store import new_call_id
 from testkit.redis_server import RedisServer
 
-from conftest import RedisFactory
+from conftest import RedisFactory, SiteFactory
+from support import (
+    joined,
+    marks,
+    missing_pages,
+    node_env,
+    push_op,
+    start_done,
+    start_node,
+    wait_all,
+    wait_until,
+)
 
 
 def beat(store: JobStore, epoch: str, idle: bool = False, **kw: Any) -> Any:
@@ -166,3 +178,111 @@ def test_a_node_whose_job_is_gone_closes_as_such_even_when_idle_first() -> None:
     with pytest.raises(CloseSpider) as closing:
         lifecycle.spider_idle()
     assert closing.value.reason == "clustersync_state_lost"
+
+
+# ---- real nodes: start() lost by a rollback or a kill -------------------------------------------
+
+def test_start_lost_by_a_rollback_is_run_again_when_the_node_that_ran_it_has_left(
+    redis_server: RedisServer, site: SiteFactory, fault_project: Path, tmp_path: Path
+) -> None:
+    """Node "runner" runs start() (30 pages, slowly); node "other" waits for it. Redis is saved
+    while start() is under way. start() ends, "runner" leaves (SIGTERM: scale-down, deploy),
+    then Redis crashes and comes back from the snapshot: start_done is gone and start_claim
+    names "runner". Only the node that exhausted start() itself reruns it
+    (ClusterScheduler.start_lost); "other" gets start == "other" from every heartbeat
+    (heartbeat.lua takes a dead node's claim over only for a node in wait_for_start, whose
+    wait ended long ago), so the job never finishes, and start()'s pages yielded after the
+    snapshot (and not crawled before the crash) are never crawled."""
+    web = site(30, delay_s=0.3)
+    settings = {"PAGES": "30", "CONCURRENT_REQUESTS": "1"}
+    runner = start_node("runner", redis_server.url, web.start_url, tmp_path, settings,
+                        project_dir=fault_project, spider="slowstart", env=node_env(tmp_path))
+    wait_until(lambda: len(marks(tmp_path, "started")) >= 2, 60, "start() to be under way")
+    other = start_node("other", redis_server.url, web.start_url, tmp_path, settings,
+                       project_dir=fault_project, spider="slowstart", env=node_env(tmp_path))
+    wait_until(lambda: len(marks(tmp_path, "started")) >= 8, 60, "start() to be under way")
+    redis_server.client().save()
+    wait_until(lambda: len(marks(tmp_path, "started")) == 30, 60, "start() to be exhausted")
+    wait_until(lambda: start_done(redis_server, "slowstart"), 30, "Redis to hold start() done")
+    runner.process.send_signal(signal.SIGTERM)
+    assert runner.wait(60) == 0
+    redis_server.restart(crash=True)
+    wait_all([other], timeout_s=90)
+    assert other.finish_reason() == "finished"
+    assert missing_pages(web) == []
+
+
+def test_start_run_again_after_a_rollback_includes_what_spider_middlewares_add(
+    redis_server: RedisServer, site: SiteFactory, fault_project: Path, tmp_path: Path
+) -> None:
+    """As test_guarantees::test_start_runs_again_when_redis_comes_back_older_than_its_end, but
+    the start requests come from a spider middleware's process_start (as plugins that read
+    URLs from a file, a sitemap or a queue do). ClusterScheduler.rerun_start iterates
+    ``spider.start()`` directly, not the middleware chain, so after the rollback only page 0
+    is yielded again; the pages the middleware yielded after the snapshot are lost, and the
+    job ends "finished" without them."""
+    web = site(30, delay_s=0.3)
+    settings = {"PAGES": "30", "CONCURRENT_REQUESTS": "1",
+                "SPIDER_MIDDLEWARES": '{"example.spiders.faults.ExtraStartUrls": 600}'}
+    env = node_env(tmp_path, SITE_BASE=web.url + "/page", PAGES="30")
+    node = start_node("node1", redis_server.url, web.start_url, tmp_path, settings,
+                      project_dir=fault_project, spider="mwstart", env=env)
+    wait_until(lambda: len(marks(tmp_path, "started")) >= 8, 60, "start() to be under way")
+    redis_server.client().save()
+    wait_until(lambda: len(marks(tmp_path, "started")) == 29, 60, "start() to be exhausted")
+    wait_until(lambda: start_done(redis_server, "mwstart"), 30, "Redis to hold start() done")
+    redis_server.restart(crash=True)
+    wait_all([node], timeout_s=120)
+    assert "runs start() again" in node.log()
+    assert node.finish_reason() == "finished"
+    assert missing_pages(web) == []
+
+
+def test_start_requests_lost_by_a_rollback_while_start_runs_are_yielded_again(
+    redis_server: RedisServer, site: SiteFactory, fault_project: Path, tmp_path: Path
+) -> None:
+    """As test_guarantees::test_start_runs_again_when_redis_comes_back_older_than_its_end,
+    but Redis crashes back to the snapshot while start() is still running (the default Redis
+    setup, RDB snapshots, does this). The node notices the rollback, start() goes on and ends,
+    and ClusterScheduler.start_exhausted records ``_start_done_at = worker.rollbacks``, a count
+    that already includes this rollback: start_lost() never becomes true, start() is not run
+    again, and the requests start() yielded between the snapshot and the crash (queued, not
+    crawled yet) are gone. The job ends "finished" without those pages."""
+    web = site(30, delay_s=0.3)
+    node = start_node("node1", redis_server.url, web.start_url, tmp_path,
+                      {"PAGES": "30", "CONCURRENT_REQUESTS": "1"}, project_dir=fault_project,
+                      spider="slowstart", env=node_env(tmp_path))
+    wait_until(lambda: len(marks(tmp_path, "started")) >= 8, 60, "start() to be under way")
+    redis_server.client().save()
+    wait_until(lambda: len(marks(tmp_path, "started")) >= 20, 60, "start() to go on")
+    redis_server.restart(crash=True)
+    wait_all([node], timeout_s=120)
+    assert "came back older" in node.log()
+    assert node.finish_reason() == "finished"
+    assert missing_pages(web) == []
+
+
+def test_start_is_not_done_before_a_spider_middleware_closer_to_the_engine_is_done_with_it(
+    redis_server: RedisServer, site: SiteFactory, fault_project: Path, tmp_path: Path
+) -> None:
+    """ClusterSpiderMiddleware sat at order 0 and sent "S" (start() exhausted) when *its*
+    iteration ended. A spider middleware at a negative order (closer to the engine) may hold
+    start()'s output for a while (here: it reads it all, then feeds it at a pace). start_done
+    is then in Redis before the requests reach the scheduler; a kill -9 there loses them: no
+    node runs start() again, and the job ends "finished" without them."""
+    web = site(10)
+    settings = {"PAGES": "10",
+                "SPIDER_MIDDLEWARES": '{"example.spiders.faults.PacedStart": -10}'}
+    first = start_node("first", redis_server.url, web.start_url, tmp_path, settings,
+                       project_dir=fault_project, spider="quickstart", env=node_env(tmp_path))
+    client = redis_server.client()
+    wait_until(lambda: client.hexists("clustersync:{quickstart}:meta", "start_done"), 60,
+               "start() to be marked exhausted in Redis")
+    # start() is done only once the middleware nearest the engine has handed all of it over
+    assert len(marks(tmp_path, "fed")) == 10
+    first.kill()
+    second = start_node("second", redis_server.url, web.start_url, tmp_path, settings,
+                        project_dir=fault_project, spider="quickstart", env=node_env(tmp_path))
+    wait_all([second], timeout_s=60)
+    assert second.finish_reason() == "finished"
+    assert missing_pages(web) == []

@@ -3,14 +3,13 @@ spider twice, with plain Scrapy and as a one-node cluster, against the local sit
 must fetch the same pages (as many times each), yield the same items, close for the same reason,
 count the same stats and, where a case names one, crawl in the same order class.
 
-Run with ``-s`` to see the comparison table of every case.
+Run with ``-s -n 0`` to see the comparison table of every case.
 """
 
 from __future__ import annotations
 
 import json
 import re
-import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -24,7 +23,7 @@ from testkit.shapes import tree_children, tree_depth
 from testkit.site import TestSite
 
 from conftest import require_redis_server
-from support import FAST_SETTINGS, Node, node_env, project_with_spiders
+from support import FAST_SETTINGS, STARTED, Node, node_env, project_with_spiders, wait_all
 
 SPIDERS = '''
     import datetime as dt
@@ -293,13 +292,11 @@ MEMORY_STATS = ("scheduler/enqueued/memory", "scheduler/dequeued/memory",
 ONE_AT_A_TIME = {"CONCURRENT_REQUESTS": "1"}
 FIFO = {"SCHEDULER_DISK_QUEUE": "scrapy.squeues.PickleFifoDiskQueue",
         "SCHEDULER_MEMORY_QUEUE": "scrapy.squeues.FifoMemoryQueue"}
-#: cases crawled at the same time (each is two `scrapy crawl` processes)
-CASES_AT_ONCE = 2
 CRAWL_TIMEOUT_S = 60
 TREE_PAGE = re.compile(r"^/tree/([0-9.]+)\.html$")
 
 
-# ---- order classes of a crawl of the tree, from the order the site saw its pages ------------
+# ---- order classes of a crawl of the tree, from the order the site saw its pages ----------------
 
 def tree_order(requests: list[str]) -> list[str]:
     """The tree nodes in the order they were fetched."""
@@ -355,7 +352,7 @@ def ranked_first(name: str, rank: Callable[[str], int], requests: list[str], lag
     return name
 
 
-# ---- the table -------------------------------------------------------------------------------
+# ---- the table ----------------------------------------------------------------------------------
 
 def whole_target(target: str) -> str:
     return target
@@ -419,7 +416,7 @@ CASES = [
 ]
 
 
-# ---- running both crawls ---------------------------------------------------------------------
+# ---- running both crawls ------------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class Crawl:
@@ -447,11 +444,7 @@ class Fixtures:
 
 
 def start_crawl(case: Case, shared: Fixtures, plain: bool) -> Node:
-    """Start the case's spider, as plain Scrapy or as a cluster node with a job of its own.
-
-    Not `support.start_node`: these crawls outlive the test that started them (the next
-    cases run ahead), so the runner stops them, not the per-test cleanup.
-    """
+    """Start the case's spider, as plain Scrapy or as a cluster node with a job of its own."""
     name = f"{'plain' if plain else 'addon'}-{case.id}"
     workdir = shared.workdir / name
     feed = {str(workdir / "items.jsonl"): {"format": "jsonlines"}}
@@ -466,6 +459,7 @@ def start_crawl(case: Case, shared: Fixtures, plain: bool) -> Node:
     process = nodes.start_node(case.spider, cwd=shared.project, log_path=log_path,
                                spider_args={"start_url": shared.site.url}, settings=settings,
                                env=env)
+    STARTED.append(process)  # killed at teardown if the test fails half way
     return Node(name, process, log_path)
 
 
@@ -476,70 +470,18 @@ def result(node: Node, site: TestSite) -> Crawl:
     return Crawl(site.requests_of(node.name), items, dumped_stats(node.log()))
 
 
-class CrawlRunner:
-    """Runs the two crawls of each case, ``CASES_AT_ONCE`` cases at a time, ahead of the
-    tests that compare them, so that a machine of two cores is kept busy."""
-
-    def __init__(self, shared: Fixtures, cases: list[Case]) -> None:
-        self.shared = shared
-        self.waiting = cases
-        self.running: dict[str, tuple[list[Node], float]] = {}
-        self.finished: dict[str, tuple[Crawl, Crawl] | str] = {}
-
-    def crawls(self, case: Case) -> tuple[Crawl, Crawl]:
-        """The plain Scrapy and the add-on crawl of ``case``, once both have ended."""
-        if case in self.waiting:
-            self.waiting.remove(case)
-        if case.id not in self.running and case.id not in self.finished:
-            self.waiting.insert(0, case)  # first, as pytest asks for it now
-        while case.id not in self.finished:
-            self._start_more()
-            self._collect()
-            time.sleep(0.05)
-        outcome = self.finished[case.id]
-        if isinstance(outcome, str):
-            raise AssertionError(outcome)
-        return outcome
-
-    def stop(self) -> None:
-        for crawls, _ in self.running.values():
-            for crawl in crawls:
-                crawl.process.kill()
-                crawl.process.wait(10)
-
-    def _start_more(self) -> None:
-        while self.waiting and len(self.running) < CASES_AT_ONCE:
-            case = self.waiting.pop(0)
-            crawls = [start_crawl(case, self.shared, plain) for plain in (True, False)]
-            self.running[case.id] = (crawls, time.monotonic())
-
-    def _collect(self) -> None:
-        for case_id, (crawls, started) in list(self.running.items()):
-            if all(crawl.process.poll() is not None for crawl in crawls):
-                del self.running[case_id]
-                try:
-                    plain, addon = (result(crawl, self.shared.site) for crawl in crawls)
-                    self.finished[case_id] = (plain, addon)
-                except AssertionError as exc:
-                    self.finished[case_id] = str(exc)
-            elif time.monotonic() - started > CRAWL_TIMEOUT_S:
-                stuck = next(crawl for crawl in crawls if crawl.process.poll() is None)
-                stuck.kill()
-                self.finished[case_id] = (f"{stuck.name} did not finish in {CRAWL_TIMEOUT_S} s:"
-                                          f"\n{stuck.log()[-3000:]}")
-
-
-def selected_cases(session: pytest.Session) -> list[Case]:
-    """The cases this run of pytest will compare, in order (``-k`` may leave some out)."""
-    params = [getattr(item, "callspec", None) for item in session.items]
-    return [spec.params["case"] for spec in params
-            if spec is not None and isinstance(spec.params.get("case"), Case)]
+def crawl_both(case: Case, shared: Fixtures) -> tuple[Crawl, Crawl]:
+    """The plain Scrapy and the add-on crawl of ``case``, run at the same time, once both ended."""
+    crawls = [start_crawl(case, shared, plain) for plain in (True, False)]
+    wait_all(crawls, timeout_s=CRAWL_TIMEOUT_S)
+    plain, addon = (result(crawl, shared.site) for crawl in crawls)
+    return plain, addon
 
 
 @pytest.fixture(scope="module")
-def runner(
-    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
-) -> Iterator[CrawlRunner]:
+def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fixtures]:
+    """One site, Redis and project for the cases this process runs (each case has its own job
+    and User-Agent, so cases on one site and Redis never see each other's pages)."""
     require_redis_server()
     root = tmp_path_factory.mktemp("parity")
     project = project_with_spiders(root, "parity", SPIDERS)
@@ -547,10 +489,7 @@ def runner(
         settings.write(PLAIN_SCRAPY_SWITCH)
     with TestSite(50, links_per_page=6) as site, \
             RedisServer(directory=root / "redis") as redis:
-        crawl_runner = CrawlRunner(Fixtures(site, redis, project, root),
-                                   selected_cases(request.session))
-        yield crawl_runner
-        crawl_runner.stop()
+        yield Fixtures(site, redis, project, root)
 
 
 STAT_ENTRY = re.compile(r"'([^']+)': ('[^']*'|-?[0-9]+)")
@@ -606,10 +545,10 @@ KNOWN_FLAKY = {
 
 @pytest.mark.parametrize("case", [pytest.param(case, id=case.id, marks=KNOWN_FLAKY.get(case.id, ()))
                                   for case in CASES])
-def test_the_add_on_crawls_as_plain_scrapy_does(case: Case, runner: CrawlRunner) -> None:
+def test_the_add_on_crawls_as_plain_scrapy_does(case: Case, shared: Fixtures) -> None:
     # given the same spider and settings, run with plain Scrapy and as a one-node cluster
     # when both crawl the site, at the same time
-    plain, addon = runner.crawls(case)
+    plain, addon = crawl_both(case, shared)
     rows = comparison_rows(case, plain, addon)
     print_table(case, rows)
     # then they fetched the same pages, each as many times

@@ -11,15 +11,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from click.testing import CliRunner
-
-from scrapy_clustersync.cli.app import main
 from scrapy_clustersync.store.records import as_text
 from testkit.redis_server import RedisServer, free_port
 from testkit.shapes import tree_paths
 
 from conftest import SiteFactory
-from support import node_env, project_with_spiders, start_node, wait_all
+from support import clustersync, node_env, project_with_spiders, start_node, wait_all
 
 SPIDERS = '''
     import scrapy
@@ -54,11 +51,6 @@ SPIDERS = '''
 '''
 
 
-def cli(redis_url: str, *args: str) -> tuple[int, str]:
-    result = CliRunner().invoke(main, ["--redis-url", redis_url, *args])
-    return result.exit_code, result.output
-
-
 def test_tasks_end_success_or_failed_with_where_and_why_and_children_inherit(
     redis_server: RedisServer, site: SiteFactory, tmp_path: Path
 ) -> None:
@@ -75,24 +67,26 @@ def test_tasks_end_success_or_failed_with_where_and_why_and_children_inherit(
     wait_all(nodes, timeout_s=60)
     client = redis_server.client()
     # then the tree task succeeded with every page of its tree but the one of task 7
-    code, out = cli(redis_server.url, "task", "tasks", "tree", "--json")
+    answer = clustersync(redis_server.url, "task", "tasks", "tree", "--json")
+    code, out = answer.returncode, answer.output
     assert code == 0, out
     tree = json.loads(out)
     assert (tree["state"], tree["requests"], tree["done"], tree["failed"], tree["open"]) == (
         "success", len(tree_paths()) - 1, len(tree_paths()) - 1, 0, 0)
-    seven = json.loads(cli(redis_server.url, "task", "tasks", "7", "--json")[1])
+    seven = json.loads(clustersync(redis_server.url, "task", "tasks", "7", "--json").stdout)
     assert (seven["state"], seven["requests"]) == ("success", 1)
     # and the broken task failed: its page, one child and the first try of the unreachable one
     # done (its retry is a request of the task too), two failed; the first failure with its
     # node, HTTP status and error
-    broken = json.loads(cli(redis_server.url, "task", "tasks", "broken", "--json")[1])
+    broken = json.loads(clustersync(redis_server.url, "task", "tasks", "broken", "--json").stdout)
     assert (broken["state"], broken["requests"], broken["done"], broken["failed"]) == (
         "failed", 5, 5, 2)
     failure = broken["failure"]
     assert failure["node"] in {as_text(n) for n in client.hkeys("clustersync:{tasks}:node_info")}
     assert failure["at_ms"] <= broken["ended_ms"]
     # and the failed list has both failures, with their reason and attempts
-    code, out = cli(redis_server.url, "failed", "tasks", "--json")
+    answer = clustersync(redis_server.url, "failed", "tasks", "--json")
+    code, out = answer.returncode, answer.output
     assert code == 0, out
     by_url = {each["url"]: each for each in json.loads(out)}
     flaky = by_url[f"{web.url}/flaky/2.html"]
@@ -112,9 +106,11 @@ def test_tasks_end_success_or_failed_with_where_and_why_and_children_inherit(
     print(f"{scripts} script calls for {done} requests done ({scripts / done:.2f} per request, "
           "joins and heartbeats included)")
     # and `tasks --state failed` lists the broken task only; an unknown task or job is an error
-    listed = json.loads(cli(redis_server.url, "tasks", "tasks", "--state", "failed", "--json")[1])
+    listed = json.loads(
+        clustersync(redis_server.url, "tasks", "tasks", "--state", "failed", "--json").stdout)
     assert [each["task"] for each in listed] == ["broken"]
-    code, out = cli(redis_server.url, "task", "tasks", "nope")
+    answer = clustersync(redis_server.url, "task", "tasks", "nope")
+    code, out = answer.returncode, answer.output
     assert code == 1 and "has no task 'nope'" in out
-    assert cli(redis_server.url, "tasks", "no-such-job")[0] == 3
-    assert cli(redis_server.url, "task", "no-such-job", "tree")[0] == 3
+    assert clustersync(redis_server.url, "tasks", "no-such-job").returncode == 3
+    assert clustersync(redis_server.url, "task", "no-such-job", "tree").returncode == 3

@@ -359,6 +359,7 @@ def test_proxy_forwards_commands_to_its_target(
     assert redis_server.client().get("through") == b"proxy"
 
 
+@pytest.mark.timing
 def test_proxy_sustains_thousands_of_round_trips_per_second(
     redis_server: RedisServer, proxy_factory: ProxyFactory
 ) -> None:
@@ -369,6 +370,7 @@ def test_proxy_sustains_thousands_of_round_trips_per_second(
     assert 500 / sum(round_trips) > 1000
 
 
+@pytest.mark.timing
 def test_proxy_delay_adds_one_delay_each_way_to_every_round_trip(
     redis_server: RedisServer, proxy_factory: ProxyFactory
 ) -> None:
@@ -385,6 +387,7 @@ def test_proxy_delay_adds_one_delay_each_way_to_every_round_trip(
     assert proxied < direct + 2 * delay_s + 0.010
 
 
+@pytest.mark.timing
 def test_proxy_delay_does_not_serialize_independent_connections(
     redis_server: RedisServer, proxy_factory: ProxyFactory
 ) -> None:
