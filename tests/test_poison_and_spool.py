@@ -24,11 +24,11 @@ import pytest
 from scrapy import Request
 from scrapy.settings import Settings
 from scrapy.utils.request import RequestFingerprinter
+from unit.thread_harness import NodeThread
 
 from scrapy_clustersync.codec import RequestCodec
 from scrapy_clustersync.config import ClusterConfig, DedupSettings
-from scrapy_clustersync.node import redis_thread as worker_module
-from scrapy_clustersync.node.redis_thread import SyncWorker
+from scrapy_clustersync.node import outages as worker_module
 from scrapy_clustersync.node.spool import Spool
 from scrapy_clustersync.node.thread_api import Undelivered
 from scrapy_clustersync.plugin.cluster_dupefilter import ClusterDupeFilter, cluster_fingerprint
@@ -127,13 +127,13 @@ def worker_config(server: RedisServer, batch_size: int) -> ClusterConfig:
 
 
 def started_worker(store: JobStore, config: ClusterConfig, epoch: str, ops: Sequence[Op]
-                   ) -> SyncWorker:
+                   ) -> NodeThread:
     """A node's Redis thread, started with ``ops`` buffered.
 
     It leases only what it pushed (the scheduler would crawl it); close() releases that again.
     """
-    worker = SyncWorker(store, config, epoch, node_info=dict, on_leased=lambda: None)
-    worker._next_lease = float("inf")  # until its first push
+    worker = NodeThread(store, config, epoch)
+    worker.worker._next_lease = float("inf")  # until its first push
     for op in ops:
         worker.submit(op)
     worker.start()

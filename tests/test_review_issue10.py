@@ -21,9 +21,9 @@ from scrapy.settings import Settings
 from test_guarantees import SPIDERS
 from test_node_failover import FAILOVER, beat
 from test_store import joined, push_op
+from unit.thread_harness import NodeThread
 
 from scrapy_clustersync.config import ClusterConfig
-from scrapy_clustersync.node.redis_thread import SyncWorker
 from scrapy_clustersync.plugin.stats_sender import StatsSender
 from scrapy_clustersync.store import JobStore, make_client
 from scrapy_clustersync.store.consistency import JobCheck
@@ -196,24 +196,27 @@ def test_a_node_back_from_the_dead_hands_out_only_entries_redis_has_leased_to_it
     epoch = store.join(ttl_ms=500, claim=False)[0]
     other, _ = joined(redis_server, "b")
     other.flush(epoch, [push_op(f"http://x/{i}") for i in range(8)], new_call_id())
-    worker = SyncWorker(store, config, epoch, node_info=dict, on_leased=lambda: None)
-    worker._step(closing=False)  # its Redis thread: first heartbeat, then a lease of 8
-    assert len(worker._prefetched) == 8
+    node = NodeThread(store, config, epoch)  # its Redis thread's turns run here, by hand
+    worker = node.worker
+    worker._step(time.monotonic(), closing=False)  # first heartbeat, then a lease of 8
+    node.pump()
+    assert node.link.waiting == 8
     # when it stands still past its dead-after, node b declares it dead (its 8 leases go back
     # to the queue), and then its Redis thread runs on
     time.sleep(0.7)
     assert beat(other, epoch).declared_dead == ((config.node_id, 8),)
     for _ in range(12):
-        worker._step(closing=False)
+        worker._receive(time.monotonic())
+        worker._step(time.monotonic(), closing=False)
+        node.pump()
     # then each entry it has prefetched (and will hand to its engine) is leased to it in Redis:
     # none is queued, where node b leases it and crawls it too
     owners = lease_owners(redis_server.client(), "job")
-    prefetched = worker._prefetched.entry_ids()
+    prefetched = node.link._prefetched.entry_ids()
     not_its_own = [i for i in prefetched if owners.get(i) != config.node_id]
     print(f"prefetched {len(prefetched)}, of which leased to it in Redis: "
           f"{len(prefetched) - len(not_its_own)}; not its own: {len(not_its_own)}")
     taken_by_b = {entry.entry_id for entry in other.lease(epoch, 10, 60_000, new_call_id())}
-    worker._stop.set()
     assert not_its_own == []
     assert taken_by_b & set(prefetched) == set()
 
@@ -269,17 +272,14 @@ def test_one_stat_too_big_for_the_op_does_not_lose_the_other_stats_of_its_send(
         Settings({"CLUSTERSYNC_REDIS_URL": redis_server.url}), "job")
     store = JobStore(make_client(redis_server.url), "job", config.node_id)
     epoch = store.join(ttl_ms=60_000, claim=False)[0]
-    worker = SyncWorker(store, config, epoch, node_info=dict, on_leased=lambda: None)
+    node = NodeThread(store, config, epoch)
     stats: Any = FakeStats({"response_received_count": 5, "downloader/response_bytes": 10**16})
-    sender = StatsSender(stats, worker.submit, every_s=1.0)
+    sender = StatsSender(stats, node.link.submit, every_s=1.0)
     # when it sends them
     sender.send()
-    worker.start()
-    deadline = time.monotonic() + 5
+    node.start()
+    node.close(unacked=[], timeout_s=20)
     client = redis_server.client()
-    while worker.figures()["buffered"] and time.monotonic() < deadline:
-        time.sleep(0.05)
-    worker._stop.set()
     summed = client.hgetall("clustersync:{job}:scrapy_stats")
     print("cluster stats:", summed, "dead letters:", client.llen("clustersync:{job}:dead"))
     # then the responses are counted in the cluster's stats

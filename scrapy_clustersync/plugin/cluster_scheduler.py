@@ -14,16 +14,16 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy import Request
 from scrapy.utils.defer import deferred_from_coro
+from twisted.internet.defer import Deferred, maybeDeferred
 
 from ..codec import LEASE_META_KEY, RequestCodec, UndecodableEntry, UnencodableRequest
 from ..config import ClusterConfig, redact_url
-from ..node.control_follower import NodeControl
 from ..node.joining import join_job, warn_of_risks
 from ..node.node_record import NodeInfo
-from ..node.redis_thread import SyncWorker
+from ..node.redis_thread import open_redis_thread
 from ..node.spool import Spool
 from ..node.start_run import StartRun
-from ..node.thread_api import FINISHED, RedisThread, RedisThreadFactory
+from ..node.thread_api import FINISHED, RedisThread, RedisThreadFactory, Undelivered
 from ..store import JobStore, make_client
 from ..store.write_ops import DeadLetterEntry, PushFlags
 from .cluster_dupefilter import ClusterDupeFilter, NodeDedup, project_dupefilter
@@ -39,23 +39,19 @@ if TYPE_CHECKING:
     from scrapy import Spider
     from scrapy.crawler import Crawler
     from scrapy.dupefilters import BaseDupeFilter
-    from twisted.internet.defer import Deferred
     from typing_extensions import Self
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_JOB = "default"
-#: how long next_request() may wait for the node's own new requests to come back leased, when
-#: the node has nothing else at all (see next_request)
-DEQUEUE_WAIT_S = 1.0
 
 
 class ClusterScheduler:
     """Scrapy's scheduler interface over the job's shared queue (see the module doc).
 
-    ``redis_thread`` builds the node's Redis thread once the node has joined (``SyncWorker``
-    by default); the scheduler reaches Redis only through it and through ``store`` (join and
-    spool replay, before the thread runs). A unit test hands it a fake.
+    ``redis_thread`` builds the node's Redis thread once the node has joined
+    (``open_redis_thread`` by default); the scheduler reaches Redis only through it and through
+    ``store`` (join and spool replay, before the thread runs). A unit test hands it a fake.
 
     ``df`` is the project's ``DUPEFILTER_CLASS`` (``dupefilter.project_dupefilter``), exposed
     as Scrapy's scheduler exposes it; ``dupefilter`` (the default ``df``) is the cluster's.
@@ -69,7 +65,7 @@ class ClusterScheduler:
         codec: RequestCodec,
         dupefilter: ClusterDupeFilter,
         spool: Spool,
-        redis_thread: RedisThreadFactory = SyncWorker,
+        redis_thread: RedisThreadFactory = open_redis_thread,
         df: BaseDupeFilter | None = None,
         order: QueueOrder | None = None,
     ) -> None:
@@ -96,12 +92,8 @@ class ClusterScheduler:
         self.local: deque[Request] = deque()
         self._kinds_kept: set[str] = set()  # what made them unable to travel (warned once)
         self._rollbacks_seen = 0
-        #: pushes in transit at the last check(): the engine is woken when they are all in Redis
-        self._pushes_at_check = 0
         #: the job's start() on this node (see startrun.py); set by open()
         self.start: StartRun | None = None
-        #: the job's control state (pause, resume, stop) as this node follows it; set by open()
-        self.control: NodeControl | None = None
         #: sends the growth of this node's Scrapy stats to the job's sums (clusterstats.py)
         self.stats_sender: StatsSender | None = None
         #: closes the spider once open, when the node could not join (see stopping.py)
@@ -165,15 +157,13 @@ class ClusterScheduler:
                              settings=self.crawler.settings, spider_cls=type(spider),
                              redis_url=self.config.redis_url)
         self.io = io = self._make_redis_thread(
-            self.store, self.config, epoch, node_info.snapshot, self._wake_engine_threadsafe,
+            self.store, self.config, epoch, node_info.snapshot, self.wake_engine,
             "mine" if self.runs_start else "other",
         )
         self.start = StartRun(self.crawler, self.config, io, claimed=self.runs_start)
         self.stats_sender = StatsSender(self.crawler.stats, io.submit,
                                         max(1.0, self.config.heartbeat_interval_s))
-        self.control = NodeControl(self.store.control, self.config.job)
-        self.control.start()
-        io.hold_leasing(not self.control.allows_downloads)  # a paused job: lease nothing yet
+        io.listen(self.node_changed)
         self._replay_spool(epoch)
         self.leases.watch(getattr(started_part(self.crawler, "engine"), "scraper", None))
         io.start()
@@ -186,24 +176,25 @@ class ClusterScheduler:
         )
 
     def close(self, reason: str) -> Deferred[None] | None:
-        """Hand back unfinished leases, send every buffered write and leave the job; returns
-        ``df.close(reason)``.
+        """Hand back unfinished leases, send every buffered write and leave the job; returns a
+        Deferred that fires once the Redis thread did (the reactor does not wait meanwhile),
+        then with ``df.close(reason)``.
 
         Shared state is never deleted here: the job lives on for the other nodes.
         """
-        self._leave(reason)
-        return self.df.close(reason)
-
-    def _leave(self, reason: str) -> None:
-        if self.io is None:
-            return
+        io = self.io
+        if io is None:
+            return self.df.close(reason)
         if reason == FINISHED:
-            logger.info("clustersync: job %r finished: %s", self.config.job, self.io.finish_note)
+            logger.info("clustersync: job %r finished: %s", self.config.job, io.finish_note)
         if self.stats_sender is not None:  # the last growth leaves with the last writes
             self.stats_sender.send()
-        undelivered = self.io.close(unacked=sorted(self.leases.inflight))
-        if self.control is not None:  # after leaving: the last node out settles a stop
-            self.control.close()
+        left = io.close(unacked=sorted(self.leases.inflight))
+        left.addCallback(self._left)
+        return left.addCallback(lambda _: maybeDeferred(self.df.close, reason))
+
+    def _left(self, undelivered: Undelivered) -> None:
+        """The Redis thread left the job: keep on disk what it could not send."""
         self.publish_counts()
         if undelivered:
             path = self.spool.save(self.config.node_id, self._epoch, undelivered,
@@ -312,20 +303,13 @@ class ClusterScheduler:
         None while the node is closing, while the job is paused or stopping (``clustersync
         pause|stop``: requests under way finish, nothing new starts), while its writes wait for
         Redis (back-pressure) or when nothing is leased yet (the engine asks again; new leases
-        wake it). A node that
-        downloads nothing and has nothing leased or kept, but requests of its own on their way
-        to Redis, waits for them (``DEQUEUE_WAIT_S`` at most, not at all while Redis is away),
-        as Scrapy's scheduler hands out a request as soon as it was enqueued: the node has no
-        download to serve meanwhile, and its callbacks, which would enqueue more, wait too, as
-        they do in Scrapy while the engine sends that request.
+        wake it). A node that downloads nothing and has nothing leased or kept, but requests of
+        its own on their way to Redis, asks the Redis thread to lease as soon as they are in
+        (the lease wakes the engine), as Scrapy's scheduler hands out a request as soon as it
+        was enqueued; it never waits for them.
         """
         io = self.io
-        if io is None:
-            return None
-        io.reactor_alive()
-        if io.outcome is not None:
-            return None
-        if self.control is not None and not self.control.allows_downloads:
+        if io is None or io.outcome is not None or not io.allows_downloads:
             return None
         if self.local:
             io.mark_busy()
@@ -335,7 +319,8 @@ class ClusterScheduler:
             return None
         # every request in flight is in the scraper: nothing downloads
         if not io.waiting and io.pushes_unleased and not self.leases.downloading:
-            io.await_lease(DEQUEUE_WAIT_S)
+            io.want_lease()
+            return None
         return self._next_leased(io)
 
     def _next_leased(self, io: RedisThread) -> Request | None:
@@ -369,33 +354,21 @@ class ClusterScheduler:
         ``clustersync_state_lost`` when the job is gone from Redis)."""
         return self.io.outcome if self.io is not None else None
 
-    def check(self) -> str | None:
-        """Called every few tenths of a second by the lifecycle extension; returns ``outcome``.
-
-        Publishes the stats, tells the Redis thread the reactor runs, runs start() if this node
-        must (a claim taken over, an end Redis lost) and wakes the engine when work waits.
-        """
+    def node_changed(self) -> None:
+        """The Redis thread handed over something new (called on the reactor): publish the
+        stats and run start() if this node must (a claim taken over, an end Redis lost)."""
         io = self.io
         if io is None:
-            return None
+            return
         self.publish_counts()
         if self.stats_sender is not None:
             self.stats_sender.maybe_send()
-        io.reactor_alive()
         if io.outcome is not None:
-            return io.outcome
+            return
         if self.start is not None and self.start.needs_run():
             deferred_from_coro(self.start.run())
-        elif io.waiting or self._pushes_went_out(io):
-            self.wake_engine()
-        return None
-
-    def _pushes_went_out(self, io: RedisThread) -> bool:
-        """The node's last pushes reached Redis since the last check: with nothing else
-        pending the engine may be idle now, and learns it at once rather than at its next
-        heartbeat (``has_pending_requests`` counted them)."""
-        before, self._pushes_at_check = self._pushes_at_check, io.buffered_pushes
-        return before > 0 and self._pushes_at_check == 0
+        elif io.waiting:
+            self.wake_engine()  # work waits (leased while the engine could take none)
 
     # ---- internals ---------------------------------------------------------------------------
     def _io(self) -> RedisThread:
@@ -411,11 +384,6 @@ class ClusterScheduler:
         )
         self._io().submit(DeadLetterEntry(entry_id, reason))
         self.counts["clustersync/dead_letters"] += 1
-
-    def _wake_engine_threadsafe(self) -> None:  # called from the Redis thread
-        from twisted.internet import reactor
-
-        reactor.callFromThread(self.wake_engine)
 
     def wake_engine(self) -> None:
         # Scrapy polls next_request() only when a request finishes or every 5 s; new work that

@@ -12,7 +12,7 @@ import fakeredis
 from scrapy import Request, Spider
 from scrapy.crawler import Crawler
 from scrapy.utils.test import get_crawler
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import Deferred, succeed
 
 from scrapy_clustersync.codec import RequestCodec
 from scrapy_clustersync.config import ClusterConfig
@@ -44,8 +44,10 @@ class FakeRedisThread:
         #: what the node reports of itself in each heartbeat (given to the real thread)
         self.node_info: Callable[[], dict[str, Any]] = dict
         self.flushed = 0  # how many submitted ops Redis has applied (see flush())
-        self.awaited: list[float] = []  # await_lease() calls, with their timeouts
-        self.leasing_held = False  # hold_leasing(): the job is paused or stopping
+        self.lease_wanted = 0  # want_lease() calls
+        #: the job's control state, as the real thread hands it over
+        self.control: str | None = "running"
+        self.listeners: list[Callable[[], None]] = []
 
     # ---- RedisThread ---------------------------------------------------------------------
     def start(self) -> None:
@@ -57,8 +59,8 @@ class FakeRedisThread:
     def take(self) -> tuple[str, bytes] | None:
         return self.leased.popleft() if self.leased else None
 
-    def await_lease(self, timeout_s: float) -> None:
-        self.awaited.append(timeout_s)
+    def want_lease(self) -> None:
+        self.lease_wanted += 1
 
     @property
     def waiting(self) -> int:
@@ -82,11 +84,12 @@ class FakeRedisThread:
     def mark_idle(self) -> None:
         self.idle = True
 
-    def reactor_alive(self) -> None:
-        pass
+    @property
+    def allows_downloads(self) -> bool:
+        return self.control == "running"
 
-    def hold_leasing(self, held: bool) -> None:
-        self.leasing_held = held
+    def listen(self, callback: Callable[[], None]) -> None:
+        self.listeners.append(callback)
 
     @property
     def outcome(self) -> str | None:
@@ -110,11 +113,16 @@ class FakeRedisThread:
     def totals(self) -> dict[str, int]:
         return {"pushed": self.pushed_total, "filtered": 0, "released": 0, "set_aside": 0}
 
-    def close(self, unacked: list[str]) -> Undelivered:
+    def close(self, unacked: list[str]) -> Deferred[Undelivered]:
         self.closed_with = unacked
-        return Undelivered(None, list(self.undeliverable), 0)
+        return succeed(Undelivered(None, list(self.undeliverable), 0))
 
     # ---- for the tests -------------------------------------------------------------------
+    def changed(self) -> None:
+        """The thread handed something over: the listeners run, as on the reactor."""
+        for listener in self.listeners:
+            listener()
+
     def flush(self) -> None:
         """Redis applied every op submitted so far."""
         self.flushed = len(self.submitted)
@@ -188,6 +196,8 @@ class ListingSpider(Spider):
 
 
 def make_crawler(**settings: Any) -> Crawler:
+    from twisted.internet import reactor  # noqa: F401  (a crawl has one: coroutines start on it)
+
     crawler = get_crawler(ListingSpider, {"CLUSTERSYNC_REDIS_URL": "redis://127.0.0.1:1/0",
                                           **settings})
     crawler.spider = crawler._create_spider()
