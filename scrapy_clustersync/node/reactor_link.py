@@ -21,7 +21,7 @@ from ..store import Leased, Op
 from ..store.control_state import RUNNING
 from ..store.write_ops import Push, StartDone
 from .prefetch import Prefetch, RecentPushes
-from .thread_api import FINISHED, STATE_LOST, StartState, Undelivered
+from .thread_api import FINISHED, STATE_LOST, NodeOpened, StartState, Undelivered
 from .thread_messages import (
     Busy,
     Close,
@@ -101,9 +101,17 @@ class NodeLink:
         self._idle_sent: int | None = None  # activity last reported idle (None: busy since)
         self._idle = False
         self._closed: Deferred[Undelivered] | None = None
+        self._opened: Deferred[NodeOpened | str] = Deferred()
 
     # ---- RedisThread: commands ---------------------------------------------------------------
+    def open(self) -> Deferred[NodeOpened | str]:
+        """Start the thread; it joins the job first (``joining.open_node``). The Deferred fires
+        on the reactor with what the node joined as, or the reason it must stop."""
+        self._start()
+        return self._opened
+
     def start(self) -> None:
+        """Start the thread of a node that joined already (tests)."""
         self._start()
 
     def submit(self, op: Op) -> None:
@@ -230,6 +238,11 @@ class NodeLink:
         if was_empty and (entries or not self.pushes_unleased):
             self._on_leased()
         self._tell_listeners()
+
+    def opened(self, opened: NodeOpened | str) -> None:
+        if not isinstance(opened, str):
+            self._start_state = StartState("mine" if opened.runs_start else "other")
+        self._opened.callback(opened)
 
     def view_changed(self, view: NodeView) -> None:
         before, self._view = self._view, view

@@ -32,7 +32,7 @@ from .control_follower import FOLLOW_INTERVAL_S, ControlFollower
 from .heartbeats import PING_INTERVAL_S, HeartbeatPart
 from .outages import OutagePart
 from .reactor_link import Channel, Message, NodeLink
-from .thread_api import Undelivered
+from .thread_api import NodeOpened, StartState, Undelivered
 from .thread_messages import (
     Busy,
     Close,
@@ -56,20 +56,23 @@ CLOSE_TIMEOUT_S = 15.0
 
 #: schedules a call on the reactor from this thread (``reactor.callFromThread``)
 Post = Callable[..., object]
+#: joins the job, on this thread, before anything else (``joining.open_node``)
+Opening = Callable[[], "NodeOpened | str"]
 
 
 def open_redis_thread(
-    store: JobStore, config: ClusterConfig, epoch: str,
+    store: JobStore, config: ClusterConfig, opening: Opening,
     node_info: Callable[[], dict[str, Any]], on_leased: Callable[[], None],
-    start_state: str = "none", post: Post | None = None,
+    post: Post | None = None,
 ) -> NodeLink:
-    """Build a node's Redis thread (not started) and return its reactor side: a
-    ``thread_api.RedisThreadFactory``. ``post`` defaults to ``reactor.callFromThread``."""
+    """Build a node's Redis thread (not started; ``NodeLink.open`` starts it with
+    ``opening``) and return its reactor side: a ``thread_api.RedisThreadFactory``. ``post``
+    defaults to ``reactor.callFromThread``."""
     if post is None:
         from twisted.internet import reactor
 
         post = reactor.callFromThread
-    return SyncWorker(store, config, epoch, node_info, on_leased, start_state, post).link
+    return SyncWorker(store, config, "", node_info, on_leased, "none", post, opening).link
 
 
 class SyncWorker(HeartbeatPart, OutagePart):
@@ -78,13 +81,15 @@ class SyncWorker(HeartbeatPart, OutagePart):
     def __init__(
         self, store: JobStore, config: ClusterConfig, epoch: str,
         node_info: Callable[[], dict[str, Any]], on_leased: Callable[[], None],
-        start_state: str, post: Post,
+        start_state: str, post: Post, opening: Opening | None = None,
     ) -> None:
         self.store = store
         self.config = config
         self.epoch = epoch
         self._node_info = node_info
         self._post = post
+        self._opening = opening
+        self._runs_start = start_state == "mine"
         self._channel = channel = Channel()
         self._thread = threading.Thread(target=self._run, name="clustersync-io", daemon=True)
         self.link = self._link = NodeLink(config, channel, self._thread.start, on_leased,
@@ -115,6 +120,8 @@ class SyncWorker(HeartbeatPart, OutagePart):
 
     # ---- the loop ----------------------------------------------------------------------------
     def _run(self) -> None:
+        if self._opening is not None and not self._open(self._opening):
+            return
         while True:
             self._channel.wake.clear()  # before draining, so a wake-up during it is not lost
             close = self._receive(time.monotonic())
@@ -130,6 +137,18 @@ class SyncWorker(HeartbeatPart, OutagePart):
                 self._channel.ops_wanted.set()
             if not busy and not self._channel.pending():
                 self._channel.wake.wait(self._sleep_s(time.monotonic()))
+
+    def _open(self, opening: Opening) -> bool:
+        """Join the job (and what goes with it: ``joining.open_node``); False if the node must
+        stop instead (its reactor side is told why and never sends anything more)."""
+        opened = opening()
+        self._post(self._link.opened, opened)
+        if isinstance(opened, str):
+            return False
+        self.epoch = opened.epoch
+        self._runs_start = opened.runs_start
+        self._start_state = StartState("mine" if opened.runs_start else "other")
+        return True
 
     def _turn(self, now: float) -> bool:
         self._ping(now)
@@ -312,7 +331,7 @@ class SyncWorker(HeartbeatPart, OutagePart):
         """What the node record shows of this thread (see node_record.py): leases held (under
         way or prefetched), prefetched, writes buffered."""
         return {"leased": len(self._held), "prefetched": len(self._unstarted),
-                "buffered": len(self._writes)}
+                "buffered": len(self._writes), "runs_start": self._runs_start}
 
     # ---- close -------------------------------------------------------------------------------
     def _close(self, close: Close) -> None:

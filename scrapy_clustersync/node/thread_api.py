@@ -50,8 +50,10 @@ class RedisThread(Protocol):
     ``reactor_link.NodeLink`` is the real one; unit tests hand the scheduler a fake.
     """
 
-    def start(self) -> None:
-        """Start the thread."""
+    def open(self) -> Deferred[NodeOpened | str]:
+        """Start the thread, which joins the job first (``joining.open_node``: the join, the
+        checks of Redis, the spool replay); fires on the reactor with what the node joined as,
+        or the reason it must stop (then the thread has ended)."""
 
     def submit(self, op: Op) -> None:
         """Buffer ``op``; ops reach Redis in the order they were submitted."""
@@ -135,6 +137,16 @@ class RedisThread(Protocol):
 
 
 @dataclass(frozen=True)
+class NodeOpened:
+    """A node that joined its job: the job's epoch, whether this node runs start(), and how
+    many writes it replayed from the spool of nodes that stopped during an outage."""
+
+    epoch: str
+    runs_start: bool
+    spool_replayed: int = 0
+
+
+@dataclass(frozen=True)
 class StartState:
     """The job's start(), as a heartbeat found it.
 
@@ -146,11 +158,12 @@ class StartState:
     rollbacks: int = 0
 
 
-#: Builds a node's Redis thread once the node has joined its job (``SyncWorker`` is one), from:
-#: the job's store, the node's config, the job's epoch, what the node reports of itself in
-#: each heartbeat, what to call when work arrives on an empty node, and the job's start()
-#: state as the join found it ("mine" or "other").
+#: Builds a node's Redis thread (``redis_thread.open_redis_thread`` is one), from: the job's
+#: store, the node's config, what joins the job on that thread before anything else
+#: (``joining.open_node``), what the node reports of itself in each heartbeat (called on the
+#: thread), and what to call (on the reactor) when work arrives on an empty node.
 RedisThreadFactory: TypeAlias = Callable[
-    ["JobStore", "ClusterConfig", str, Callable[[], dict[str, Any]], Callable[[], None], str],
+    ["JobStore", "ClusterConfig", Callable[[], "NodeOpened | str"], Callable[[], dict[str, Any]],
+     Callable[[], None]],
     RedisThread,
 ]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter, deque
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from scrapy import Request
@@ -18,12 +19,18 @@ from twisted.internet.defer import Deferred, maybeDeferred
 
 from ..codec import LEASE_META_KEY, RequestCodec, UndecodableEntry, UnencodableRequest
 from ..config import ClusterConfig, redact_url
-from ..node.joining import join_job, warn_of_risks
+from ..node.joining import open_node
 from ..node.node_record import NodeInfo
 from ..node.redis_thread import open_redis_thread
 from ..node.spool import Spool
 from ..node.start_run import StartRun
-from ..node.thread_api import FINISHED, RedisThread, RedisThreadFactory, Undelivered
+from ..node.thread_api import (
+    FINISHED,
+    NodeOpened,
+    RedisThread,
+    RedisThreadFactory,
+    Undelivered,
+)
 from ..store import JobStore, make_client
 from ..store.write_ops import DeadLetterEntry, PushFlags
 from .cluster_dupefilter import ClusterDupeFilter, NodeDedup, project_dupefilter
@@ -49,9 +56,9 @@ DEFAULT_JOB = "default"
 class ClusterScheduler:
     """Scrapy's scheduler interface over the job's shared queue (see the module doc).
 
-    ``redis_thread`` builds the node's Redis thread once the node has joined
-    (``open_redis_thread`` by default); the scheduler reaches Redis only through it and through
-    ``store`` (join and spool replay, before the thread runs). A unit test hands it a fake.
+    ``redis_thread`` builds the node's Redis thread (``open_redis_thread`` by default), which
+    joins the job and then does every Redis call of the node: the scheduler reaches Redis only
+    through it (``store`` is handed to it). A unit test hands it a fake.
 
     ``df`` is the project's ``DUPEFILTER_CLASS`` (``dupefilter.project_dupefilter``), exposed
     as Scrapy's scheduler exposes it; ``dupefilter`` (the default ``df``) is the cluster's.
@@ -133,7 +140,8 @@ class ClusterScheduler:
 
     # ---- Scrapy's scheduler interface ------------------------------------------------------
     def open(self, spider: Spider) -> Deferred[None] | None:
-        """Join the job in Redis and start the node's Redis thread; returns ``df.open()``.
+        """Start the node's Redis thread, which joins the job in Redis (the reactor does not
+        wait meanwhile); returns a Deferred that fires once it did, then with ``df.open()``.
 
         A node that cannot join (Redis unreachable or refusing it, the job finished) logs why
         and closes as soon as the spider is open (stopping.py): it never joined, so it has
@@ -141,32 +149,32 @@ class ClusterScheduler:
         """
         if self.codec.spider is None:
             self.codec.spider = spider
-        self._join(spider)
-        return self.df.open()
-
-    def _join(self, spider: Spider) -> None:
-        joined = join_job(self.store, self.config)
-        if isinstance(joined, str):
-            self._stop = StopWhenOpened(self.crawler, joined)
-            return
-        self._epoch, self.runs_start = epoch, _ = joined.epoch, joined.runs_start
-        warn_of_risks(self.store, self.config)
         inflight = self.leases.inflight
-        node_info = NodeInfo(self.crawler.stats, spider.name, self.runs_start,
+        # runs_start: the Redis thread reports it once it joined
+        node_info = NodeInfo(self.crawler.stats, spider.name, False,
                              inflight=lambda: len(inflight), node_id=self.config.node_id,
                              settings=self.crawler.settings, spider_cls=type(spider),
                              redis_url=self.config.redis_url)
-        self.io = io = self._make_redis_thread(
-            self.store, self.config, epoch, node_info.snapshot, self.wake_engine,
-            "mine" if self.runs_start else "other",
-        )
+        io = self._make_redis_thread(
+            self.store, self.config, partial(open_node, self.store, self.config, self.spool),
+            node_info.snapshot, self.wake_engine)
+        opened = io.open().addCallback(self._opened, io)
+        return opened.addCallback(lambda _: maybeDeferred(self.df.open))
+
+    def _opened(self, opened: NodeOpened | str, io: RedisThread) -> None:
+        """The Redis thread joined the job (or found why the node must stop)."""
+        if isinstance(opened, str):
+            self._stop = StopWhenOpened(self.crawler, opened)
+            return
+        self.io = io
+        self._epoch, self.runs_start = opened.epoch, opened.runs_start
+        if opened.spool_replayed:
+            self.counts["clustersync/spool_replayed"] += opened.spool_replayed
         self.start = StartRun(self.crawler, self.config, io, claimed=self.runs_start)
         self.stats_sender = StatsSender(self.crawler.stats, io.submit,
                                         max(1.0, self.config.heartbeat_interval_s))
         io.listen(self.node_changed)
-        self._replay_spool(epoch)
         self.leases.watch(getattr(started_part(self.crawler, "engine"), "scraper", None))
-        io.start()
         self.crawler.signals.send_catch_log(node_opened, scheduler=self)
         logger.info(
             "clustersync: node %s joined job %r at %s%s", self.config.node_id, self.config.job,
@@ -204,12 +212,6 @@ class ClusterScheduler:
                 "sent by the next node of job %r started in this directory.",
                 len(undelivered), path, self.config.job,
             )
-
-    def _replay_spool(self, epoch: str) -> None:
-        """Send what nodes that stopped during an outage left in this directory (see spool.py)."""
-        sent = self.spool.replay(epoch, self.store.as_node)
-        if sent:
-            self.counts["clustersync/spool_replayed"] += sent
 
     def has_pending_requests(self) -> bool:
         """True while this node holds requests: kept here, leased and not handed out yet, or

@@ -17,7 +17,7 @@ from twisted.internet.defer import Deferred, succeed
 from scrapy_clustersync.codec import RequestCodec
 from scrapy_clustersync.config import ClusterConfig
 from scrapy_clustersync.node.spool import Spool
-from scrapy_clustersync.node.thread_api import RedisThread, StartState, Undelivered
+from scrapy_clustersync.node.thread_api import NodeOpened, RedisThread, StartState, Undelivered
 from scrapy_clustersync.plugin.cluster_dupefilter import ClusterDupeFilter, project_dupefilter
 from scrapy_clustersync.plugin.cluster_scheduler import ClusterScheduler
 from scrapy_clustersync.plugin.crawl_order import QueueOrder
@@ -43,6 +43,8 @@ class FakeRedisThread:
         self.pushed_total = 0
         #: what the node reports of itself in each heartbeat (given to the real thread)
         self.node_info: Callable[[], dict[str, Any]] = dict
+        #: what joins the job, given by the scheduler (run by open())
+        self.opening: Callable[[], NodeOpened | str] = lambda: NodeOpened("epoch", False)
         self.flushed = 0  # how many submitted ops Redis has applied (see flush())
         self.lease_wanted = 0  # want_lease() calls
         #: the job's control state, as the real thread hands it over
@@ -50,8 +52,10 @@ class FakeRedisThread:
         self.listeners: list[Callable[[], None]] = []
 
     # ---- RedisThread ---------------------------------------------------------------------
-    def start(self) -> None:
+    def open(self) -> Deferred[NodeOpened | str]:
+        """Join the job at once (the test thread stands for the Redis thread)."""
         self.started = True
+        return succeed(self.opening())
 
     def submit(self, op: Op) -> None:
         self.submitted.append(op)
@@ -216,9 +220,11 @@ def make_scheduler(
     store = JobStore(fakeredis.FakeRedis(), config.job, config.node_id)
     fake = thread or FakeRedisThread()
 
-    def built(store: JobStore, config: ClusterConfig, epoch: str,
-              node_info: Callable[[], dict[str, Any]], *args: Any) -> RedisThread:
+    def built(store: JobStore, config: ClusterConfig, opening: Callable[[], NodeOpened | str],
+              node_info: Callable[[], dict[str, Any]], on_leased: Callable[[], None],
+              ) -> RedisThread:
         fake.node_info = node_info
+        fake.opening = opening
         return fake
 
     cluster = ClusterDupeFilter(crawler.request_fingerprinter, Counter(), config.local_seen_cache,

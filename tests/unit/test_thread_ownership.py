@@ -33,7 +33,7 @@ import scrapy_clustersync.plugin
 from scrapy_clustersync.codec import RequestCodec
 from scrapy_clustersync.config import ClusterConfig
 from scrapy_clustersync.node.reactor_link import NodeLink
-from scrapy_clustersync.node.redis_thread import SyncWorker
+from scrapy_clustersync.node.redis_thread import open_redis_thread
 from scrapy_clustersync.node.spool import Spool
 from scrapy_clustersync.plugin.cluster_dupefilter import ClusterDupeFilter
 from scrapy_clustersync.plugin.cluster_scheduler import ClusterScheduler
@@ -103,8 +103,11 @@ def _node(tmp_path: Path, reactor: ManualReactor) -> tuple[ClusterScheduler, Job
     config = ClusterConfig.from_settings(crawler.settings, crawler.spider.name)
     store = JobStore(fakeredis.FakeRedis(), config.job, config.node_id)
 
-    def real_thread(*args: Any) -> NodeLink:
-        return SyncWorker(*args, post=reactor.call_from_thread).link  # type: ignore[misc]
+    def real_thread(store: JobStore, config: ClusterConfig, opening: Callable[[], Any],
+                    node_info: Callable[[], dict[str, Any]], on_leased: Callable[[], None],
+                    ) -> NodeLink:
+        return open_redis_thread(store, config, opening, node_info, on_leased,
+                                 post=reactor.call_from_thread)
 
     scheduler = ClusterScheduler(
         crawler, config, store, RequestCodec(crawler.spider, config.max_request_bytes),
@@ -113,7 +116,11 @@ def _node(tmp_path: Path, reactor: ManualReactor) -> tuple[ClusterScheduler, Job
     for extension in (JobControl, NodeLifecycle):
         extension.from_crawler(crawler)
     fake_engine(scheduler).spider = crawler.spider
-    scheduler.open(crawler.spider)
+    opened: list[object] = []
+    open_done = scheduler.open(crawler.spider)
+    assert open_done is not None
+    open_done.addCallback(opened.append)
+    _run_until(reactor, lambda: bool(opened), lambda: None)
     return scheduler, store
 
 
