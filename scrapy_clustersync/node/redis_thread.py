@@ -24,6 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..config import ClusterConfig
+from ..plugin.stop_reasons import REDIS_UNREACHABLE
 from ..store import JobStore, Leased
 from ..store.control_state import RUNNING
 from ..store.errors import BadBatch
@@ -141,7 +142,12 @@ class SyncWorker(HeartbeatPart, OutagePart):
     def _open(self, opening: Opening) -> bool:
         """Join the job (and what goes with it: ``joining.open_node``); False if the node must
         stop instead (its reactor side is told why and never sends anything more)."""
-        opened = opening()
+        try:
+            opened = opening()
+        except Exception:  # a bug: the node must still open, and stop with a clear reason
+            logger.exception("clustersync: unexpected error while node %s joined job %r",
+                             self.config.node_id, self.config.job)
+            opened = REDIS_UNREACHABLE
         self._post(self._link.opened, opened)
         if isinstance(opened, str):
             return False
