@@ -131,6 +131,7 @@ class SyncWorker(HeartbeatPart, OutagePart):
                 return
             busy = False
             now = time.monotonic()
+            self._ping(now)  # during an outage too: the reactor's liveness is not Redis's
             if self._state_lost is None and (self._away_since is None or now >= self._retry_at):
                 busy = self._turn(now)
             self._tell()
@@ -157,7 +158,6 @@ class SyncWorker(HeartbeatPart, OutagePart):
         return True
 
     def _turn(self, now: float) -> bool:
-        self._ping(now)
         if self._away_since is None:
             self._follow(now)
         busy = bool(self._guard(lambda: self._step(now, closing=False)))
@@ -168,11 +168,13 @@ class SyncWorker(HeartbeatPart, OutagePart):
     def _sleep_s(self, now: float) -> float:
         """Until the next thing due: a heartbeat, a lingering batch, a lease retry, a look at
         the control channel, a ping, the next try while Redis is away."""
+        # the next ping, unless the last one is unanswered (the reactor answers it when it runs)
+        ping = self._pinged_at + PING_INTERVAL_S if self._pinged_at <= self._reactor_seen else None
         if self._state_lost is not None:
             return MAX_SLEEP_S
         if self._away_since is not None:
-            return max(MIN_SLEEP_S, self._retry_at - now)
-        due = [self._next_heartbeat, now + FOLLOW_INTERVAL_S, self._pinged_at + PING_INTERVAL_S]
+            return max(MIN_SLEEP_S, min(self._retry_at, ping or self._retry_at) - now)
+        due = [self._next_heartbeat, now + FOLLOW_INTERVAL_S, *([ping] if ping else [])]
         linger = self._writes.linger_until(now)
         if linger is not None:
             due.append(linger)
