@@ -198,7 +198,7 @@ def test_a_node_back_from_the_dead_hands_out_only_entries_redis_has_leased_to_it
     other.flush(epoch, [push_op(f"http://x/{i}") for i in range(8)], new_call_id())
     node = NodeThread(store, config, epoch)  # its Redis thread's turns run here, by hand
     worker = node.worker
-    worker._step(time.monotonic(), closing=False)  # first heartbeat, then a lease of 8
+    worker._turn(time.monotonic())  # the control state, the first heartbeat, a lease of 8
     node.pump()
     assert node.link.waiting == 8
     # when it stands still past its dead-after, node b declares it dead (its 8 leases go back
@@ -207,7 +207,7 @@ def test_a_node_back_from_the_dead_hands_out_only_entries_redis_has_leased_to_it
     assert beat(other, epoch).declared_dead == ((config.node_id, 8),)
     for _ in range(12):
         worker._receive(time.monotonic())
-        worker._step(time.monotonic(), closing=False)
+        worker._turn(time.monotonic())
         node.pump()
     # then each entry it has prefetched (and will hand to its engine) is leased to it in Redis:
     # none is queued, where node b leases it and crawls it too

@@ -152,6 +152,7 @@ class _GoneNode:
     """A node whose Redis thread found the job gone from Redis."""
 
     outcome = "clustersync_state_lost"
+    io = None
 
     def engine_idle(self) -> None:
         pass

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from twisted.internet.defer import Deferred
 
@@ -80,13 +81,47 @@ class Channel:
                 return messages
 
 
+class Inbox:
+    """The one way from the Redis thread to the reactor: calls queued here (``put``, the Redis
+    thread's) run on the reactor (``run``), which ``post`` (``reactor.callFromThread``) is asked
+    to do. A scheduler driven with no reactor running (a script, a test that never starts a
+    crawl) has no reactor to run them: its own thread runs them then (``NodeLink``), and may
+    wait for them, since there is no reactor to hold up."""
+
+    def __init__(self, post: Callable[..., object], reactor_running: Callable[[], bool]) -> None:
+        self._calls: queue.SimpleQueue[tuple[Callable[..., object], tuple[object, ...]]] = (
+            queue.SimpleQueue())
+        self._post = post
+        self.reactor_running = reactor_running
+
+    def put(self, function: Callable[..., object], *args: object) -> None:
+        self._calls.put((function, args))
+        self._post(self.run)
+
+    def run(self) -> None:
+        """Run every call queued so far, in order (on the reactor's side)."""
+        while True:
+            try:
+                function, args = self._calls.get_nowait()
+            except queue.Empty:
+                return
+            function(*args)
+
+
+#: how long a scheduler driven with no reactor running waits for its Redis thread to join or
+#: to leave (there is no reactor to hold up then)
+NO_REACTOR_WAIT_S = 60.0
+
+
 class NodeLink:
     """The reactor's side of the node's Redis thread; see the module doc and ``RedisThread``."""
 
-    def __init__(self, config: ClusterConfig, channel: Channel, start: Callable[[], None],
-                 on_leased: Callable[[], None], start_state: str) -> None:
+    def __init__(self, config: ClusterConfig, channel: Channel, inbox: Inbox,
+                 start: Callable[[], None], on_leased: Callable[[], None],
+                 start_state: str) -> None:
         self.config = config
         self._channel = channel
+        self._inbox = inbox
         self._start = start
         self._on_leased = on_leased
         self._listeners: list[Callable[[], None]] = []
@@ -108,6 +143,7 @@ class NodeLink:
         """Start the thread; it joins the job first (``joining.open_node``). The Deferred fires
         on the reactor with what the node joined as, or the reason it must stop."""
         self._start()
+        self._without_reactor(self._opened)
         return self._opened
 
     def start(self) -> None:
@@ -163,7 +199,17 @@ class NodeLink:
             self._closed = Deferred()
             self._prefetched.drop_all()  # the Redis thread releases them with the rest
             self._channel.put(Close(tuple(unacked)), wake=True)
+            self._without_reactor(self._closed)
         return self._closed
+
+    def _without_reactor(self, answer: Deferred[Any]) -> None:
+        """With no reactor running, run the Redis thread's calls here until ``answer`` came."""
+        if self._inbox.reactor_running():
+            return
+        deadline = time.monotonic() + NO_REACTOR_WAIT_S
+        while not answer.called and time.monotonic() < deadline:
+            self._inbox.run()
+            time.sleep(0.005)
 
     # ---- RedisThread: what the reactor reads -------------------------------------------------
     @property

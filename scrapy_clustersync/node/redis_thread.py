@@ -32,7 +32,7 @@ from ..store.job_store import new_call_id
 from .control_follower import FOLLOW_INTERVAL_S, ControlFollower
 from .heartbeats import PING_INTERVAL_S, HeartbeatPart
 from .outages import OutagePart
-from .reactor_link import Channel, Message, NodeLink
+from .reactor_link import Channel, Inbox, Message, NodeLink
 from .thread_api import NodeOpened, StartState, Undelivered
 from .thread_messages import (
     Busy,
@@ -68,12 +68,14 @@ def open_redis_thread(
 ) -> NodeLink:
     """Build a node's Redis thread (not started; ``NodeLink.open`` starts it with
     ``opening``) and return its reactor side: a ``thread_api.RedisThreadFactory``. ``post``
-    defaults to ``reactor.callFromThread``."""
-    if post is None:
-        from twisted.internet import reactor
+    defaults to ``reactor.callFromThread`` (a test that gives its own runs what it posts)."""
+    from twisted.internet import reactor
 
-        post = reactor.callFromThread
-    return SyncWorker(store, config, "", node_info, on_leased, "none", post, opening).link
+    def reactor_running() -> bool:
+        return post is not None or bool(reactor.running)
+
+    return SyncWorker(store, config, "", node_info, on_leased, "none",
+                      post or reactor.callFromThread, opening, reactor_running).link
 
 
 class SyncWorker(HeartbeatPart, OutagePart):
@@ -83,17 +85,19 @@ class SyncWorker(HeartbeatPart, OutagePart):
         self, store: JobStore, config: ClusterConfig, epoch: str,
         node_info: Callable[[], dict[str, Any]], on_leased: Callable[[], None],
         start_state: str, post: Post, opening: Opening | None = None,
+        reactor_running: Callable[[], bool] = lambda: True,
     ) -> None:
         self.store = store
         self.config = config
         self.epoch = epoch
         self._node_info = node_info
-        self._post = post
+        inbox = Inbox(post, reactor_running)
+        self._post = inbox.put
         self._opening = opening
         self._runs_start = start_state == "mine"
         self._channel = channel = Channel()
         self._thread = threading.Thread(target=self._run, name="clustersync-io", daemon=True)
-        self.link = self._link = NodeLink(config, channel, self._thread.start, on_leased,
+        self.link = self._link = NodeLink(config, channel, inbox, self._thread.start, on_leased,
                                           start_state)
         self._writes = WriteStream(config.batch_size)
         self._totals = Totals()
