@@ -10,6 +10,7 @@ priorities of the node's recent pushes, its counts of what it did and sent, and 
 
 from __future__ import annotations
 
+import dataclasses
 import queue
 import threading
 import time
@@ -174,6 +175,13 @@ class NodeLink:
     def want_lease(self) -> None:
         self._channel.put(WantLease(self._pushes_submitted), wake=True)
 
+    def settle_lease(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while (self.pushes_unleased and not self._prefetched and not self._view.away
+               and not self._view.state_lost and time.monotonic() < deadline):
+            self._inbox.run()
+            time.sleep(0.002)
+
     def mark_busy(self) -> None:
         self._activity += 1
         self._idle = False
@@ -218,7 +226,9 @@ class NodeLink:
 
     @property
     def buffered_pushes(self) -> int:
-        return self._pushes_submitted - self._view.pushes_settled
+        # a lease made after n pushes were in Redis says so too, whichever came first
+        settled = max(self._view.pushes_settled, self._prefetched.covered)
+        return self._pushes_submitted - settled
 
     @property
     def pushes_unleased(self) -> int:
@@ -288,6 +298,7 @@ class NodeLink:
     def opened(self, opened: NodeOpened | str) -> None:
         if not isinstance(opened, str):
             self._start_state = StartState("mine" if opened.runs_start else "other")
+            self._view = dataclasses.replace(self._view, control=opened.control)
         self._opened.callback(opened)
 
     def view_changed(self, view: NodeView) -> None:

@@ -153,12 +153,14 @@ class SyncWorker(HeartbeatPart, OutagePart):
             logger.exception("clustersync: unexpected error while node %s joined job %r",
                              self.config.node_id, self.config.job)
             opened = REDIS_UNREACHABLE
-        self._post(self._link.opened, opened)
         if isinstance(opened, str):
+            self._post(self._link.opened, opened)
             return False
         self.epoch = opened.epoch
         self._runs_start = opened.runs_start
         self._start_state = StartState("mine" if opened.runs_start else "other")
+        self._follow(time.monotonic())  # the control state before any lease
+        self._post(self._link.opened, dataclasses.replace(opened, control=self._control))
         return True
 
     def _turn(self, now: float) -> bool:

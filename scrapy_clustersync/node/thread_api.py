@@ -65,6 +65,12 @@ class RedisThread(Protocol):
         """Lease as soon as every push submitted so far is in Redis (the engine starves for
         them); the lease that comes back wakes the engine (``on_leased``)."""
 
+    def settle_lease(self, timeout_s: float) -> None:
+        """For a scheduler no engine drives (a caller that cannot be woken, as Scrapy's own
+        scheduler tests call it): wait, taking the thread's hand-overs on this thread, until a
+        lease after every push submitted so far came back (or ``timeout_s``, or Redis is away).
+        Never called in a crawl."""
+
     @property
     def waiting(self) -> int:
         """How many leased entries wait to be taken."""
@@ -144,6 +150,8 @@ class NodeOpened:
     epoch: str
     runs_start: bool
     spool_replayed: int = 0
+    #: the job's control state as read right after the join (None: it could not be read)
+    control: str | None = None
 
 
 @dataclass(frozen=True)

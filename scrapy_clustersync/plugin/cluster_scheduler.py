@@ -51,6 +51,9 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 DEFAULT_JOB = "default"
+#: how long next_request() of a scheduler no engine drives waits for its own new requests to
+#: come back leased (see next_request); a crawl's engine is woken instead, never waits
+NO_ENGINE_WAIT_S = 1.0
 
 
 class ClusterScheduler:
@@ -308,7 +311,9 @@ class ClusterScheduler:
         wake it). A node that downloads nothing and has nothing leased or kept, but requests of
         its own on their way to Redis, asks the Redis thread to lease as soon as they are in
         (the lease wakes the engine), as Scrapy's scheduler hands out a request as soon as it
-        was enqueued; it never waits for them.
+        was enqueued; in a crawl it never waits for them. Only a scheduler no engine drives
+        (called directly, as Scrapy's own scheduler tests do) waits for them, there being no
+        engine to wake (``NO_ENGINE_WAIT_S`` at most, not while Redis is away).
         """
         io = self.io
         if io is None or io.outcome is not None or not io.allows_downloads:
@@ -322,8 +327,15 @@ class ClusterScheduler:
         # every request in flight is in the scraper: nothing downloads
         if not io.waiting and io.pushes_unleased and not self.leases.downloading:
             io.want_lease()
-            return None
+            if not self._driven_by_engine():
+                io.settle_lease(NO_ENGINE_WAIT_S)  # no engine to wake: the caller waits
         return self._next_leased(io)
+
+    def _driven_by_engine(self) -> bool:
+        """A crawl's engine calls this scheduler (and is woken when a lease comes); else the
+        caller is a script or a test that calls it directly and cannot be woken."""
+        slot = getattr(started_part(self.crawler, "engine"), "_slot", None)
+        return getattr(slot, "scheduler", None) is self
 
     def _next_leased(self, io: RedisThread) -> Request | None:
         while (entry := io.take()) is not None:

@@ -47,6 +47,7 @@ class FakeRedisThread:
         self.opening: Callable[[], NodeOpened | str] = lambda: NodeOpened("epoch", False)
         self.flushed = 0  # how many submitted ops Redis has applied (see flush())
         self.lease_wanted = 0  # want_lease() calls
+        self.settled: list[float] = []  # settle_lease() calls, with their timeouts
         #: the job's control state, as the real thread hands it over
         self.control: str | None = "running"
         self.listeners: list[Callable[[], None]] = []
@@ -65,6 +66,9 @@ class FakeRedisThread:
 
     def want_lease(self) -> None:
         self.lease_wanted += 1
+
+    def settle_lease(self, timeout_s: float) -> None:
+        self.settled.append(timeout_s)
 
     @property
     def waiting(self) -> int:
@@ -169,6 +173,7 @@ class FakeNextCall:
 class FakeSlot:
     def __init__(self) -> None:
         self.nextcall = FakeNextCall()
+        self.scheduler: object = None  # the scheduler the engine drives (make_scheduler's)
 
 
 class FakeEngine:
@@ -238,6 +243,7 @@ def make_scheduler(
         df=project_dupefilter(crawler, cluster),
         order=QueueOrder.from_settings(crawler.settings),
     )
+    fake_engine(scheduler)._slot.scheduler = scheduler
     scheduler.open(crawler.spider)
     return scheduler, fake
 

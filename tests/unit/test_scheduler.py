@@ -10,7 +10,7 @@ from scrapy.exceptions import CloseSpider
 from twisted.python.failure import Failure
 
 from scrapy_clustersync.codec import LEASE_META_KEY
-from scrapy_clustersync.plugin.cluster_scheduler import ClusterScheduler
+from scrapy_clustersync.plugin.cluster_scheduler import NO_ENGINE_WAIT_S, ClusterScheduler
 from scrapy_clustersync.store import Ack, DeadLetterEntry, Push, Release
 
 from .node_fakes import FakeRedisThread, fake_engine, make_scheduler
@@ -260,7 +260,20 @@ def test_a_node_with_nothing_to_download_asks_for_its_own_new_requests_without_w
     # then it gets none yet, and the Redis thread is asked to lease the request back as soon
     # as it is in Redis (as Scrapy hands it out at once); the engine is woken when it comes
     assert request is None
-    assert thread.lease_wanted == 1
+    assert thread.lease_wanted == 1 and thread.settled == []
+
+
+def test_a_scheduler_no_engine_drives_waits_for_its_own_new_requests(tmp_path: Path) -> None:
+    # given a scheduler called directly (as Scrapy's own scheduler tests call it), no engine
+    # driving it, that has just enqueued a request and holds nothing else
+    scheduler, thread = make_scheduler(tmp_path)
+    fake_engine(scheduler)._slot.scheduler = None
+    scheduler.enqueue_request(Request("http://a/1"))
+    # when it is asked for the next request
+    scheduler.next_request()
+    # then it waits for the request to come back leased (a bounded time): there is no engine
+    # to wake when it comes; a crawl's engine never waits (test above)
+    assert thread.settled == [NO_ENGINE_WAIT_S]
 
 
 def test_a_node_that_downloads_never_waits_for_redis(tmp_path: Path) -> None:
