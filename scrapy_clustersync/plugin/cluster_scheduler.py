@@ -108,6 +108,9 @@ class ClusterScheduler:
         self.stats_sender: StatsSender | None = None
         #: closes the spider once open, when the node could not join (see stopping.py)
         self._stop: StopWhenOpened | None = None
+        #: start() waits on these while the node starves for its own requests (see
+        #: own_requests_sent)
+        self._start_waiters: list[Deferred[None]] = []
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -321,6 +324,7 @@ class ClusterScheduler:
         if self.local:
             io.mark_busy()
             self._count("dequeued", "memory")
+            self._let_start_go_on()
             return self.local.popleft()
         if not io.accepting_work:
             return None
@@ -347,6 +351,7 @@ class ClusterScheduler:
                 continue
             self.leases.handed_out(request, entry_id)
             io.mark_busy()
+            self._let_start_go_on()
             self.counts["clustersync/leased"] += 1
             self._count("dequeued", "redis")
             return request
@@ -377,12 +382,38 @@ class ClusterScheduler:
         self.publish_counts()
         if self.stats_sender is not None:
             self.stats_sender.maybe_send()
+        if (io.outcome is not None or not io.allows_downloads
+                or not (io.pushes_unleased or io.waiting or self.local)):
+            self._let_start_go_on()  # nothing came back, or will, for the engine to send
         if io.outcome is not None:
             return
         if self.start is not None and self.start.needs_run():
             deferred_from_coro(self.start.run())
         elif io.waiting:
             self.wake_engine()  # work waits (leased while the engine could take none)
+
+    def own_requests_sent(self) -> Deferred[None] | None:
+        """For start(), after each request it yielded: a Deferred that fires once the engine was
+        handed a request (``NO_ENGINE_WAIT_S`` at most), if the node starves for its own
+        requests now (nothing downloading, nothing leased or kept, pushes on their way); else
+        None. So start() goes on, as in Scrapy, only after the engine could send what it
+        yielded: its next requests do not overtake it. The reactor does not wait meanwhile."""
+        io = self.io
+        if (io is None or self.local or io.waiting or not io.pushes_unleased
+                or self.leases.downloading or io.outcome is not None):
+            return None
+        from twisted.internet import reactor
+
+        clock: Any = reactor
+        waiter: Deferred[None] = Deferred()
+        self._start_waiters.append(waiter)
+        timeout = clock.callLater(NO_ENGINE_WAIT_S, self._let_start_go_on)
+        return waiter.addBoth(lambda result: _cancel(timeout, result))
+
+    def _let_start_go_on(self) -> None:
+        waiters, self._start_waiters = self._start_waiters, []
+        for waiter in waiters:
+            waiter.callback(None)
 
     # ---- internals ---------------------------------------------------------------------------
     def _io(self) -> RedisThread:
@@ -422,3 +453,10 @@ class ClusterScheduler:
                 self.stats.inc_value(key, value)
         self.counts.clear()
 
+
+
+def _cancel(call: Any, result: Any) -> Any:
+    """Cancel ``call`` (an IDelayedCall) if it is still to run; pass ``result`` on."""
+    if call.active():
+        call.cancel()
+    return result
