@@ -286,3 +286,29 @@ def test_a_node_that_downloads_never_waits_for_redis(tmp_path: Path) -> None:
     assert scheduler.next_request() is None
     # then it did not ask for a lease out of turn: the download goes on while it travels
     assert thread.lease_wanted == 0
+
+
+def test_start_goes_on_only_once_the_engine_was_handed_a_request(tmp_path: Path) -> None:
+    # given a node that starves: start() just yielded its first request, nothing else is held
+    scheduler, thread = make_scheduler(tmp_path)
+    scheduler.enqueue_request(Request("http://a/1"))
+    assert scheduler.next_request() is None  # not leased back yet
+    sent = scheduler.own_requests_sent()
+    assert sent is not None
+    fired: list[object] = []
+    sent.addCallback(fired.append)
+    # when the lease comes back, start() still waits: the engine has not sent it yet
+    lease_to(scheduler, thread, "http://a/1", "e1")
+    thread.changed()
+    assert fired == []
+    # then it goes on once the engine was handed the request, as in Scrapy
+    assert scheduler.next_request() is not None
+    assert fired == [None]
+
+
+def test_start_does_not_wait_while_the_node_downloads(tmp_path: Path) -> None:
+    scheduler, thread = make_scheduler(tmp_path)
+    lease_to(scheduler, thread, "http://a/1", "e1")
+    assert scheduler.next_request() is not None  # downloading
+    scheduler.enqueue_request(Request("http://a/2"))
+    assert scheduler.own_requests_sent() is None
