@@ -23,7 +23,7 @@ from ..node.joining import open_node
 from ..node.node_record import NodeInfo
 from ..node.redis_thread import open_redis_thread
 from ..node.spool import Spool
-from ..node.start_run import StartRun
+from ..node.start_run import StartRun, Waiters
 from ..node.thread_api import (
     FINISHED,
     NodeOpened,
@@ -110,7 +110,7 @@ class ClusterScheduler:
         self._stop: StopWhenOpened | None = None
         #: start() waits on these while the node starves for its own requests (see
         #: own_requests_sent)
-        self._start_waiters: list[Deferred[None]] = []
+        self._start_waiters = Waiters()
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -324,7 +324,7 @@ class ClusterScheduler:
         if self.local:
             io.mark_busy()
             self._count("dequeued", "memory")
-            self._let_start_go_on()
+            self._start_waiters.fire()
             return self.local.popleft()
         if not io.accepting_work:
             return None
@@ -351,7 +351,7 @@ class ClusterScheduler:
                 continue
             self.leases.handed_out(request, entry_id)
             io.mark_busy()
-            self._let_start_go_on()
+            self._start_waiters.fire()
             self.counts["clustersync/leased"] += 1
             self._count("dequeued", "redis")
             return request
@@ -384,7 +384,7 @@ class ClusterScheduler:
             self.stats_sender.maybe_send()
         if (io.outcome is not None or not io.allows_downloads
                 or not (io.pushes_unleased or io.waiting or self.local)):
-            self._let_start_go_on()  # nothing came back, or will, for the engine to send
+            self._start_waiters.fire()  # nothing came back, or will, for the engine to send
         if io.outcome is not None:
             return
         if self.start is not None and self.start.needs_run():
@@ -402,18 +402,7 @@ class ClusterScheduler:
         if (io is None or self.local or io.waiting or not io.pushes_unleased
                 or self.leases.downloading or io.outcome is not None):
             return None
-        from twisted.internet import reactor
-
-        clock: Any = reactor
-        waiter: Deferred[None] = Deferred()
-        self._start_waiters.append(waiter)
-        timeout = clock.callLater(NO_ENGINE_WAIT_S, self._let_start_go_on)
-        return waiter.addBoth(lambda result: _cancel(timeout, result))
-
-    def _let_start_go_on(self) -> None:
-        waiters, self._start_waiters = self._start_waiters, []
-        for waiter in waiters:
-            waiter.callback(None)
+        return self._start_waiters.wait(NO_ENGINE_WAIT_S)
 
     # ---- internals ---------------------------------------------------------------------------
     def _io(self) -> RedisThread:
@@ -454,9 +443,3 @@ class ClusterScheduler:
         self.counts.clear()
 
 
-
-def _cancel(call: Any, result: Any) -> Any:
-    """Cancel ``call`` (an IDelayedCall) if it is still to run; pass ``result`` on."""
-    if call.active():
-        call.cancel()
-    return result
