@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 from scrapy.settings import Settings
+from unit.thread_harness import NodeThread
 
 from scrapy_clustersync.config import ClusterConfig
-from scrapy_clustersync.node.redis_thread import SyncWorker
 from scrapy_clustersync.store import JobStore, Push, PushFlags, StoreError, make_client
 from scrapy_clustersync.store.job_store import new_call_id
 from scrapy_clustersync.store.records import as_text
@@ -137,7 +137,7 @@ def test_a_node_whose_batch_redis_refuses_for_a_wrong_type_keeps_it_and_sends_it
     epoch = store.join(ttl_ms=60_000)[0]
     client = redis_server.client()
     client.set("clustersync:{job}:stats", "a foreign string")
-    worker = SyncWorker(store, config, epoch, node_info=dict, on_leased=lambda: None)
+    worker = NodeThread(store, config, epoch)
     worker.start()
     worker.submit(push_op("http://a/1"))
     worker.submit(push_op("http://a/2"))

@@ -4,16 +4,15 @@ summed in Redis, per job and per node, and match what the site served to each no
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from scrapy.settings import Settings
 from scrapy.statscollectors import MemoryStatsCollector
+from unit.thread_harness import NodeThread
 
 from scrapy_clustersync.config import ClusterConfig
-from scrapy_clustersync.node.redis_thread import SyncWorker
 from scrapy_clustersync.plugin.stats_sender import StatsSender, is_summed
 from scrapy_clustersync.store import JobStore, Op, make_client
 from scrapy_clustersync.store.errors import BadBatch
@@ -117,17 +116,14 @@ def test_one_stat_too_big_for_the_op_does_not_lose_the_other_stats_of_its_send(
         Settings({"CLUSTERSYNC_REDIS_URL": redis_server.url}), "job")
     store = JobStore(make_client(redis_server.url), "job", config.node_id)
     epoch = store.join(ttl_ms=60_000, claim=False)[0]
-    worker = SyncWorker(store, config, epoch, node_info=dict, on_leased=lambda: None)
+    node = NodeThread(store, config, epoch)
     stats: Any = FakeStats({"response_received_count": 5, "downloader/response_bytes": 10**16})
-    sender = StatsSender(stats, worker.submit, every_s=1.0)
+    sender = StatsSender(stats, node.link.submit, every_s=1.0)
     # when it sends them
     sender.send()
-    worker.start()
-    deadline = time.monotonic() + 5
+    node.start()
+    node.close(unacked=[], timeout_s=20)
     client = redis_server.client()
-    while worker.figures()["buffered"] and time.monotonic() < deadline:
-        time.sleep(0.05)
-    worker._stop.set()
     summed = client.hgetall("clustersync:{job}:scrapy_stats")
     print("cluster stats:", summed, "dead letters:", client.llen("clustersync:{job}:dead"))
     # then the responses are counted in the cluster's stats

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from scrapy_clustersync.node.control_follower import NodeControl
+from scrapy_clustersync.node.control_follower import ControlFollower
 from scrapy_clustersync.store import JobStore, make_client
 from testkit.redis_server import RedisServer
 from testkit.site import TestSite
@@ -229,8 +229,8 @@ def test_a_node_follows_the_control_state_again_after_redis_restarted(
     server = redis_factory(persistence=True)
     store = JobStore(make_client(server.url), JOB, node_id="cli", writes_seen=None)
     store.ensure_job()
-    control = NodeControl(store.control, JOB)
-    control.start()
+    control = ControlFollower(store.control, JOB)  # run here as the node's Redis thread runs it
+    control.follow(time.monotonic())
     # when Redis restarts (the node's subscription is cut) and the job is paused after it
     server.restart(down_s=1.0)
     store.set_control("pause")
@@ -243,9 +243,15 @@ def test_a_node_follows_the_control_state_again_after_redis_restarted(
     assert took < 1.0
 
 
-def wait_for_state(control: NodeControl, state: str, timeout_s: float) -> float:
+def wait_for_state(control: ControlFollower, state: str, timeout_s: float) -> float:
     started = time.monotonic()
-    wait_until(lambda: control.state == state, timeout_s, f"the node to see {state}")
+
+    def sees() -> bool:
+        control.follow(time.monotonic())
+        time.sleep(0.01)
+        return control.state == state
+
+    wait_until(sees, timeout_s, f"the node to see {state}")
     return time.monotonic() - started
 
 

@@ -17,9 +17,9 @@ import pytest
 import redis
 from scrapy.settings import Settings
 from test_guarantees import SPIDERS
+from unit.thread_harness import NodeThread
 
 from scrapy_clustersync.config import ClusterConfig
-from scrapy_clustersync.node.redis_thread import SyncWorker
 from scrapy_clustersync.store import Ack, JobStore, StartDone, make_client
 from scrapy_clustersync.store.consistency import JobCheck
 from scrapy_clustersync.store.job_store import new_call_id
@@ -333,24 +333,27 @@ def test_a_node_back_from_the_dead_hands_out_only_entries_redis_has_leased_to_it
     epoch = store.join(ttl_ms=500, claim=False)[0]
     other, _ = joined(redis_server, "b")
     other.flush(epoch, [push_op(f"http://x/{i}") for i in range(8)], new_call_id())
-    worker = SyncWorker(store, config, epoch, node_info=dict, on_leased=lambda: None)
-    worker._step(closing=False)  # its Redis thread: first heartbeat, then a lease of 8
-    assert len(worker._prefetched) == 8
+    node = NodeThread(store, config, epoch)  # its Redis thread's turns run here, by hand
+    worker = node.worker
+    worker._turn(time.monotonic())  # the control state, the first heartbeat, a lease of 8
+    node.pump()
+    assert node.link.waiting == 8
     # when it stands still past its dead-after, node b declares it dead (its 8 leases go back
     # to the queue), and then its Redis thread runs on
     time.sleep(0.7)
     assert beat(other, epoch).declared_dead == ((config.node_id, 8),)
     for _ in range(12):
-        worker._step(closing=False)
+        worker._receive(time.monotonic())
+        worker._turn(time.monotonic())
+        node.pump()
     # then each entry it has prefetched (and will hand to its engine) is leased to it in Redis:
     # none is queued, where node b leases it and crawls it too
     owners = lease_owners(redis_server.client(), "job")
-    prefetched = worker._prefetched.entry_ids()
+    prefetched = node.link._prefetched.entry_ids()
     not_its_own = [i for i in prefetched if owners.get(i) != config.node_id]
     print(f"prefetched {len(prefetched)}, of which leased to it in Redis: "
           f"{len(prefetched) - len(not_its_own)}; not its own: {len(not_its_own)}")
     taken_by_b = {entry.entry_id for entry in other.lease(epoch, 10, 60_000, new_call_id())}
-    worker._stop.set()
     assert not_its_own == []
     assert taken_by_b & set(prefetched) == set()
 

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from scrapy.exceptions import CloseSpider
 from scrapy.settings import Settings
+from unit.thread_harness import NodeThread
 
 from scrapy_clustersync.config import ClusterConfig
-from scrapy_clustersync.node.redis_thread import SyncWorker
 from scrapy_clustersync.plugin.node_lifecycle import NodeLifecycle
 from scrapy_clustersync.store import Ack, JobStore, Push, PushFlags, StartDone, make_client
 from scrapy_clustersync.store.errors import RolledBack
@@ -80,12 +80,12 @@ def test_entry_ids_are_never_reused_after_redis_came_back_older(
     assert redis.client().hexists("clustersync:{job}:entries", new_id)
 
 
-def make_worker(redis: Any, node: str = "n1", **settings: Any) -> tuple[SyncWorker, JobStore, str]:
+def make_worker(redis: Any, node: str = "n1", **settings: Any) -> tuple[NodeThread, JobStore, str]:
     config = ClusterConfig.from_settings(
         Settings({"CLUSTERSYNC_REDIS_URL": redis.url, **settings}), "job")
     store = JobStore(make_client(redis.url), "job", node)
     epoch, _ = store.join(ttl_ms=60_000)
-    worker = SyncWorker(store, config, epoch, node_info=dict, on_leased=lambda: None)
+    worker = NodeThread(store, config, epoch)
     return worker, store, epoch
 
 
@@ -98,7 +98,7 @@ def test_after_a_rollback_the_acks_of_requests_under_way_become_releases(
     store.flush(epoch, [push_op("http://a/parent")], new_call_id())
     redis.client().save()
     [(parent, _, _)] = store.lease(epoch, 1, 60_000, new_call_id())
-    worker._held.add(parent)
+    worker.worker._held.add(parent)
     store.flush(epoch, [push_op("http://a/child")], new_call_id())
     # when Redis comes back from the snapshot (the lease and the child are gone) ...
     redis.restart(crash=True)
@@ -110,7 +110,7 @@ def test_after_a_rollback_the_acks_of_requests_under_way_become_releases(
     worker.submit(Ack(parent))
     assert not worker.close(unacked=[])
     # then the parent is queued again (to be crawled again, children and all), not deleted
-    assert worker.rollbacks == 1
+    assert worker.link.rollbacks == 1
     assert redis.client().zscore("clustersync:{job}:queue", parent) is not None
 
 
@@ -164,6 +164,7 @@ class _GoneNode:
     """A node whose Redis thread found the job gone from Redis."""
 
     outcome = "clustersync_state_lost"
+    io = None
 
     def engine_idle(self) -> None:
         pass

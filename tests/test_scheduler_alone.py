@@ -48,3 +48,25 @@ def test_a_scheduler_of_a_crawler_that_never_started_queues_each_request_once(
     assert taken == [True, True, True] and duplicate is False
     assert held == 3
     assert JobStore(make_client(redis_server.url), "alone", "test").status().queued == 3
+
+
+def test_a_scheduler_called_directly_hands_out_every_request_it_holds_in_priority_order(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    # given a scheduler opened with no crawl running, as Scrapy's own scheduler tests drive one
+    crawler = crawler_without_a_crawl(redis_server.url, tmp_path, None)
+    scheduler = ClusterScheduler.from_crawler(crawler)
+    scheduler.open(Spider.from_crawler(crawler, name="alone"))
+    # when it is given three requests and asked for requests while it has any
+    try:
+        for priority, url in enumerate(URLS):
+            scheduler.enqueue_request(Request(url, priority=priority))
+        taken = []
+        while scheduler.has_pending_requests():
+            request = scheduler.next_request()
+            assert request is not None
+            taken.append(request.url)
+    finally:
+        scheduler.close("finished")
+    # then it hands out each one, highest priority first, as Scrapy's scheduler does
+    assert taken == URLS[::-1]

@@ -1,21 +1,18 @@
-"""NodeControl: how a node follows the job's control state (``clustersync pause|resume|stop``).
+"""ControlFollower: how a node follows the job's control state (``clustersync pause|resume|stop``).
 
-The state lives in Redis (the job's meta field ``control``, changed by ``control.lua``). A
-daemon thread of the node listens on the job's control channel (a connection of its own) and
-re-reads the field every ``REREAD_S``: the message applies a change at once, the re-read makes
-a node that missed it (a dropped connection, a node that joined meanwhile) converge within
-that time. When Redis is away the thread keeps the last state it knew and reconnects quietly.
-
-The reactor side only reads ``state`` (one attribute, replaced whole: safe across threads):
-the scheduler hands out no request unless the job runs (``allows_downloads``), and the control
-extension (extensions/control.py) stops leasing, wakes the engine on resume and closes the
-node on a stop.
+The state lives in Redis (the job's meta field ``control``, changed by ``control.lua``). The
+node's Redis thread calls ``follow`` on every turn of its loop (at least every
+``FOLLOW_INTERVAL_S``): it applies what the job's control channel said since (a subscription
+on a connection of its own, read without waiting) and re-reads the field every ``REREAD_S``, so
+that a node that missed a message (a dropped connection, a node that joined meanwhile)
+converges within that time. When Redis is away it keeps the last state it knew and subscribes
+again quietly. The thread holds leasing while the job does not run and hands the state to the
+reactor in its ``NodeView``; the control extension (plugin/job_control.py) acts on it there.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 from typing import TYPE_CHECKING
 
 from ..store import StoreError
@@ -36,84 +33,74 @@ logger = logging.getLogger(__name__)
 #: how often the state is read again, whatever the channel said (a missed message is applied
 #: within this time; the job control promise is 1 s)
 REREAD_S = 0.5
+#: the longest the Redis thread sleeps between two looks at the control channel
+FOLLOW_INTERVAL_S = 0.2
 #: wait before subscribing again after Redis went away
 RECONNECT_S = 1.0
 
-__all__ = ["PAUSED", "REREAD_S", "RUNNING", "STOPPED", "STOPPING", "NodeControl"]
+__all__ = ["FOLLOW_INTERVAL_S", "PAUSED", "REREAD_S", "RUNNING", "STOPPED", "STOPPING",
+           "ControlFollower"]
 
 
-class NodeControl:
-    """The job's control state as this node knows it, kept up to date by a daemon thread."""
+class ControlFollower:
+    """The job's control state as this node knows it (None until first read); used by the
+    node's Redis thread alone."""
 
     def __init__(self, control: ControlStore, job: str, reread_s: float = REREAD_S) -> None:
         self._control = control
         self.job = job
         self._reread_s = reread_s
-        #: the last state read or heard (replaced whole, so the reactor may read it any time)
-        self.state = RUNNING
-        self._stop = threading.Event()
+        self.state: str | None = None
         self._subscription: ControlSubscription | None = None
-        self._thread = threading.Thread(target=self._run, name="clustersync-control",
-                                        daemon=True)
+        self._next_read = 0.0
+        self._subscribe_at = 0.0
 
-    # ---- reactor side ----------------------------------------------------------------------
-    def start(self) -> None:
-        """Read the state once now (so the node never downloads on a paused job), then follow
-        it in the background."""
+    def follow(self, now: float) -> None:
+        """Apply what the channel said since the last call and re-read the state when due.
+        Never raises: Redis away, it tries again after ``RECONNECT_S``."""
         try:
-            self._read()
-        except StoreError as exc:  # the thread tries again
-            logger.debug("clustersync: cannot read the control state of job %r: %s",
+            self._listen(now)
+            if now >= self._next_read:
+                self._next_read = now + self._reread_s
+                self.state = self._control.read().state
+        except StoreError as exc:  # Redis away: the heartbeat says so; retry quietly
+            logger.debug("clustersync: job control channel of %r lost (%s); retrying",
                          self.job, exc)
-        self._thread.start()
+            self._drop(now)
+        except Exception:  # a bug must not stop the node from following
+            logger.warning("clustersync: unexpected error following the control state of "
+                           "job %r; retrying", self.job, exc_info=True)
+            self._drop(now)
+
+    def _listen(self, now: float) -> None:
+        if self._subscription is None:
+            if now < self._subscribe_at:
+                return
+            self._subscription = self._control.subscribe()
+            self._next_read = now  # a change made while the node was not subscribed
+        while (heard := self._subscription.wait(0)) is not None:
+            self.state = ControlState.parse(heard, None).state
+
+    def _drop(self, now: float) -> None:
+        self.close()
+        self._subscribe_at = now + RECONNECT_S
 
     @property
     def allows_downloads(self) -> bool:
         """True while the job runs: a paused or stopping job hands out no new request."""
         return self.state == RUNNING
 
-    def close(self) -> None:
-        """Stop following the state (at once: the thread ends by itself); a stop this node
-        held up is settled (the last node to leave turns ``stopping`` into ``stopped``).
-        Never raises: the node is closing."""
-        self._stop.set()  # the thread ends after its current wait (a daemon: never waited for)
+    def settle(self) -> None:
+        """The node left the job: a stop it held up is settled (the last node to leave turns
+        ``stopping`` into ``stopped``). Never raises: the node is closing."""
         if self.state in (STOPPING, STOPPED):
             try:
                 self._control.change("settle")
             except StoreError as exc:
                 logger.debug("clustersync: could not settle the stop of job %r: %s", self.job, exc)
 
-    # ---- the thread --------------------------------------------------------------------------
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self._follow()
-            except StoreError as exc:  # Redis away: the heartbeat says so; retry quietly
-                logger.debug("clustersync: job control channel of %r lost (%s); retrying",
-                             self.job, exc)
-                self._stop.wait(RECONNECT_S)
-            except Exception:  # a bug must not end the thread: the node would stop following
-                logger.warning("clustersync: unexpected error following the control state of "
-                               "job %r; retrying", self.job, exc_info=True)
-                self._stop.wait(RECONNECT_S)
-            finally:
-                if self._subscription is not None:
-                    self._subscription.close()
-                    self._subscription = None
-
-    def _follow(self) -> None:
-        """Subscribe, then apply every message and re-read every ``reread_s``."""
-        self._subscription = subscription = self._control.subscribe()
-        self._read()  # a change made while the node was not subscribed
-        while not self._stop.is_set():
-            heard = subscription.wait(self._reread_s)
-            if heard is not None:
-                self._apply(ControlState.parse(heard, None))
-            self._read()
-
-    def _read(self) -> None:
-        self._apply(self._control.read())
-
-    def _apply(self, found: ControlState) -> None:
-        if found.state != self.state:
-            self.state = found.state
+    def close(self) -> None:
+        """Drop the subscription (never raises)."""
+        if self._subscription is not None:
+            self._subscription.close()
+            self._subscription = None

@@ -1,11 +1,13 @@
 """A node joining its job: the join itself (``join_job``: Redis unreachable or refusing, a
 finished job, a restart asked by CLUSTERSYNC_RECRAWL), then what it checks (``warn_of_risks``):
-a Redis the delivery guarantee does not hold on, and its own dedup settings against the job's."""
+a Redis the delivery guarantee does not hold on, and its own dedup settings against the job's.
+``open_node`` does it all, and replays the spool, on the node's Redis thread."""
 
 from __future__ import annotations
 
 import logging
 from datetime import datetime, timezone
+from typing import TYPE_CHECKING
 
 from ..config import ClusterConfig, redact_url
 from ..plugin.stop_reasons import JOB_FINISHED, JOB_STOPPED, REDIS_AUTH_REFUSED, REDIS_UNREACHABLE
@@ -13,10 +15,30 @@ from ..store import JobStore, StoreError
 from ..store.control_state import STOPPED, STOPPING, ControlState
 from ..store.errors import AccessRefused
 from ..store.script_results import FinishedRun, Joined
+from .thread_api import NodeOpened
+
+if TYPE_CHECKING:
+    from .spool import Spool
 
 logger = logging.getLogger(__name__)
 
 MIN_REDIS_VERSION = (7, 0)
+
+
+def open_node(store: JobStore, config: ClusterConfig, spool: Spool) -> NodeOpened | str:
+    """Join the job, warn of risks and replay the spool (see spool.py), on the node's Redis
+    thread; returns what the node joined as, or the reason it must stop with (``join_job``)."""
+    joined = join_job(store, config)
+    if isinstance(joined, str):
+        return joined
+    warn_of_risks(store, config)
+    try:
+        replayed = spool.replay(joined.epoch, store.as_node)
+    except Exception:  # a spool that cannot be read must not keep the node from its job
+        logger.exception("clustersync: the spool of job %r could not be replayed; its files "
+                         "are kept for the next node", config.job)
+        replayed = 0
+    return NodeOpened(joined.epoch, joined.runs_start, replayed)
 
 
 def warn_of_risks(store: JobStore, config: ClusterConfig) -> None:

@@ -1,36 +1,51 @@
 """SyncWorker: the one thread that talks to Redis for a node, so the reactor never waits on it.
 
-The reactor side (the scheduler) reaches it only through ``RedisThread``: it submits ops
-(pushes, acks, dead letters, releases) and takes leased entries. The thread flushes the ops in
-order, in batches (one script call each), leases new work ahead of need and sends the
-heartbeat. When Redis is away it keeps every op,
-stops leasing, retries the same call (same call id, so nothing is applied twice) with backoff,
-and logs the outage and the recovery once each.
+The reactor side (the scheduler) reaches it only through ``NodeLink`` (reactor_link.py): it
+queues ops (pushes, acks, dead letters, releases) and commands, in order, and is told back by
+calls this thread schedules on the reactor (``reactor.callFromThread``) with immutable values:
+leased entries, the node's ``NodeView`` (outcome, cluster, start state, totals, control state)
+and, at close, what could not be sent. Every field of this thread is written by it alone.
 
-Two faults are not outages and are never retried as they are:
-- A batch Redis refuses for what it holds (a malformed op) is split until the op is found;
-  that op goes to the job's dead letters with the reason, the rest is applied in order.
-- Redis came back older than the node saw it (RolledBack). Acks of requests whose children
-  may be among the lost writes become releases (the requests are crawled again), and the
-  scheduler forgets which fingerprints it sent (``rollbacks`` changes).
+The thread flushes the ops in order, in batches (one script call each), leases new work ahead
+of need, sends the heartbeat (heartbeats.py) and follows the job's control state, its pub/sub
+included (control_follower.py). Redis away, Redis older than it was and the job gone are
+outages.py's. Two faults are not outages and are never retried as they are: a batch Redis
+refuses for what it holds (a malformed op) is split until the op is found; that op goes to the
+job's dead letters with the reason, the rest is applied in order.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
-from ..config import ClusterConfig, redact_url
-from ..store import JobStore, Op, StateLost, StoreError, StoreUnavailable
-from ..store.errors import BadBatch, RolledBack
+from ..config import ClusterConfig
+from ..plugin.stop_reasons import REDIS_UNREACHABLE
+from ..store import JobStore, Leased
+from ..store.control_state import RUNNING
+from ..store.errors import BadBatch
 from ..store.job_store import new_call_id
-from ..store.script_results import DeadNode, Heartbeat
-from ..store.write_ops import StartDone
-from .prefetch import Prefetch
-from .thread_api import FINISHED, STATE_LOST, StartState, Undelivered
+from .control_follower import FOLLOW_INTERVAL_S, ControlFollower
+from .heartbeats import PING_INTERVAL_S, HeartbeatPart
+from .outages import OutagePart
+from .reactor_link import Channel, Inbox, Message, NodeLink
+from .thread_api import NodeOpened, StartState, Undelivered
+from .thread_messages import (
+    Busy,
+    Close,
+    Dropped,
+    HandedBack,
+    Idle,
+    NodeView,
+    ReactorAlive,
+    Took,
+    Totals,
+    WantLease,
+)
 from .write_stream import WriteStream
 
 logger = logging.getLogger(__name__)
@@ -38,229 +53,134 @@ logger = logging.getLogger(__name__)
 MIN_SLEEP_S = 0.001
 MAX_SLEEP_S = 0.5
 EMPTY_QUEUE_BACKOFF_MAX_S = 1.0
-OUTAGE_BACKOFF_MAX_S = 5.0
-ERROR_BACKOFF_S = 1.0
 CLOSE_TIMEOUT_S = 15.0
 
+#: schedules a call on the reactor from this thread (``reactor.callFromThread``)
+Post = Callable[..., object]
+#: joins the job, on this thread, before anything else (``joining.open_node``)
+Opening = Callable[[], "NodeOpened | str"]
 
-class SyncWorker:
-    """The node's Redis thread (see the module doc); its reactor side is ``RedisThread``.
 
-    State shared with the reactor thread is private and crosses threads only in ways that are
-    atomic in CPython: deque append/popleft, the assignment of a whole value.
-    """
+def open_redis_thread(
+    store: JobStore, config: ClusterConfig, opening: Opening,
+    node_info: Callable[[], dict[str, Any]], on_leased: Callable[[], None],
+    post: Post | None = None,
+) -> NodeLink:
+    """Build a node's Redis thread (not started; ``NodeLink.open`` starts it with
+    ``opening``) and return its reactor side: a ``thread_api.RedisThreadFactory``. ``post``
+    defaults to ``reactor.callFromThread`` (a test that gives its own runs what it posts)."""
+    from twisted.internet import reactor
+
+    def reactor_running() -> bool:
+        return post is not None or bool(reactor.running)
+
+    return SyncWorker(store, config, "", node_info, on_leased, "none",
+                      post or reactor.callFromThread, opening, reactor_running).link
+
+
+class SyncWorker(HeartbeatPart, OutagePart):
+    """The node's Redis thread (see the module doc); ``link`` is its reactor side."""
 
     def __init__(
-        self,
-        store: JobStore,
-        config: ClusterConfig,
-        epoch: str,
-        node_info: Callable[[], dict[str, Any]],
-        on_leased: Callable[[], None],
-        start_state: str = "none",
+        self, store: JobStore, config: ClusterConfig, epoch: str,
+        node_info: Callable[[], dict[str, Any]], on_leased: Callable[[], None],
+        start_state: str, post: Post, opening: Opening | None = None,
+        reactor_running: Callable[[], bool] = lambda: True,
     ) -> None:
         self.store = store
         self.config = config
         self.epoch = epoch
         self._node_info = node_info
-        self._on_leased = on_leased
-        #: what Redis did with this node's writes; only the Redis thread adds to it
-        self._totals = {"pushed": 0, "filtered": 0, "released": 0, "set_aside": 0}
-        self._writes = WriteStream(config.batch_size, wake=self._wake_up)
-        #: leased entries: the Redis thread adds, the reactor takes (lease more once this few
-        #: wait: both sides use the one policy)
-        self._prefetched = Prefetch(config.prefetch // 2, wake=self._wake_up)
-        self._held: set[str] = set()  # lease ids of this node, owned by the Redis thread
+        inbox = Inbox(post, reactor_running)
+        self._post = inbox.put
+        self._opening = opening
+        self._runs_start = start_state == "mine"
+        self._channel = channel = Channel()
+        self._thread = threading.Thread(target=self._run, name="clustersync-io", daemon=True)
+        self.link = self._link = NodeLink(config, channel, inbox, self._thread.start, on_leased,
+                                          start_state)
+        self._writes = WriteStream(config.batch_size)
+        self._totals = Totals()
+        self._ops_received = 0
+        self._held: set[str] = set()  # lease ids of this node not settled yet
+        #: of those, the ones handed to the reactor and not taken by the engine (in order)
+        self._unstarted: dict[str, None] = {}
         #: releases of the entries a rejoin dropped, until Redis has them: no lease before
         #: (it could take one of them again, and the release would then hand it back)
         self._releasing: set[str] = set()
-        self._node_idle = False  # set by the reactor thread
-        self._leasing_held = False  # set by the reactor thread: the job is paused or stopping
-        #: bumped by the reactor thread whenever the node does something; a node that worked
-        #: since its last heartbeat starts its idle time again
-        self._activity = 0
-        self._activity_at_beat = 0
-        #: ``_activity`` when a heartbeat last reported the node idle (None: it reported busy)
-        self._idle_reported_at: int | None = None
-        self._start_state = StartState(start_state)
-        #: set by the reactor thread every few tenths of a second: a reactor stuck (a callback
-        #: that blocks) for half a lease stops the heartbeat, so that the node's leases run out
-        #: and other nodes crawl them, as if the node were dead
-        self._reactor_tick = time.monotonic()
-        self._rollbacks = 0
-        #: ``_activity`` as it was when a heartbeat answered "finished"; None while not finished
-        self._finished_at: int | None = None
-        self._state_lost: str | None = None
-        #: declared_ms of the last death of this node a heartbeat told it of (0: none)
-        self._death_told = 0
-        #: the last heartbeat's answer: the cluster as Redis saw it then (None before the first)
-        self._cluster: Heartbeat | None = None
-        self._away_since: float | None = None
-        self._pending_lease: tuple[str, int, int] | None = None  # call id, count, pushes covered
-        self._wake = threading.Event()
-        self._stop = threading.Event()
-        self._next_heartbeat = 0.0
+        self._node_idle = False
+        self._activity = 0  # the reactor's count of things the node did, as last heard
+        self._urgent = False  # an entry was handed back: the next batch goes out now
+        self._pending_lease: tuple[str, int, int] | None = None  # call id, count, covered
+        self._lease_covered = 0  # pushes Redis had applied when the last lease was made
+        self._wanted_after = 0  # the reactor starves until a lease covers this many pushes
         self._next_lease = 0.0
         self._empty_backoff_s = 0.0
-        self._outage_tries = 0
-        self._errors_logged: set[str] = set()
-        self._thread = threading.Thread(target=self._run, name="clustersync-io", daemon=True)
+        self._retry_at = 0.0  # Redis away: the next try
+        self._follower = ControlFollower(store.control, config.job)
+        self._control: str | None = None
+        self._told = NodeView()
+        self._init_heartbeats(start_state)
+        self._init_outages()
 
-    # ---- reactor-thread side (RedisThread) -----------------------------------------------
-    def start(self) -> None:
-        self._thread.start()
-
-    def submit(self, op: Op) -> None:
-        self._writes.submit(op)
-
-    def take(self) -> tuple[str, bytes] | None:
-        """The next leased entry; one a later push of this node outranks is handed back (see
-        prefetch.py), behind that push, so the next lease has the push first."""
-        return self._prefetched.take(self._writes.recent_pushes, self._writes.pushes_settled)
-
-    def await_lease(self, timeout_s: float) -> None:
-        self._prefetched.wait(
-            self._writes.pushes_submitted, timeout_s,
-            give_up=lambda: self._away_since is not None or self._state_lost is not None)
-
-    @property
-    def waiting(self) -> int:
-        return len(self._prefetched)
-
-    @property
-    def buffered_pushes(self) -> int:
-        return self._writes.pushes_waiting
-
-    @property
-    def pushes_unleased(self) -> int:
-        return self._writes.pushes_submitted - self._prefetched.covered
-
-    @property
-    def accepting_work(self) -> bool:
-        return self._backlog <= self.config.buffer_limit
-
-    def mark_busy(self) -> None:
-        self._node_idle = False
-        self._activity += 1
-
-    def mark_idle(self) -> None:
-        self._node_idle = True
-        self._wake.set()
-
-    def hold_leasing(self, held: bool) -> None:
-        self._leasing_held = held
-        self._wake.set()
-
-    def reactor_alive(self) -> None:
-        self._reactor_tick = time.monotonic()
-
-    @property
-    def outcome(self) -> str | None:
-        """``finished`` holds only while the node has done nothing since the heartbeat that
-        answered it: a request scheduled after that snapshot (a spider_idle handler's, a
-        timer's) is not in Redis yet, so the node runs on and crawls it."""
-        if self._state_lost is not None:
-            return STATE_LOST
-        finished = self._finished_at is not None and self._finished_at == self._activity
-        return FINISHED if finished and self._node_idle else None
-
-    @property
-    def rollbacks(self) -> int:
-        return self._rollbacks
-
-    @property
-    def start_state(self) -> StartState:
-        return self._start_state
-
-    def start_done(self) -> None:
-        self.submit(StartDone())
-        self._start_state = StartState("done", self._rollbacks)
-
-    @property
-    def cluster(self) -> Heartbeat | None:
-        return self._cluster
-
-    @property
-    def finish_note(self) -> str:
-        beat = self._cluster
-        nodes = beat.live_nodes if beat is not None else 0
-        return (f"queue empty, no lease out, start() done, {nodes} live node(s) idle for "
-                f"{self.config.idle_close_after_s:g}s")
-
-    def totals(self) -> dict[str, int]:
-        return {**self._totals, "outranked": self._prefetched.outranked}
-
-    def figures(self) -> dict[str, Any]:
-        """What the node record shows of this thread (see nodeinfo.py): leases held (under way
-        or prefetched), prefetched, writes buffered."""
-        return {"leased": len(self._held), "prefetched": len(self._prefetched),
-                "buffered": self._backlog}
-
-    def close(self, unacked: list[str]) -> Undelivered:
-        self._stop.set()
-        self._wake.set()
-        # the thread first: a lease call under way would add to ``_prefetched`` after a release
-        self._thread.join(CLOSE_TIMEOUT_S)
-        reachable = not (self._thread.is_alive() or self._state_lost or self._away_since)
-        if reachable and self._pending_lease is not None:
-            self._guard(self._lease)  # learn what a call whose answer was lost leased
-        prefetched = self._prefetched.returned() + self._prefetched.drain()
-        self._writes.release(prefetched)
-        self._writes.release(unacked)
-        writes = self._backlog
-        if reachable:
-            self._flush_and_leave()
-        undelivered = self._undelivered()
-        logger.info(
-            "clustersync: node %s leaves job %r: %d leased requests handed back to the queue "
-            "(%d under way, %d prefetched), %d writes sent, %d kept for later",
-            self.config.node_id, self.config.job, len(unacked) + len(prefetched), len(unacked),
-            len(prefetched), writes - len(undelivered), len(undelivered))
-        return undelivered
-
-    def _flush_and_leave(self) -> None:
-        """Send every buffered write (for CLOSE_TIMEOUT_S at most), then leave the job."""
-        deadline = time.monotonic() + CLOSE_TIMEOUT_S
-        while self._backlog and time.monotonic() < deadline and not self._state_lost:
-            if not self._step_safely(closing=True):
-                time.sleep(0.2)
-        if not self._backlog and not self._state_lost:
-            self._guard(lambda: self._send_heartbeat(leaving=True))
-
-    # ---- shared helpers ------------------------------------------------------------------
-    @property
-    def _backlog(self) -> int:
-        """Ops not yet in Redis, including a batch whose call is under way or being retried."""
-        return len(self._writes)
-
-    def _wake_up(self) -> None:
-        self._wake.set()
-
-    @property
-    def _quiet(self) -> bool:
-        """Nothing buffered, prefetched or held: the node owes Redis nothing."""
-        return not (self._backlog or self._prefetched or self._held)
-
-    def _undelivered(self) -> Undelivered:
-        return self._writes.undelivered(self.store.writes_seen or 0)
-
-    # ---- worker thread -------------------------------------------------------------------
+    # ---- the loop ----------------------------------------------------------------------------
     def _run(self) -> None:
-        while not self._stop.is_set():
-            self._wake.clear()  # before the step, so a wake-up during it is not lost
-            busy = self._step_safely(closing=False)
-            if self._state_lost:
+        if self._opening is not None and not self._open(self._opening):
+            return
+        while True:
+            self._channel.wake.clear()  # before draining, so a wake-up during it is not lost
+            close = self._receive(time.monotonic())
+            if close is not None:
+                self._close(close)
                 return
-            if self._away_since is not None:
-                # backoff that new ops do not cut short
-                self._stop.wait(min(OUTAGE_BACKOFF_MAX_S, 0.25 * 2 ** min(5, self._outage_tries)))
-            elif not busy:
-                self._wake.wait(self._sleep_s())
+            busy = False
+            now = time.monotonic()
+            self._ping(now)  # during an outage too: the reactor's liveness is not Redis's
+            if self._state_lost is None and (self._away_since is None or now >= self._retry_at):
+                busy = self._turn(now)
+            self._tell()
+            if not self._writes:
+                self._channel.ops_wanted.set()
+            if not busy and not self._channel.pending():
+                self._channel.wake.wait(self._sleep_s(time.monotonic()))
 
-    def _sleep_s(self) -> float:
-        """Until the next thing due: a heartbeat, a lingering batch, a lease retry."""
-        now = time.monotonic()
-        due = [self._next_heartbeat]
+    def _open(self, opening: Opening) -> bool:
+        """Join the job (and what goes with it: ``joining.open_node``); False if the node must
+        stop instead (its reactor side is told why and never sends anything more)."""
+        try:
+            opened = opening()
+        except Exception:  # a bug: the node must still open, and stop with a clear reason
+            logger.exception("clustersync: unexpected error while node %s joined job %r",
+                             self.config.node_id, self.config.job)
+            opened = REDIS_UNREACHABLE
+        if isinstance(opened, str):
+            self._post(self._link.opened, opened)
+            return False
+        self.epoch = opened.epoch
+        self._runs_start = opened.runs_start
+        self._start_state = StartState("mine" if opened.runs_start else "other")
+        self._follow(time.monotonic())  # the control state before any lease
+        self._post(self._link.opened, dataclasses.replace(opened, control=self._control))
+        return True
+
+    def _turn(self, now: float) -> bool:
+        if self._away_since is None:
+            self._follow(now)
+        busy = bool(self._guard(lambda: self._step(now, closing=False)))
+        if self._away_since is not None:
+            self._retry_at = time.monotonic() + self._outage_backoff_s()
+        return busy
+
+    def _sleep_s(self, now: float) -> float:
+        """Until the next thing due: a heartbeat, a lingering batch, a lease retry, a look at
+        the control channel, a ping, the next try while Redis is away."""
+        # the next ping, unless the last one is unanswered (the reactor answers it when it runs)
+        ping = self._pinged_at + PING_INTERVAL_S if self._pinged_at <= self._reactor_seen else None
+        if self._state_lost is not None:
+            return MAX_SLEEP_S
+        if self._away_since is not None:
+            return max(MIN_SLEEP_S, min(self._retry_at, ping or self._retry_at) - now)
+        due = [self._next_heartbeat, now + FOLLOW_INTERVAL_S, *([ping] if ping else [])]
         linger = self._writes.linger_until(now)
         if linger is not None:
             due.append(linger)
@@ -268,50 +188,13 @@ class SyncWorker:
             due.append(self._next_lease)
         return min(MAX_SLEEP_S, max(MIN_SLEEP_S, min(due) - now))
 
-    def _step_safely(self, closing: bool) -> bool:
-        return bool(self._guard(lambda: self._step(closing)))
-
-    def _guard(self, action: Callable[[], Any]) -> Any:
-        """Run ``action``; every failure becomes the node's reaction to it, never a dead thread."""
-        try:
-            result = action()
-        except StoreUnavailable as exc:
-            self._went_away(exc)
-            return False
-        except StateLost as exc:
-            self._lost(exc)
-            return False
-        except RolledBack as exc:
-            self._rolled_back(exc)
-            return False
-        except StoreError as exc:
-            self._log_once(logging.ERROR, f"clustersync: Redis refused a call: {exc}; retrying")
-            self._stop.wait(ERROR_BACKOFF_S)
-            return False
-        except Exception as exc:  # a bug must not end the thread: the node would hang
-            self._log_once(logging.ERROR, f"clustersync: unexpected error in the Redis thread: "
-                           f"{exc!r}; retrying", exc_info=True)
-            self._stop.wait(ERROR_BACKOFF_S)
-            return False
-        self._came_back()
-        return result
-
-    def _log_once(self, level: int, message: str, exc_info: bool = False) -> None:
-        if message not in self._errors_logged:
-            self._errors_logged.add(message)
-            logger.log(level, message, exc_info=exc_info)
-
-    def _step(self, closing: bool) -> bool:
-        now = time.monotonic()
+    def _step(self, now: float, closing: bool) -> bool:
         busy = False
         if now >= self._next_heartbeat and not closing:
             self._beat(now)
-        # entries the reactor handed back, outranked, go back to the queue before the next
-        # lease (which would pass them over); a node with nothing left to crawl starves: its
-        # new work must reach Redis now
-        returned = self._prefetched.returned()
-        self._writes.release(returned)
-        if self._writes.due(now, urgent=closing or bool(returned) or not self._prefetched):
+        # a node with nothing left to crawl starves: its new work must reach Redis now; entries
+        # handed back go back to the queue before the next lease (which would pass them over)
+        if self._writes.due(now, urgent=closing or self._urgent or not self._unstarted):
             self._flush()
             busy = True
         if not closing and self._turned_idle():
@@ -322,8 +205,66 @@ class SyncWorker:
             busy = self.store.prepare_bloom(self.epoch) or busy
         return busy
 
+    def _follow(self, now: float) -> None:
+        self._follower.follow(now)
+        self._control = self._follower.state
+
+    def _tell(self) -> None:
+        """Hand the reactor the node as it is now, if anything it sees changed."""
+        view = NodeView(
+            ops_received=self._ops_received, backlog=len(self._writes),
+            pushes_settled=self._writes.pushes_settled, totals=self._totals,
+            rollbacks=self._rollbacks, start_state=self._start_state, cluster=self._cluster,
+            finished_at=self._finished_at, state_lost=self._state_lost is not None,
+            away=self._away_since is not None, control=self._control)
+        if view != self._told:
+            self._told = view
+            self._post(self._link.view_changed, view)
+
+    # ---- what the reactor said ---------------------------------------------------------------
+    def _receive(self, now: float) -> Close | None:
+        """Apply every message the reactor queued; returns the node's Close, if it came."""
+        for message in self._channel.drain():
+            if isinstance(message, Close):
+                return message
+            self._apply(message, now)
+        return None
+
+    def _apply(self, message: Message, now: float) -> None:
+        kind = type(message)
+        if kind is Took:
+            self._unstarted.pop(message.entry_id, None)  # type: ignore[attr-defined]
+        elif kind is Busy or kind is Idle:
+            self._node_idle = kind is Idle
+            self._activity = message.activity  # type: ignore[attr-defined]
+        elif kind is ReactorAlive:
+            self._reactor_seen = now
+        elif kind is HandedBack:
+            entry_id: str = message.entry_id  # type: ignore[attr-defined]
+            self._unstarted.pop(entry_id, None)
+            self._writes.release([entry_id])
+            self._urgent = True
+        elif kind is WantLease:
+            self._wanted_after = message.pushes  # type: ignore[attr-defined]
+        elif kind is Dropped:
+            self._dropped(message.entry_ids)  # type: ignore[attr-defined]
+        else:
+            self._writes.add(message, now)  # type: ignore[arg-type]
+            self._ops_received += 1
+
+    def _dropped(self, entry_ids: tuple[str, ...]) -> None:
+        """The reactor dropped what it held (a rejoin): release it, and every entry handed over
+        since, before leasing again."""
+        dropped = [*entry_ids, *(e for e in self._unstarted if e not in entry_ids)]
+        self._unstarted.clear()
+        self._releasing.update(dropped)
+        self._writes.release(dropped)
+        self._drop_asked = False
+
+    # ---- writes and leases -------------------------------------------------------------------
     def _flush(self) -> None:
         call_id, batch = self._writes.batch()
+        self._urgent = False
         try:
             result = self.store.flush(self.epoch, batch, call_id)
         except BadBatch as exc:
@@ -335,16 +276,17 @@ class SyncWorker:
         if result.pushed:
             self._next_lease = 0.0
             self._empty_backoff_s = 0.0
-        self._totals["pushed"] += result.pushed
-        self._totals["filtered"] += result.filtered
-        self._totals["released"] += result.released
+        totals = self._totals
+        self._totals = dataclasses.replace(
+            totals, pushed=totals.pushed + result.pushed,
+            filtered=totals.filtered + result.filtered, released=totals.released + result.released)
 
     def _set_aside(self, exc: BadBatch) -> None:
         """Find the op Redis refused by halving the batch; dead-letter it, keep the order."""
         op = self._writes.refused()
         if op is None:
             return
-        self._totals["set_aside"] += 1
+        self._totals = dataclasses.replace(self._totals, set_aside=self._totals.set_aside + 1)
         self._releasing.discard(op.settles or "")
         logger.error(
             "clustersync: Redis refused a write of job %r (%s); it is moved to the job's dead "
@@ -354,181 +296,88 @@ class SyncWorker:
         self._writes.set_aside(op, str(exc))
 
     def _lease_due(self, now: float) -> bool:
-        awaited = self._prefetched.awaited(self._writes.pushes_settled)  # the reactor waits
+        # the reactor starves for its own pushes, and every one it waits for is in Redis now
+        awaited = self._lease_covered < self._wanted_after <= self._writes.pushes_settled
         return (now >= self._next_lease or awaited) and self._lease_wanted()
 
     def _lease_wanted(self) -> bool:
-        if self._state_lost or not self.accepting_work or self._leasing_held or self._releasing:
+        if (self._state_lost or len(self._writes) > self.config.buffer_limit
+                or self._control != RUNNING or self._releasing or self._drop_asked):
             return False  # back-pressure, the job is paused or stopping, a rejoin's releases
-        return len(self._prefetched) <= self._prefetched.low_water
+        return len(self._unstarted) <= self.config.prefetch // 2
 
     def _lease(self) -> bool:
         if self._pending_lease is None:
-            self._pending_lease = (new_call_id(), self.config.prefetch - len(self._prefetched),
+            self._pending_lease = (new_call_id(), self.config.prefetch - len(self._unstarted),
                                    self._writes.pushes_settled)
         call_id, count, covered = self._pending_lease
         lease_ms = int(self.config.lease_timeout_s * 1000)
         entries = self.store.lease(self.epoch, count, lease_ms, call_id)
         self._pending_lease = None
-        was_empty = not self._prefetched
-        self._held.update(entry.entry_id for entry in entries)
-        self._prefetched.add(entries, covered)
+        self._took_lease(entries, covered)
         if not entries:
             backoff_s = self._empty_backoff_s * 2 or 0.05
             self._empty_backoff_s = min(EMPTY_QUEUE_BACKOFF_MAX_S, backoff_s)
             self._next_lease = time.monotonic() + self._empty_backoff_s
             return False
         self._empty_backoff_s = 0.0
-        if was_empty:
-            self._on_leased()
         return True
+
+    def _took_lease(self, entries: list[Leased], covered: int) -> None:
+        """Hand a lease's answer to the reactor (an empty one too, if it covers more pushes:
+        an engine starving for them learns they came back as nothing)."""
+        self._held.update(entry.entry_id for entry in entries)
+        self._unstarted.update(dict.fromkeys(entry.entry_id for entry in entries))
+        if entries or covered > self._lease_covered:
+            self._post(self._link.leased, tuple(entries), covered)
+        self._lease_covered = max(self._lease_covered, covered)
 
     def _turned_idle(self) -> bool:
         """Idle and quiet, and no heartbeat said so since the node last did something."""
         return self._node_idle and self._quiet and self._idle_reported_at != self._activity
 
-    def _beat(self, now: float) -> None:
-        """Send the heartbeat; the next one is due in an interval, or sooner when the job is
-        finished then if nothing changes (a node that just turned idle has settled)."""
-        self._next_heartbeat = now + self.config.heartbeat_interval_s
-        wait_ms = self._send_heartbeat(leaving=False)
-        if wait_ms > 0:
-            self._next_heartbeat = min(self._next_heartbeat, now + wait_ms / 1000)
+    @property
+    def _quiet(self) -> bool:
+        """Nothing buffered, prefetched or held: the node owes Redis nothing."""
+        return not (self._writes or self._unstarted or self._held)
 
-    def _send_heartbeat(self, leaving: bool) -> int:
-        """Send the heartbeat; returns its ``finish_wait_ms`` (-1 if none was sent)."""
-        if not leaving and self._reactor_stuck():
-            return -1
-        # activity first: anything the reactor does after this read voids a "finished" answer
-        # (see ``outcome``); anything before it shows as busy_since_last or as writes buffered
-        activity = self._activity
-        idle = self._node_idle and self._quiet
-        beat = self.store.heartbeat(
-            self.epoch,
-            ttl_ms=0 if leaving else int(self.config.node_dead_after_s * 1000),
-            lease_ms=int(self.config.lease_timeout_s * 1000),
-            info=self._node_info() | self.figures()
-            | {"state": "closed" if leaving else self._state(idle)},
-            idle=idle,
-            idle_after_ms=int(self.config.idle_close_after_s * 1000),
-            lease_ids=sorted(self._held),
-            busy_since_last=activity != self._activity_at_beat,
-            # after an outage, nodes retry up to OUTAGE_BACKOFF_MAX_S apart: none is dead for it
-            grace_ms=int((OUTAGE_BACKOFF_MAX_S + self.config.heartbeat_interval_s) * 1000),
-            # a gap of two heartbeats: a live node's heartbeats come one interval apart
-            gap_ms=int(min(self.config.node_dead_after_s,
-                           2 * self.config.heartbeat_interval_s) * 1000),
-            told_ms=self._death_told,
-        )
-        for node, leases in beat.declared_dead:
-            logger.warning(
-                "clustersync: node %s sent no heartbeat for %gs (CLUSTERSYNC_NODE_DEAD_AFTER): "
-                "declared dead; its %d leased requests are back in the queue", node,
-                self.config.node_dead_after_s, leases)
-        death = beat.my_death
-        if death is not None and death.declared_ms != self._death_told:
-            self._death_told = death.declared_ms
-            if not leaving:  # (a leaving node holds nothing more)
-                self._rejoin(death, beat.server_ms)
-        self._activity_at_beat = activity
-        self._cluster = beat
-        self._idle_reported_at = activity if idle else None
-        self._start_state = StartState(beat.start, self._rollbacks)
-        if not leaving:
-            self._finished_at = activity if beat.finished and idle else None
-        return beat.finish_wait_ms
+    def figures(self) -> dict[str, Any]:
+        """What the node record shows of this thread (see node_record.py): leases held (under
+        way or prefetched), prefetched, writes buffered."""
+        return {"leased": len(self._held), "prefetched": len(self._unstarted),
+                "buffered": len(self._writes), "runs_start": self._runs_start}
 
-    def _rejoin(self, death: DeadNode, now_ms: int) -> None:
-        """Another node declared this one dead (it stood still or was cut off): its leases went
-        back to the queue then. Drop the prefetched entries (they are queued again; releasing
-        those leased since changes nothing for the others; nothing is leased before those
-        releases are in Redis, or a lease could take one again and its release hand it
-        back while the node holds it), let the requests under way finish:
-        their acks remove them from the queue or from another node's lease, counted once. The
-        heartbeat that told it already made the node live again."""
-        dropped = self._prefetched.drop_all()
-        self._releasing.update(dropped)
-        self._writes.release(dropped)
-        logger.warning(
-            "clustersync: node %s was declared dead by node %s %.1fs ago (no heartbeat for "
-            "%gs: the process stood still or lost its network) and %d of its leases went back "
-            "to the queue; it drops its %d prefetched requests, lets the %d under way finish "
-            "and rejoins the job", self.config.node_id, death.by,
-            max(0, now_ms - death.declared_ms) / 1000, self.config.node_dead_after_s,
-            death.leases_returned, len(dropped), max(0, len(self._held) - len(dropped)))
+    # ---- close -------------------------------------------------------------------------------
+    def _close(self, close: Close) -> None:
+        """Release what the node holds, flush (CLOSE_TIMEOUT_S at most), leave the job, settle
+        a stop, then hand the reactor what could not be sent."""
+        reachable = self._state_lost is None and self._away_since is None
+        if reachable and self._pending_lease is not None:
+            self._guard(self._lease)  # learn what a call whose answer was lost leased
+        prefetched = list(self._unstarted)
+        self._writes.release(prefetched)
+        self._writes.release(close.unacked)
+        writes = len(self._writes)
+        if reachable:
+            self._flush_and_leave()
+            self._follower.settle()
+        self._follower.close()
+        undelivered = self._writes.undelivered(self.store.writes_seen or 0)
+        logger.info(
+            "clustersync: node %s leaves job %r: %d leased requests handed back to the queue "
+            "(%d under way, %d prefetched), %d writes sent, %d kept for later",
+            self.config.node_id, self.config.job, len(close.unacked) + len(prefetched),
+            len(close.unacked), len(prefetched), writes - len(undelivered), len(undelivered))
+        self._post(self._link.closed, undelivered)
 
-    def _reactor_stuck(self) -> bool:
-        stuck_s = time.monotonic() - self._reactor_tick
-        if stuck_s < self.config.lease_timeout_s / 2:
-            return False
-        self._log_once(logging.WARNING, "clustersync: this node's reactor has not run for half "
-                       "a lease (a callback or pipeline that blocks?); the node stops renewing its "
-                       "leases, so other nodes crawl them if it stays stuck")
-        return True
+    def _flush_and_leave(self) -> None:
+        """Send every buffered write (for CLOSE_TIMEOUT_S at most), then leave the job."""
+        deadline = time.monotonic() + CLOSE_TIMEOUT_S
+        while self._writes and time.monotonic() < deadline and not self._state_lost:
+            if not self._guard(lambda: self._step(time.monotonic(), closing=True)):
+                time.sleep(0.2)
+        if not self._writes and not self._state_lost:
+            self._guard(lambda: self._send_heartbeat(leaving=True))
 
-    def _state(self, idle: bool) -> str:
-        """The node's state in its record: starting (nothing done yet), crawling, idle, paused
-        (the job is paused or stopping: it starts nothing new), disconnected (Redis away);
-        "closed" is sent by a node that leaves, and ``status`` shows "dead" for a node
-        declared dead."""
-        if self._away_since is not None:
-            return "disconnected"
-        if self._leasing_held:
-            return "paused"
-        if idle:
-            return "idle"
-        return "starting" if self._activity == 0 and not self._held else "crawling"
 
-    def _went_away(self, exc: Exception) -> None:
-        self._outage_tries += 1
-        if self._away_since is None:
-            self._away_since = time.monotonic()
-            self._prefetched.wake_waiters()  # a reactor waiting for a lease waits no more
-            logger.warning(
-                "clustersync: Redis at %s is unreachable (%s). This node keeps running, leases "
-                "no new work and buffers its writes until Redis is back.",
-                redact_url(self.config.redis_url), exc,
-            )
-
-    def _came_back(self) -> None:
-        if self._away_since is None:
-            return
-        logger.warning(
-            "clustersync: Redis is reachable again after %.1fs; %d buffered writes are being sent.",
-            time.monotonic() - self._away_since, self._backlog,
-        )
-        self._away_since = None
-        self._outage_tries = 0
-        self._next_heartbeat = 0.0
-
-    def _rolled_back(self, exc: Exception) -> None:
-        """Redis lost writes it had confirmed: forget what this node believed stored.
-
-        The requests this node has under way may have had children among the lost writes, so
-        their acks become releases and they are crawled again; the scheduler forgets which
-        fingerprints it sent (they may be gone), so redelivered parents queue their children
-        anew. Entry ids never repeat (see flush.lua), so no late op touches another request.
-        """
-        self._rollbacks += 1
-        not_started = set(self._prefetched.entry_ids())
-        voided = self._writes.void(self._held - not_started)
-        self._next_heartbeat = 0.0
-        logger.critical(
-            "clustersync: Redis at %s came back older than this node saw it (%s): it restarted "
-            "from an older snapshot or failed over to a replica that lagged. Writes it had "
-            "confirmed are gone; this node hands back the %d requests it has under way (they "
-            "are crawled again) and sends their links anew. Run Redis with appendonly yes and "
-            "appendfsync always to avoid this.",
-            redact_url(self.config.redis_url), exc, voided,
-        )
-
-    def _lost(self, exc: Exception) -> None:
-        if self._state_lost is None:
-            self._state_lost = str(exc)
-            self._prefetched.wake_waiters()
-            logger.critical(
-                "clustersync: job %r is gone from Redis at %s (%s). Redis restarted without "
-                "persistence, or the job was purged. This node stops instead of re-crawling "
-                "everything; enable Redis persistence (appendonly yes) and re-seed the job.",
-                self.config.job, redact_url(self.config.redis_url), exc,
-            )
+__all__ = ["CLOSE_TIMEOUT_S", "SyncWorker", "Undelivered", "open_redis_thread"]

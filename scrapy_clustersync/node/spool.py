@@ -7,9 +7,15 @@ The next node of the same job started in the same directory replays them, exactl
 - The file is rewritten after every batch Redis confirmed, and removed only when all are in.
 - A node claims a file by renaming it (atomic), so two nodes started together in one directory
   never both replay it; a claim whose process is gone is taken over.
-- A file of another format, one holding a write this version cannot read back (store/ops.py
-  ``decode_op``), or one written for an earlier incarnation of the job (Redis lost the job
-  since) is refused with a clear message and kept aside, never replayed wrongly.
+- A file of another format, one holding a write this version cannot read back
+  (store/write_ops.py ``decode_op``), or one written for an earlier incarnation of the job
+  (Redis lost the job since) is refused with a clear message and kept aside, never replayed
+  wrongly.
+
+Format baseline: ``SPOOL_FORMAT`` 2 is the first format any released version writes, and every
+version reads it. Format 1 (a bare msgpack list of ops in ``*.msgpack`` files) was only ever
+written by development builds before the first release, so it is not read, and such files are
+not looked at. A later format change bumps ``SPOOL_FORMAT`` and keeps reading this one.
 """
 
 from __future__ import annotations
@@ -36,12 +42,10 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 #: the on-disk form: a msgpack map of SPOOL_FIELDS; "batches" is a list of [call id, ops], each
-#: op as its flush-script arguments (store/ops.py ``args()``, read back by ``decode_op``)
+#: op as its flush-script arguments (store/write_ops.py ``args()``, read back by ``decode_op``)
 SPOOL_FORMAT = 2
 SPOOL_FIELDS = frozenset({"format", "job", "node", "epoch", "writes_seen", "batches"})
 SUFFIX = ".spool"
-#: how the previous version (format 1, a list of ops) named its files, in this same directory
-FORMAT_1_SUFFIX = ".msgpack"
 CLAIM_MARK = ".replaying-"
 
 #: batches of ops, each with the call id it is (or will be) sent under
@@ -116,9 +120,7 @@ class Spool:
     def _claim_all(self) -> list[Path]:
         if not self.directory.is_dir():
             return []
-        # format 1 files too: claimed only to be set aside with a clear error, never ignored
-        found = [*self.directory.glob(f"*{SUFFIX}"), *self.directory.glob(f"*{FORMAT_1_SUFFIX}")]
-        candidates = sorted(found, key=_mtime)
+        candidates = sorted(self.directory.glob(f"*{SUFFIX}"), key=_mtime)
         candidates += [p for p in self.directory.glob(f"*{CLAIM_MARK}*") if _claim_is_stale(p)]
         claimed = []
         for path in candidates:
@@ -172,7 +174,7 @@ class Spool:
             self._set_aside(path, "unreadable", f"it cannot be read ({exc})")
             return None
         if not isinstance(data, dict) or data.get("format") != SPOOL_FORMAT:
-            found = data.get("format") if isinstance(data, dict) else "1 (a list)"
+            found = data.get("format") if isinstance(data, dict) else "unknown (not a map)"
             self._set_aside(
                 path, "unknown", f"it has spool format {found!r}, this version reads format "
                 f"{SPOOL_FORMAT}: replay it with the version that wrote it")

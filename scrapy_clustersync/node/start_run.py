@@ -19,6 +19,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from scrapy import Request, signals
+from twisted.internet.defer import Deferred
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -153,3 +154,33 @@ async def sleep(seconds: float) -> None:
     from twisted.internet.task import deferLater
 
     await maybe_deferred_to_future(deferLater(reactor, seconds, lambda: None))
+
+
+class Waiters:
+    """Deferreds that fire together (``fire``), each after ``timeout_s`` at most: start()
+    waits on one after a request it yielded while the node starves (see
+    ``ClusterScheduler.own_requests_sent``)."""
+
+    def __init__(self) -> None:
+        self._waiting: list[Deferred[None]] = []
+
+    def wait(self, timeout_s: float) -> Deferred[None]:
+        from twisted.internet import reactor
+
+        clock: Any = reactor
+        waiter: Deferred[None] = Deferred()
+        self._waiting.append(waiter)
+        timeout = clock.callLater(timeout_s, self.fire)
+        return waiter.addBoth(lambda result: _cancel(timeout, result))
+
+    def fire(self) -> None:
+        waiting, self._waiting = self._waiting, []
+        for waiter in waiting:
+            waiter.callback(None)
+
+
+def _cancel(call: Any, result: Any) -> Any:
+    """Cancel ``call`` (an IDelayedCall) if it is still to run; pass ``result`` on."""
+    if call.active():
+        call.cancel()
+    return result

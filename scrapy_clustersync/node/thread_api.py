@@ -1,7 +1,10 @@
-"""What the reactor side of a node may ask of the node's Redis thread (``worker.SyncWorker``).
+"""What the reactor side of a node may ask of the node's Redis thread (``redis_thread.SyncWorker``).
 
 The scheduler is given a ``RedisThread`` (or a factory of one) and never sees more of it, so
-a unit test can hand it a fake; nothing on the reactor side reads the thread's state directly.
+a unit test can hand it a fake. The real one is ``reactor_link.NodeLink``: it lives on the
+reactor, queues what it is given for the thread and keeps what the thread handed back (as
+immutable values, through ``reactor.callFromThread``); nothing on the reactor side reads the
+thread's state directly.
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 from ..store import Op
 
 if TYPE_CHECKING:
+    from twisted.internet.defer import Deferred
+
     from ..config import ClusterConfig
     from ..store import JobStore
     from ..store.script_results import Heartbeat
@@ -22,7 +27,7 @@ FINISHED = "finished"
 STATE_LOST = "clustersync_state_lost"
 
 
-@dataclass
+@dataclass(frozen=True)
 class Undelivered:
     """What a closing node could not send: the batch in doubt (with its call id) and the rest."""
 
@@ -41,13 +46,14 @@ class Undelivered:
 class RedisThread(Protocol):
     """What the reactor side of a node (the scheduler) may ask of the node's Redis thread.
 
-    Every method is called from the reactor thread and returns at once (but ``await_lease``):
-    none waits on Redis.
-    ``SyncWorker`` is the real one; unit tests hand the scheduler a fake.
+    Every method is called from the reactor thread and returns at once: none waits on Redis.
+    ``reactor_link.NodeLink`` is the real one; unit tests hand the scheduler a fake.
     """
 
-    def start(self) -> None:
-        """Start the thread."""
+    def open(self) -> Deferred[NodeOpened | str]:
+        """Start the thread, which joins the job first (``joining.open_node``: the join, the
+        checks of Redis, the spool replay); fires on the reactor with what the node joined as,
+        or the reason it must stop (then the thread has ended)."""
 
     def submit(self, op: Op) -> None:
         """Buffer ``op``; ops reach Redis in the order they were submitted."""
@@ -55,9 +61,15 @@ class RedisThread(Protocol):
     def take(self) -> tuple[str, bytes] | None:
         """The next leased entry (entry id, encoded request), or None if none is waiting."""
 
-    def await_lease(self, timeout_s: float) -> None:
-        """The one call that may wait: until a lease made after every push submitted so far
-        came back (or ``timeout_s``, or at once while Redis is away)."""
+    def want_lease(self) -> None:
+        """Lease as soon as every push submitted so far is in Redis (the engine starves for
+        them); the lease that comes back wakes the engine (``on_leased``)."""
+
+    def settle_lease(self, timeout_s: float) -> None:
+        """For a scheduler no engine drives (a caller that cannot be woken, as Scrapy's own
+        scheduler tests call it): wait, taking the thread's hand-overs on this thread, until a
+        lease after every push submitted so far came back (or ``timeout_s``, or Redis is away).
+        Never called in a crawl."""
 
     @property
     def waiting(self) -> int:
@@ -82,12 +94,19 @@ class RedisThread(Protocol):
     def mark_idle(self) -> None:
         """The engine has nothing in progress."""
 
-    def hold_leasing(self, held: bool) -> None:
-        """While ``held`` (the job is paused or stopping) lease nothing new; what the node
-        holds is kept, and its leases renewed."""
+    @property
+    def control(self) -> str | None:
+        """The job's control state (running, paused, stopping, stopped) as the Redis thread
+        last found it, None before it first did. While the job does not run the thread leases
+        nothing new; what the node holds is kept, and its leases renewed."""
 
-    def reactor_alive(self) -> None:
-        """The reactor ran just now (a reactor stuck for half a lease stops the heartbeat)."""
+    @property
+    def allows_downloads(self) -> bool:
+        """True while the job runs (``control`` is running)."""
+
+    def listen(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` on the reactor whenever the thread handed over something new
+        (leases, outcome, cluster, start state, control state, totals)."""
 
     @property
     def outcome(self) -> str | None:
@@ -118,8 +137,21 @@ class RedisThread(Protocol):
         """What Redis did with this node's writes so far (pushed, filtered, released, ...), and
         how many leased entries were handed back untaken, outranked by a higher priority."""
 
-    def close(self, unacked: list[str]) -> Undelivered:
-        """Release ``unacked`` leases, flush everything, leave the job; return what is left."""
+    def close(self, unacked: list[str]) -> Deferred[Undelivered]:
+        """Release ``unacked`` leases and what was not handed out, flush everything, leave the
+        job, settle a stop; the Deferred fires (on the reactor) with what is left."""
+
+
+@dataclass(frozen=True)
+class NodeOpened:
+    """A node that joined its job: the job's epoch, whether this node runs start(), and how
+    many writes it replayed from the spool of nodes that stopped during an outage."""
+
+    epoch: str
+    runs_start: bool
+    spool_replayed: int = 0
+    #: the job's control state as read right after the join (None: it could not be read)
+    control: str | None = None
 
 
 @dataclass(frozen=True)
@@ -134,11 +166,12 @@ class StartState:
     rollbacks: int = 0
 
 
-#: Builds a node's Redis thread once the node has joined its job (``SyncWorker`` is one), from:
-#: the job's store, the node's config, the job's epoch, what the node reports of itself in
-#: each heartbeat, what to call when work arrives on an empty node, and the job's start()
-#: state as the join found it ("mine" or "other").
+#: Builds a node's Redis thread (``redis_thread.open_redis_thread`` is one), from: the job's
+#: store, the node's config, what joins the job on that thread before anything else
+#: (``joining.open_node``), what the node reports of itself in each heartbeat (called on the
+#: thread), and what to call (on the reactor) when work arrives on an empty node.
 RedisThreadFactory: TypeAlias = Callable[
-    ["JobStore", "ClusterConfig", str, Callable[[], dict[str, Any]], Callable[[], None], str],
+    ["JobStore", "ClusterConfig", Callable[[], "NodeOpened | str"], Callable[[], dict[str, Any]],
+     Callable[[], None]],
     RedisThread,
 ]

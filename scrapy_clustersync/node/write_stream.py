@@ -1,6 +1,7 @@
 """WriteStream: a node's writes to Redis, in the order they were made, sent batch by batch.
 
-The reactor thread submits ops; the Redis thread takes them in batches, one script call each,
+The Redis thread owns it whole: it adds the ops the reactor queued for it (``add``) and takes
+them in batches, one script call each,
 and never takes the next batch before Redis confirmed the last one (a call that failed is sent
 again as it was, under the same call id, so Redis applies it once). So Redis holds a prefix of
 the node's writes at all times: never an ack without the pushes made before it.
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
 from ..store import Op
 from ..store.job_store import new_call_id
@@ -27,77 +28,33 @@ from .thread_api import Undelivered
 FLUSH_LINGER_S = 0.05
 
 
-class RecentPushes:
-    """The priorities of a node's recent pushes, numbered in the order they were submitted.
-
-    A lease call made when Redis had applied the node's first ``covered`` pushes hands out
-    entries in the right order against those, not against later ones: ``highest_after(covered)``
-    is the highest priority among the later pushes. The reactor thread alone uses it, asking
-    with a ``covered`` that never decreases (leases come in order), so it keeps only the pushes
-    that can still be the answer: a sliding-window maximum, one entry per run of priorities.
-    """
-
-    def __init__(self) -> None:
-        self._window: deque[tuple[int, int]] = deque()  # (number, priority), priority falling
-
-    def add(self, number: int, priority: int) -> None:
-        window = self._window
-        while window and window[-1][1] <= priority:
-            window.pop()
-        window.append((number, priority))
-
-    def highest_after(self, covered: int) -> float:
-        """The highest priority among pushes numbered above ``covered`` (-inf: none)."""
-        window = self._window
-        while window and window[0][0] <= covered:
-            window.popleft()
-        return window[0][1] if window else float("-inf")
-
-
 class WriteStream:
-    """The ordered write buffer between the reactor thread and the Redis thread.
+    """The node's ordered write buffer, on the Redis thread (see the module doc)."""
 
-    ``submit`` is the reactor's; every other method is the Redis thread's. They share only a
-    deque (append and popleft are atomic) and the time the oldest op waits since.
-    """
-
-    def __init__(self, batch_size: int, wake: Callable[[], None]) -> None:
+    def __init__(self, batch_size: int) -> None:
         self.batch_size = batch_size
-        self._wake = wake
         self._ops: deque[Op] = deque()
         #: the batch whose call is under way or failed, with its call id, until Redis confirms
         self._pending: tuple[str, list[Op]] | None = None
         self._batch_limit = batch_size  # smaller while a refused op is looked for
         self._oldest_at: float | None = None
         self._void: set[str] = set()  # leases whose acks must become releases
-        # pushes submitted (reactor) and settled by Redis (Redis thread): each thread writes
-        # only its own counter, so their difference needs no lock
-        self._pushes_submitted = 0
+        self._pushes_added = 0
         self._pushes_settled = 0
-        self.recent_pushes = RecentPushes()  # the reactor's
 
-    # ---- reactor thread ------------------------------------------------------------------
-    def submit(self, op: Op) -> None:
+    def add(self, op: Op, now: float) -> None:
+        """Buffer ``op`` (taken from the reactor's queue at ``now``) behind every op before it."""
         if isinstance(op, Push):
-            self._pushes_submitted += 1
-            self.recent_pushes.add(self._pushes_submitted, op.priority)
+            self._pushes_added += 1
         self._ops.append(op)
         if self._oldest_at is None:
-            self._oldest_at = time.monotonic()
-            self._wake()  # the Redis thread sleeps until something is due: a linger starts
-        elif len(self._ops) >= self.batch_size:
-            self._wake()
+            self._oldest_at = now
 
     @property
-    def pushes_waiting(self) -> int:
-        """Pushes not yet applied (queued or filtered) or set aside by Redis."""
-        return self._pushes_submitted - self._pushes_settled
+    def pushes_added(self) -> int:
+        """How many pushes were added: the reactor numbers its pushes the same way."""
+        return self._pushes_added
 
-    @property
-    def pushes_submitted(self) -> int:
-        return self._pushes_submitted
-
-    # ---- Redis thread --------------------------------------------------------------------
     @property
     def pushes_settled(self) -> int:
         """How many of the first pushes Redis applied (or set aside): always a prefix."""
@@ -118,7 +75,7 @@ class WriteStream:
         if urgent or len(self._ops) >= self.batch_size:
             return True
         if self._oldest_at is None:
-            self._oldest_at = now  # an op raced in while the last batch was being taken
+            self._oldest_at = now
         return now - self._oldest_at >= FLUSH_LINGER_S
 
     def linger_until(self, now: float) -> float | None:
@@ -178,8 +135,7 @@ class WriteStream:
         return len(self._void)
 
     def release(self, entry_ids: Iterable[str]) -> None:
-        """Hand ``entry_ids`` back to the queue, after every op submitted so far (the Redis
-        thread's, or the closing node's once that thread stopped)."""
+        """Hand ``entry_ids`` back to the queue, after every op added so far."""
         self._ops.extend(Release(entry_id) for entry_id in entry_ids)
 
     def undelivered(self, writes_seen: int) -> Undelivered:
@@ -190,8 +146,8 @@ class WriteStream:
         if self._pending is not None:
             call_id, batch = self._pending
             kept = [op for op in batch if not isinstance(op, StatsCounts)]
-            pending = (call_id, kept) if kept else None
-        ops = [self._voided(op) for op in self._ops if not isinstance(op, StatsCounts)]
+            pending = (call_id, tuple(kept)) if kept else None
+        ops = tuple(self._voided(op) for op in self._ops if not isinstance(op, StatsCounts))
         return Undelivered(pending, ops, writes_seen)
 
     def _voided(self, op: Op) -> Op:

@@ -10,20 +10,27 @@ from __future__ import annotations
 
 import logging
 from collections import Counter, deque
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from scrapy import Request
 from scrapy.utils.defer import deferred_from_coro
+from twisted.internet.defer import Deferred, maybeDeferred
 
 from ..codec import LEASE_META_KEY, RequestCodec, UndecodableEntry, UnencodableRequest
 from ..config import ClusterConfig, redact_url
-from ..node.control_follower import NodeControl
-from ..node.joining import join_job, warn_of_risks
+from ..node.joining import open_node
 from ..node.node_record import NodeInfo
-from ..node.redis_thread import SyncWorker
+from ..node.redis_thread import open_redis_thread
 from ..node.spool import Spool
-from ..node.start_run import StartRun
-from ..node.thread_api import FINISHED, RedisThread, RedisThreadFactory
+from ..node.start_run import StartRun, Waiters
+from ..node.thread_api import (
+    FINISHED,
+    NodeOpened,
+    RedisThread,
+    RedisThreadFactory,
+    Undelivered,
+)
 from ..store import JobStore, make_client
 from ..store.write_ops import DeadLetterEntry, PushFlags
 from .cluster_dupefilter import ClusterDupeFilter, NodeDedup, project_dupefilter
@@ -39,23 +46,22 @@ if TYPE_CHECKING:
     from scrapy import Spider
     from scrapy.crawler import Crawler
     from scrapy.dupefilters import BaseDupeFilter
-    from twisted.internet.defer import Deferred
     from typing_extensions import Self
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_JOB = "default"
-#: how long next_request() may wait for the node's own new requests to come back leased, when
-#: the node has nothing else at all (see next_request)
-DEQUEUE_WAIT_S = 1.0
+#: how long next_request() of a scheduler no engine drives waits for its own new requests to
+#: come back leased (see next_request); a crawl's engine is woken instead, never waits
+NO_ENGINE_WAIT_S = 1.0
 
 
 class ClusterScheduler:
     """Scrapy's scheduler interface over the job's shared queue (see the module doc).
 
-    ``redis_thread`` builds the node's Redis thread once the node has joined (``SyncWorker``
-    by default); the scheduler reaches Redis only through it and through ``store`` (join and
-    spool replay, before the thread runs). A unit test hands it a fake.
+    ``redis_thread`` builds the node's Redis thread (``open_redis_thread`` by default), which
+    joins the job and then does every Redis call of the node: the scheduler reaches Redis only
+    through it (``store`` is handed to it). A unit test hands it a fake.
 
     ``df`` is the project's ``DUPEFILTER_CLASS`` (``dupefilter.project_dupefilter``), exposed
     as Scrapy's scheduler exposes it; ``dupefilter`` (the default ``df``) is the cluster's.
@@ -69,7 +75,7 @@ class ClusterScheduler:
         codec: RequestCodec,
         dupefilter: ClusterDupeFilter,
         spool: Spool,
-        redis_thread: RedisThreadFactory = SyncWorker,
+        redis_thread: RedisThreadFactory = open_redis_thread,
         df: BaseDupeFilter | None = None,
         order: QueueOrder | None = None,
     ) -> None:
@@ -96,16 +102,15 @@ class ClusterScheduler:
         self.local: deque[Request] = deque()
         self._kinds_kept: set[str] = set()  # what made them unable to travel (warned once)
         self._rollbacks_seen = 0
-        #: pushes in transit at the last check(): the engine is woken when they are all in Redis
-        self._pushes_at_check = 0
         #: the job's start() on this node (see startrun.py); set by open()
         self.start: StartRun | None = None
-        #: the job's control state (pause, resume, stop) as this node follows it; set by open()
-        self.control: NodeControl | None = None
         #: sends the growth of this node's Scrapy stats to the job's sums (clusterstats.py)
         self.stats_sender: StatsSender | None = None
         #: closes the spider once open, when the node could not join (see stopping.py)
         self._stop: StopWhenOpened | None = None
+        #: start() waits on these while the node starves for its own requests (see
+        #: own_requests_sent)
+        self._start_waiters = Waiters()
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -141,7 +146,8 @@ class ClusterScheduler:
 
     # ---- Scrapy's scheduler interface ------------------------------------------------------
     def open(self, spider: Spider) -> Deferred[None] | None:
-        """Join the job in Redis and start the node's Redis thread; returns ``df.open()``.
+        """Start the node's Redis thread, which joins the job in Redis (the reactor does not
+        wait meanwhile); returns a Deferred that fires once it did, then with ``df.open()``.
 
         A node that cannot join (Redis unreachable or refusing it, the job finished) logs why
         and closes as soon as the spider is open (stopping.py): it never joined, so it has
@@ -149,34 +155,32 @@ class ClusterScheduler:
         """
         if self.codec.spider is None:
             self.codec.spider = spider
-        self._join(spider)
-        return self.df.open()
-
-    def _join(self, spider: Spider) -> None:
-        joined = join_job(self.store, self.config)
-        if isinstance(joined, str):
-            self._stop = StopWhenOpened(self.crawler, joined)
-            return
-        self._epoch, self.runs_start = epoch, _ = joined.epoch, joined.runs_start
-        warn_of_risks(self.store, self.config)
         inflight = self.leases.inflight
-        node_info = NodeInfo(self.crawler.stats, spider.name, self.runs_start,
+        # runs_start: the Redis thread reports it once it joined
+        node_info = NodeInfo(self.crawler.stats, spider.name, False,
                              inflight=lambda: len(inflight), node_id=self.config.node_id,
                              settings=self.crawler.settings, spider_cls=type(spider),
                              redis_url=self.config.redis_url)
-        self.io = io = self._make_redis_thread(
-            self.store, self.config, epoch, node_info.snapshot, self._wake_engine_threadsafe,
-            "mine" if self.runs_start else "other",
-        )
+        io = self._make_redis_thread(
+            self.store, self.config, partial(open_node, self.store, self.config, self.spool),
+            node_info.snapshot, self.wake_engine)
+        opened = io.open().addCallback(self._opened, io)
+        return opened.addCallback(lambda _: maybeDeferred(self.df.open))
+
+    def _opened(self, opened: NodeOpened | str, io: RedisThread) -> None:
+        """The Redis thread joined the job (or found why the node must stop)."""
+        if isinstance(opened, str):
+            self._stop = StopWhenOpened(self.crawler, opened)
+            return
+        self.io = io
+        self._epoch, self.runs_start = opened.epoch, opened.runs_start
+        if opened.spool_replayed:
+            self.counts["clustersync/spool_replayed"] += opened.spool_replayed
         self.start = StartRun(self.crawler, self.config, io, claimed=self.runs_start)
         self.stats_sender = StatsSender(self.crawler.stats, io.submit,
                                         max(1.0, self.config.heartbeat_interval_s))
-        self.control = NodeControl(self.store.control, self.config.job)
-        self.control.start()
-        io.hold_leasing(not self.control.allows_downloads)  # a paused job: lease nothing yet
-        self._replay_spool(epoch)
+        io.listen(self.node_changed)
         self.leases.watch(getattr(started_part(self.crawler, "engine"), "scraper", None))
-        io.start()
         self.crawler.signals.send_catch_log(node_opened, scheduler=self)
         logger.info(
             "clustersync: node %s joined job %r at %s%s", self.config.node_id, self.config.job,
@@ -186,24 +190,25 @@ class ClusterScheduler:
         )
 
     def close(self, reason: str) -> Deferred[None] | None:
-        """Hand back unfinished leases, send every buffered write and leave the job; returns
-        ``df.close(reason)``.
+        """Hand back unfinished leases, send every buffered write and leave the job; returns a
+        Deferred that fires once the Redis thread did (the reactor does not wait meanwhile),
+        then with ``df.close(reason)``.
 
         Shared state is never deleted here: the job lives on for the other nodes.
         """
-        self._leave(reason)
-        return self.df.close(reason)
-
-    def _leave(self, reason: str) -> None:
-        if self.io is None:
-            return
+        io = self.io
+        if io is None:
+            return self.df.close(reason)
         if reason == FINISHED:
-            logger.info("clustersync: job %r finished: %s", self.config.job, self.io.finish_note)
+            logger.info("clustersync: job %r finished: %s", self.config.job, io.finish_note)
         if self.stats_sender is not None:  # the last growth leaves with the last writes
             self.stats_sender.send()
-        undelivered = self.io.close(unacked=sorted(self.leases.inflight))
-        if self.control is not None:  # after leaving: the last node out settles a stop
-            self.control.close()
+        left = io.close(unacked=sorted(self.leases.inflight))
+        left.addCallback(self._left)
+        return left.addCallback(lambda _: maybeDeferred(self.df.close, reason))
+
+    def _left(self, undelivered: Undelivered) -> None:
+        """The Redis thread left the job: keep on disk what it could not send."""
         self.publish_counts()
         if undelivered:
             path = self.spool.save(self.config.node_id, self._epoch, undelivered,
@@ -213,12 +218,6 @@ class ClusterScheduler:
                 "sent by the next node of job %r started in this directory.",
                 len(undelivered), path, self.config.job,
             )
-
-    def _replay_spool(self, epoch: str) -> None:
-        """Send what nodes that stopped during an outage left in this directory (see spool.py)."""
-        sent = self.spool.replay(epoch, self.store.as_node)
-        if sent:
-            self.counts["clustersync/spool_replayed"] += sent
 
     def has_pending_requests(self) -> bool:
         """True while this node holds requests: kept here, leased and not handed out yet, or
@@ -312,31 +311,35 @@ class ClusterScheduler:
         None while the node is closing, while the job is paused or stopping (``clustersync
         pause|stop``: requests under way finish, nothing new starts), while its writes wait for
         Redis (back-pressure) or when nothing is leased yet (the engine asks again; new leases
-        wake it). A node that
-        downloads nothing and has nothing leased or kept, but requests of its own on their way
-        to Redis, waits for them (``DEQUEUE_WAIT_S`` at most, not at all while Redis is away),
-        as Scrapy's scheduler hands out a request as soon as it was enqueued: the node has no
-        download to serve meanwhile, and its callbacks, which would enqueue more, wait too, as
-        they do in Scrapy while the engine sends that request.
+        wake it). A node that downloads nothing and has nothing leased or kept, but requests of
+        its own on their way to Redis, asks the Redis thread to lease as soon as they are in
+        (the lease wakes the engine), as Scrapy's scheduler hands out a request as soon as it
+        was enqueued; in a crawl it never waits for them. Only a scheduler no engine drives
+        (called directly, as Scrapy's own scheduler tests do) waits for them, there being no
+        engine to wake (``NO_ENGINE_WAIT_S`` at most, not while Redis is away).
         """
         io = self.io
-        if io is None:
-            return None
-        io.reactor_alive()
-        if io.outcome is not None:
-            return None
-        if self.control is not None and not self.control.allows_downloads:
+        if io is None or io.outcome is not None or not io.allows_downloads:
             return None
         if self.local:
             io.mark_busy()
             self._count("dequeued", "memory")
+            self._start_waiters.fire()
             return self.local.popleft()
         if not io.accepting_work:
             return None
         # every request in flight is in the scraper: nothing downloads
         if not io.waiting and io.pushes_unleased and not self.leases.downloading:
-            io.await_lease(DEQUEUE_WAIT_S)
+            io.want_lease()
+            if not self._driven_by_engine():
+                io.settle_lease(NO_ENGINE_WAIT_S)  # no engine to wake: the caller waits
         return self._next_leased(io)
+
+    def _driven_by_engine(self) -> bool:
+        """A crawl's engine calls this scheduler (and is woken when a lease comes); else the
+        caller is a script or a test that calls it directly and cannot be woken."""
+        slot = getattr(started_part(self.crawler, "engine"), "_slot", None)
+        return getattr(slot, "scheduler", None) is self
 
     def _next_leased(self, io: RedisThread) -> Request | None:
         while (entry := io.take()) is not None:
@@ -348,6 +351,7 @@ class ClusterScheduler:
                 continue
             self.leases.handed_out(request, entry_id)
             io.mark_busy()
+            self._start_waiters.fire()
             self.counts["clustersync/leased"] += 1
             self._count("dequeued", "redis")
             return request
@@ -369,33 +373,36 @@ class ClusterScheduler:
         ``clustersync_state_lost`` when the job is gone from Redis)."""
         return self.io.outcome if self.io is not None else None
 
-    def check(self) -> str | None:
-        """Called every few tenths of a second by the lifecycle extension; returns ``outcome``.
-
-        Publishes the stats, tells the Redis thread the reactor runs, runs start() if this node
-        must (a claim taken over, an end Redis lost) and wakes the engine when work waits.
-        """
+    def node_changed(self) -> None:
+        """The Redis thread handed over something new (called on the reactor): publish the
+        stats and run start() if this node must (a claim taken over, an end Redis lost)."""
         io = self.io
         if io is None:
-            return None
+            return
         self.publish_counts()
         if self.stats_sender is not None:
             self.stats_sender.maybe_send()
-        io.reactor_alive()
+        if (io.outcome is not None or not io.allows_downloads
+                or not (io.pushes_unleased or io.waiting or self.local)):
+            self._start_waiters.fire()  # nothing came back, or will, for the engine to send
         if io.outcome is not None:
-            return io.outcome
+            return
         if self.start is not None and self.start.needs_run():
             deferred_from_coro(self.start.run())
-        elif io.waiting or self._pushes_went_out(io):
-            self.wake_engine()
-        return None
+        elif io.waiting:
+            self.wake_engine()  # work waits (leased while the engine could take none)
 
-    def _pushes_went_out(self, io: RedisThread) -> bool:
-        """The node's last pushes reached Redis since the last check: with nothing else
-        pending the engine may be idle now, and learns it at once rather than at its next
-        heartbeat (``has_pending_requests`` counted them)."""
-        before, self._pushes_at_check = self._pushes_at_check, io.buffered_pushes
-        return before > 0 and self._pushes_at_check == 0
+    def own_requests_sent(self) -> Deferred[None] | None:
+        """For start(), after each request it yielded: a Deferred that fires once the engine was
+        handed a request (``NO_ENGINE_WAIT_S`` at most), if the node starves for its own
+        requests now (nothing downloading, nothing leased or kept, pushes on their way); else
+        None. So start() goes on, as in Scrapy, only after the engine could send what it
+        yielded: its next requests do not overtake it. The reactor does not wait meanwhile."""
+        io = self.io
+        if (io is None or self.local or io.waiting or not io.pushes_unleased
+                or self.leases.downloading or io.outcome is not None):
+            return None
+        return self._start_waiters.wait(NO_ENGINE_WAIT_S)
 
     # ---- internals ---------------------------------------------------------------------------
     def _io(self) -> RedisThread:
@@ -411,11 +418,6 @@ class ClusterScheduler:
         )
         self._io().submit(DeadLetterEntry(entry_id, reason))
         self.counts["clustersync/dead_letters"] += 1
-
-    def _wake_engine_threadsafe(self) -> None:  # called from the Redis thread
-        from twisted.internet import reactor
-
-        reactor.callFromThread(self.wake_engine)
 
     def wake_engine(self) -> None:
         # Scrapy polls next_request() only when a request finishes or every 5 s; new work that
@@ -439,4 +441,5 @@ class ClusterScheduler:
             if value:
                 self.stats.inc_value(key, value)
         self.counts.clear()
+
 

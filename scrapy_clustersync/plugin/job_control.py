@@ -1,11 +1,12 @@
 """JobControl: a node applies ``clustersync pause|resume|stop`` (the job's control state).
 
-The node's ``NodeControl`` (control.py) follows the state in Redis; this extension acts on it
-from the reactor every ``CHECK_INTERVAL_S``:
+The node's Redis thread follows the state in Redis (node/control_follower.py) and hands it
+to the reactor; this extension acts on it there, each time the thread handed something over
+(``RedisThread.listen``), with no timer of its own:
 
-- paused: the Redis thread leases nothing new (``hold_leasing``); the scheduler hands out
-  nothing (its own test, at once); what the node holds stays leased and renewed; requests under
-  way finish; the node stays open (the job is not finished while paused: heartbeat.lua).
+- paused: the Redis thread leases nothing new (it holds leasing itself); the scheduler hands
+  out nothing (``allows_downloads``); what the node holds stays leased and renewed; requests
+  under way finish; the node stays open (the job is not finished while paused: heartbeat.lua).
 - running again: leasing goes on and the engine is woken.
 - stopping (or stopped): the node closes with reason ``clustersync_stopped`` (a failure
   reason: exit code 1, see stopping.py). Scrapy lets the requests under way finish before the
@@ -21,7 +22,6 @@ from typing import TYPE_CHECKING
 
 from scrapy import signals
 from scrapy.utils.defer import deferred_from_coro
-from twisted.internet.task import LoopingCall
 
 from ..store.control_state import PAUSED, RUNNING, STOPPED, STOPPING
 from .signals import node_opened
@@ -35,8 +35,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-CHECK_INTERVAL_S = 0.1
-
 
 class JobControl:
     """Applies the job's control state to this node (see the module doc)."""
@@ -44,7 +42,6 @@ class JobControl:
     def __init__(self, crawler: Crawler) -> None:
         self.crawler = crawler
         self.node: ClusterScheduler | None = None
-        self._loop = LoopingCall(self.check)
         #: the state this node last applied
         self.applied = RUNNING
         self._closing = False
@@ -54,30 +51,25 @@ class JobControl:
         ext = cls(crawler)
         crawler.signals.connect(ext.node_opened, signal=node_opened)
         crawler.signals.connect(ext.spider_opened, signal=signals.spider_opened)
-        crawler.signals.connect(ext.spider_closed, signal=signals.spider_closed)
         return ext
 
     def node_opened(self, scheduler: ClusterScheduler) -> None:
         self.node = scheduler
+        if scheduler.io is not None:
+            scheduler.io.listen(self.check)
 
     def spider_opened(self) -> None:
-        if self.node is not None:
-            self._loop.start(CHECK_INTERVAL_S, now=True)
-
-    def spider_closed(self) -> None:
-        if self._loop.running:
-            self._loop.stop()
+        self.check()  # a stop found before the spider was open is applied now
 
     def check(self) -> None:
-        """Apply the state the node follows, if it changed since the last check."""
+        """Apply the state the node follows, if it changed since it was last applied."""
         node = self.node
-        if node is None or node.control is None or node.io is None or self._closing:
+        if node is None or node.io is None or self._closing:
             return
-        state = node.control.state
-        if state == self.applied:
+        state = node.io.control
+        if state is None or state == self.applied:
             return
         before, self.applied = self.applied, state
-        node.io.hold_leasing(state != RUNNING)
         job = node.config.job
         if state == PAUSED:
             logger.warning(
@@ -93,7 +85,7 @@ class JobControl:
 
     def _stop(self, node: ClusterScheduler, job: str) -> None:
         """Close with ``clustersync_stopped``: Scrapy finishes what is under way first. An
-        engine without an open spider yet is closed at a later check."""
+        engine without an open spider yet is closed when it opens (``spider_opened``)."""
         engine = self.crawler.engine
         if engine is None or engine.spider is None:
             self.applied = RUNNING  # not applied yet: the next check tries again

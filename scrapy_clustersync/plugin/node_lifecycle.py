@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Any
 from scrapy import signals
 from scrapy.exceptions import CloseSpider, DontCloseSpider
 from scrapy.utils.defer import deferred_from_coro
-from twisted.internet.task import LoopingCall
 
 from ..node.thread_api import FINISHED
 from .crawler_parts import started_part
@@ -33,17 +32,14 @@ if TYPE_CHECKING:
 
     from .cluster_scheduler import ClusterScheduler
 
-CHECK_INTERVAL_S = 0.25
-
 
 class NodeLifecycle:
-    """Holds back the engine's idle test until the job is finished, and asks the node
-    (``ClusterScheduler.check``) every ``CHECK_INTERVAL_S`` whether the job ended."""
+    """Holds back the engine's idle test until the job is finished, and looks at the node's
+    ``outcome`` each time its Redis thread handed something over (``RedisThread.listen``)."""
 
     def __init__(self, crawler: Crawler) -> None:
         self.crawler = crawler
         self.node: ClusterScheduler | None = None
-        self._loop = LoopingCall(self._check)
         self._closing = False
         #: the engine was woken for the "finished" the node reports now (once per answer, so
         #: that a spider that keeps itself open gets spider_idle as rarely as in plain Scrapy)
@@ -53,13 +49,13 @@ class NodeLifecycle:
     def from_crawler(cls, crawler: Crawler) -> Self:
         ext = cls(crawler)
         crawler.signals.connect(ext.node_opened, signal=node_opened)
-        crawler.signals.connect(ext.spider_opened, signal=signals.spider_opened)
         crawler.signals.connect(ext.spider_idle, signal=signals.spider_idle)
-        crawler.signals.connect(ext.spider_closed, signal=signals.spider_closed)
         return ext
 
     def node_opened(self, scheduler: ClusterScheduler) -> None:
         self.node = scheduler
+        if scheduler.io is not None:
+            scheduler.io.listen(self.node_changed)
         engine: Any = started_part(self.crawler, "engine")  # none: a scheduler opened alone
         spider_is_idle = getattr(engine, "spider_is_idle", None)
         if spider_is_idle is not None:
@@ -83,13 +79,6 @@ class NodeLifecycle:
 
         return idle_when_finished
 
-    def spider_opened(self) -> None:
-        self._loop.start(CHECK_INTERVAL_S, now=False)
-
-    def spider_closed(self) -> None:
-        if self._loop.running:
-            self._loop.stop()
-
     def spider_idle(self) -> None:
         """Scrapy found the spider idle: let it close once the job is finished (with its own
         reason or another handler's), close with the reason if the job is gone, else keep the
@@ -103,10 +92,11 @@ class NodeLifecycle:
         if outcome != FINISHED:
             raise CloseSpider(outcome)  # not "finished": the job is gone, not done
 
-    def _check(self) -> None:
+    def node_changed(self) -> None:
+        """Wake the engine for a job now finished; close a node whose job is gone."""
         if self.node is None or self._closing:
             return
-        outcome = self.node.check()
+        outcome = self.node.outcome
         if outcome is None:
             self._woken = False
         elif outcome == FINISHED:

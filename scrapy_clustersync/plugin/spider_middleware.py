@@ -12,6 +12,9 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
+from scrapy import Request
+from scrapy.utils.defer import maybe_deferred_to_future
+
 from .request_tasks import TASK_META_KEY, inherit_task
 from .signals import node_opened
 
@@ -32,6 +35,7 @@ class ClusterSpiderMiddleware:
 
     def __init__(self) -> None:
         self.run: StartRun | None = None
+        self.node: ClusterScheduler | None = None
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -41,6 +45,7 @@ class ClusterSpiderMiddleware:
 
     def node_opened(self, scheduler: ClusterScheduler) -> None:
         self.run = scheduler.start
+        self.node = scheduler
 
     async def process_start(self, start: AsyncIterator[Any]) -> AsyncIterator[Any]:
         run = self.run
@@ -54,10 +59,19 @@ class ClusterSpiderMiddleware:
             async for item_or_request in start:
                 run.yielded(item_or_request)
                 yield item_or_request
+                await self._sent(item_or_request)
         except Exception:
             run.ended()  # as in Scrapy, a start() that raises is over (reason start_error)
             raise
         run.ended()
+
+    async def _sent(self, item_or_request: Any) -> None:
+        """Go on with start() once the engine could send the request it yielded, as in Scrapy
+        (``ClusterScheduler.own_requests_sent``); the reactor does not wait meanwhile."""
+        sent = self.node.own_requests_sent() if self.node is not None and isinstance(
+            item_or_request, Request) else None
+        if sent is not None:
+            await maybe_deferred_to_future(sent)
 
     async def process_spider_output(self, response: Any, result: AsyncIterator[Any]
                                     ) -> AsyncIterator[Any]:

@@ -12,12 +12,12 @@ import fakeredis
 from scrapy import Request, Spider
 from scrapy.crawler import Crawler
 from scrapy.utils.test import get_crawler
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import Deferred, succeed
 
 from scrapy_clustersync.codec import RequestCodec
 from scrapy_clustersync.config import ClusterConfig
 from scrapy_clustersync.node.spool import Spool
-from scrapy_clustersync.node.thread_api import RedisThread, StartState, Undelivered
+from scrapy_clustersync.node.thread_api import NodeOpened, RedisThread, StartState, Undelivered
 from scrapy_clustersync.plugin.cluster_dupefilter import ClusterDupeFilter, project_dupefilter
 from scrapy_clustersync.plugin.cluster_scheduler import ClusterScheduler
 from scrapy_clustersync.plugin.crawl_order import QueueOrder
@@ -43,13 +43,20 @@ class FakeRedisThread:
         self.pushed_total = 0
         #: what the node reports of itself in each heartbeat (given to the real thread)
         self.node_info: Callable[[], dict[str, Any]] = dict
+        #: what joins the job, given by the scheduler (run by open())
+        self.opening: Callable[[], NodeOpened | str] = lambda: NodeOpened("epoch", False)
         self.flushed = 0  # how many submitted ops Redis has applied (see flush())
-        self.awaited: list[float] = []  # await_lease() calls, with their timeouts
-        self.leasing_held = False  # hold_leasing(): the job is paused or stopping
+        self.lease_wanted = 0  # want_lease() calls
+        self.settled: list[float] = []  # settle_lease() calls, with their timeouts
+        #: the job's control state, as the real thread hands it over
+        self.control: str | None = "running"
+        self.listeners: list[Callable[[], None]] = []
 
     # ---- RedisThread ---------------------------------------------------------------------
-    def start(self) -> None:
+    def open(self) -> Deferred[NodeOpened | str]:
+        """Join the job at once (the test thread stands for the Redis thread)."""
         self.started = True
+        return succeed(self.opening())
 
     def submit(self, op: Op) -> None:
         self.submitted.append(op)
@@ -57,8 +64,11 @@ class FakeRedisThread:
     def take(self) -> tuple[str, bytes] | None:
         return self.leased.popleft() if self.leased else None
 
-    def await_lease(self, timeout_s: float) -> None:
-        self.awaited.append(timeout_s)
+    def want_lease(self) -> None:
+        self.lease_wanted += 1
+
+    def settle_lease(self, timeout_s: float) -> None:
+        self.settled.append(timeout_s)
 
     @property
     def waiting(self) -> int:
@@ -82,11 +92,12 @@ class FakeRedisThread:
     def mark_idle(self) -> None:
         self.idle = True
 
-    def reactor_alive(self) -> None:
-        pass
+    @property
+    def allows_downloads(self) -> bool:
+        return self.control == "running"
 
-    def hold_leasing(self, held: bool) -> None:
-        self.leasing_held = held
+    def listen(self, callback: Callable[[], None]) -> None:
+        self.listeners.append(callback)
 
     @property
     def outcome(self) -> str | None:
@@ -110,11 +121,16 @@ class FakeRedisThread:
     def totals(self) -> dict[str, int]:
         return {"pushed": self.pushed_total, "filtered": 0, "released": 0, "set_aside": 0}
 
-    def close(self, unacked: list[str]) -> Undelivered:
+    def close(self, unacked: list[str]) -> Deferred[Undelivered]:
         self.closed_with = unacked
-        return Undelivered(None, list(self.undeliverable), 0)
+        return succeed(Undelivered(None, list(self.undeliverable), 0))
 
     # ---- for the tests -------------------------------------------------------------------
+    def changed(self) -> None:
+        """The thread handed something over: the listeners run, as on the reactor."""
+        for listener in self.listeners:
+            listener()
+
     def flush(self) -> None:
         """Redis applied every op submitted so far."""
         self.flushed = len(self.submitted)
@@ -157,6 +173,7 @@ class FakeNextCall:
 class FakeSlot:
     def __init__(self) -> None:
         self.nextcall = FakeNextCall()
+        self.scheduler: object = None  # the scheduler the engine drives (make_scheduler's)
 
 
 class FakeEngine:
@@ -188,6 +205,8 @@ class ListingSpider(Spider):
 
 
 def make_crawler(**settings: Any) -> Crawler:
+    from twisted.internet import reactor  # noqa: F401  (a crawl has one: coroutines start on it)
+
     crawler = get_crawler(ListingSpider, {"CLUSTERSYNC_REDIS_URL": "redis://127.0.0.1:1/0",
                                           **settings})
     crawler.spider = crawler._create_spider()
@@ -206,9 +225,11 @@ def make_scheduler(
     store = JobStore(fakeredis.FakeRedis(), config.job, config.node_id)
     fake = thread or FakeRedisThread()
 
-    def built(store: JobStore, config: ClusterConfig, epoch: str,
-              node_info: Callable[[], dict[str, Any]], *args: Any) -> RedisThread:
+    def built(store: JobStore, config: ClusterConfig, opening: Callable[[], NodeOpened | str],
+              node_info: Callable[[], dict[str, Any]], on_leased: Callable[[], None],
+              ) -> RedisThread:
         fake.node_info = node_info
+        fake.opening = opening
         return fake
 
     cluster = ClusterDupeFilter(crawler.request_fingerprinter, Counter(), config.local_seen_cache,
@@ -222,6 +243,7 @@ def make_scheduler(
         df=project_dupefilter(crawler, cluster),
         order=QueueOrder.from_settings(crawler.settings),
     )
+    fake_engine(scheduler)._slot.scheduler = scheduler
     scheduler.open(crawler.spider)
     return scheduler, fake
 

@@ -8,15 +8,19 @@ from pathlib import Path
 
 import fakeredis
 import pytest
+from scrapy.settings import Settings
 
 from scrapy_clustersync.cli.status_view import state_of, status_dict
-from scrapy_clustersync.node.control_follower import NodeControl
+from scrapy_clustersync.config import ClusterConfig
+from scrapy_clustersync.node.control_follower import ControlFollower
 from scrapy_clustersync.plugin.job_control import JobControl
 from scrapy_clustersync.plugin.stop_reasons import is_failure
-from scrapy_clustersync.store import JobStore
+from scrapy_clustersync.store import JobStore, Push
+from scrapy_clustersync.store.job_store import new_call_id
 
 from .node_fakes import fake_engine, make_scheduler
 from .test_scheduler import lease_to
+from .thread_harness import NodeThread
 
 
 @pytest.fixture
@@ -93,27 +97,36 @@ def test_a_change_is_published_on_the_jobs_channel(store: JobStore) -> None:
     assert "paused" in heard
 
 
+def follow_until(follower: ControlFollower, state: str, timeout_s: float) -> float:
+    """Seconds until ``follower``, called as often as the Redis thread calls it, knew
+    ``state``; fails after ``timeout_s``."""
+    def knows() -> bool:
+        follower.follow(time.monotonic())
+        return follower.state == state
+
+    return wait_for(knows, timeout_s)
+
+
 def test_a_node_applies_a_published_change_at_once(store: JobStore) -> None:
     # given a node that re-reads the state only every 5 s
-    control = NodeControl(store.control, "shop", reread_s=5)
-    control.start()
-    time.sleep(0.2)  # subscribed
+    follower = ControlFollower(store.control, "shop", reread_s=5)
+    follow_until(follower, "running", 1)  # subscribed and read once
     # when the job is paused, then the node follows within a second (the message)
     store.set_control("pause")
-    took = wait_for(lambda: control.state == "paused", 2)
-    control.close()
-    assert took < 1 and not control.allows_downloads
+    took = follow_until(follower, "paused", 2)
+    follower.close()
+    assert took < 1 and not follower.allows_downloads
 
 
 def test_a_node_that_missed_the_message_converges_by_reading_again(store: JobStore) -> None:
     # given a node following the job
-    control = NodeControl(store.control, "shop", reread_s=0.2)
-    control.start()
+    follower = ControlFollower(store.control, "shop", reread_s=0.2)
+    follow_until(follower, "running", 1)
     # when the state changes without a message (the node missed it)
     store.client.hset(store.keys.meta, mapping={"control": "paused", "control_ms": 1})
     # then the node follows within its re-read interval
-    took = wait_for(lambda: control.state == "paused", 2)
-    control.close()
+    took = follow_until(follower, "paused", 2)
+    follower.close()
     assert took < 1
 
 
@@ -129,46 +142,58 @@ def test_status_shows_the_control_state_and_a_stop_nobody_holds_up_as_stopped(
     assert state_of(report) == "stopped" and status_dict(report)["control"] == "stopped"
 
 
-def test_a_paused_node_hands_out_nothing_and_leases_nothing_until_resumed(
-    tmp_path: Path,
-) -> None:
+def test_a_paused_node_hands_out_nothing_until_resumed(tmp_path: Path) -> None:
     # given a node with a leased request, following its job
     scheduler, thread = make_scheduler(tmp_path)
     ext = JobControl(scheduler.crawler)
     ext.node_opened(scheduler)
     lease_to(scheduler, thread, "http://a/1", "e1")
-    control = scheduler.control
-    assert control is not None
-    # when the job is paused
-    scheduler.store.set_control("pause")
-    wait_for(lambda: control.state == "paused", 2)
-    ext.check()
-    # then the engine gets nothing, the Redis thread leases nothing, the request is kept
-    assert scheduler.next_request() is None and thread.leasing_held
-    assert len(scheduler) == 1
-    # when it is resumed, then the request is handed out and leasing goes on
-    scheduler.store.set_control("resume")
-    wait_for(lambda: control.state == "running", 2)
-    ext.check()
+    # when its Redis thread hands over that the job is paused
+    thread.control = "paused"
+    thread.changed()
+    # then the engine gets nothing, the request is kept
+    assert scheduler.next_request() is None
+    assert len(scheduler) == 1 and ext.applied == "paused"
+    # when it is resumed, then the engine is woken and the request is handed out
+    woken = fake_engine(scheduler).woken
+    thread.control = "running"
+    thread.changed()
     request = scheduler.next_request()
-    assert request is not None and request.url == "http://a/1" and not thread.leasing_held
-    control.close()
+    assert request is not None and request.url == "http://a/1"
+    assert fake_engine(scheduler).woken > woken
+
+
+def test_the_redis_thread_of_a_paused_job_leases_nothing_until_resumed(store: JobStore) -> None:
+    # given a paused job with one request queued, and a node of it
+    config = ClusterConfig.from_settings(
+        Settings({"CLUSTERSYNC_REDIS_URL": "redis://127.0.0.1:1/0"}), "shop")
+    node_store = JobStore(store.client, "shop", config.node_id)
+    epoch, _ = node_store.join(ttl_ms=60_000, claim=False)
+    node_store.flush(epoch, [Push(b"\x01" * 20, 0, b"request")], new_call_id())
+    store.set_control("pause")
+    node = NodeThread(node_store, config, epoch)
+    # when its Redis thread runs a while
+    node.start()
+    node.wait_for(lambda link: link.control == "paused", 2)
+    time.sleep(0.3)
+    node.pump()
+    # then it leased nothing; once the job is resumed it leases the request
+    assert node.link.waiting == 0
+    store.set_control("resume")
+    node.wait_for(lambda link: link.waiting == 1, 3)
+    entry = node.take()
+    assert node.close(unacked=[entry[0]] if entry else []) is not None
 
 
 def test_a_stopped_job_closes_the_node_with_clustersync_stopped(tmp_path: Path) -> None:
-    # given a node following its job, with another node alive (so the stop waits for nodes)
-    scheduler, _ = make_scheduler(tmp_path)
+    # given a node following its job, with its spider open
+    scheduler, thread = make_scheduler(tmp_path)
     ext = JobControl(scheduler.crawler)
     ext.node_opened(scheduler)
-    scheduler.store.client.zadd(scheduler.store.keys.nodes, {"other": 2**52})
     fake_engine(scheduler).spider = scheduler.crawler.spider
-    control = scheduler.control
-    assert control is not None
-    # when the job is stopped
-    assert scheduler.store.set_control("stop").after == "stopping"
-    wait_for(lambda: control.state == "stopping", 2)
-    ext.check()
+    # when its Redis thread hands over that the job is stopping
+    thread.control = "stopping"
+    thread.changed()
     # then the engine closes the spider with clustersync_stopped, a failure reason
     assert fake_engine(scheduler).closed_with == "clustersync_stopped"
     assert is_failure("clustersync_stopped")
-    control.close()

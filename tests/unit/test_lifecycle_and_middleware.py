@@ -81,9 +81,9 @@ def test_a_finished_job_wakes_the_engine_once_and_leaves_the_close_to_scrapy(
     engine = fake_engine(scheduler)
     engine.spider = scheduler.crawler.spider
     thread.finished_with = "finished"
-    # when the extension's loop checks the node three times
+    # when the node's Redis thread hands over news three times
     for _ in range(3):
-        lifecycle._check()
+        thread.changed()
     # then it woke the engine once (so spider_idle comes as often as in plain Scrapy) and did
     # not close the spider itself: Scrapy does, with its reason or a CloseSpider's
     assert engine.woken == 1
@@ -96,11 +96,11 @@ def test_a_job_finished_again_after_the_node_found_more_work_wakes_the_engine_ag
     lifecycle, scheduler, thread = opened_lifecycle(tmp_path)
     engine = fake_engine(scheduler)
     thread.finished_with = "finished"
-    lifecycle._check()
+    thread.changed()
     thread.finished_with = None  # a spider_idle handler scheduled a request
-    lifecycle._check()
+    thread.changed()
     thread.finished_with = "finished"
-    lifecycle._check()
+    thread.changed()
     assert engine.woken == 2
 
 
@@ -110,8 +110,8 @@ def test_a_busy_node_whose_job_is_gone_is_closed_by_the_extension(tmp_path: Path
     engine = fake_engine(scheduler)
     engine.spider = scheduler.crawler.spider
     thread.finished_with = "clustersync_state_lost"
-    # when the extension's loop checks the node
-    lifecycle._check()
+    # when the node's Redis thread hands that over
+    thread.changed()
     # then it asks the engine to close the spider with that reason at once
     assert engine.closed_with == "clustersync_state_lost"
 
@@ -119,7 +119,7 @@ def test_a_busy_node_whose_job_is_gone_is_closed_by_the_extension(tmp_path: Path
 def test_an_extension_without_a_node_leaves_scrapy_alone(tmp_path: Path) -> None:
     lifecycle = NodeLifecycle(make_crawler())
     lifecycle.spider_idle()
-    lifecycle._check()
+    lifecycle.node_changed()
 
 
 async def _start(*outputs: Any, error: Exception | None = None) -> AsyncIterator[Any]:

@@ -8,7 +8,7 @@ import pytest
 from scrapy import Request
 from scrapy.settings import Settings
 
-from scrapy_clustersync.node.write_stream import RecentPushes
+from scrapy_clustersync.node.prefetch import RecentPushes
 from scrapy_clustersync.plugin.crawl_order import QueueOrder
 from scrapy_clustersync.store import Push, PushFlags
 

@@ -10,7 +10,7 @@ from scrapy.exceptions import CloseSpider
 from twisted.python.failure import Failure
 
 from scrapy_clustersync.codec import LEASE_META_KEY
-from scrapy_clustersync.plugin.cluster_scheduler import DEQUEUE_WAIT_S, ClusterScheduler
+from scrapy_clustersync.plugin.cluster_scheduler import NO_ENGINE_WAIT_S, ClusterScheduler
 from scrapy_clustersync.store import Ack, DeadLetterEntry, Push, Release
 
 from .node_fakes import FakeRedisThread, fake_engine, make_scheduler
@@ -249,14 +249,31 @@ def test_a_scheduler_can_be_built_for_a_crawler_whose_spider_has_no_name() -> No
     assert scheduler.config.job == "default"
 
 
-def test_a_node_with_nothing_to_download_waits_for_its_own_new_requests(tmp_path: Path) -> None:
+def test_a_node_with_nothing_to_download_asks_for_its_own_new_requests_without_waiting(
+    tmp_path: Path,
+) -> None:
     # given a node that has just enqueued a request and holds nothing else
     scheduler, thread = make_scheduler(tmp_path)
     scheduler.enqueue_request(Request("http://a/1"))
     # when the engine asks for the next request
+    request = scheduler.next_request()
+    # then it gets none yet, and the Redis thread is asked to lease the request back as soon
+    # as it is in Redis (as Scrapy hands it out at once); the engine is woken when it comes
+    assert request is None
+    assert thread.lease_wanted == 1 and thread.settled == []
+
+
+def test_a_scheduler_no_engine_drives_waits_for_its_own_new_requests(tmp_path: Path) -> None:
+    # given a scheduler called directly (as Scrapy's own scheduler tests call it), no engine
+    # driving it, that has just enqueued a request and holds nothing else
+    scheduler, thread = make_scheduler(tmp_path)
+    fake_engine(scheduler)._slot.scheduler = None
+    scheduler.enqueue_request(Request("http://a/1"))
+    # when it is asked for the next request
     scheduler.next_request()
-    # then the node waits for it (as Scrapy hands it out at once), a bounded time
-    assert thread.awaited == [DEQUEUE_WAIT_S]
+    # then it waits for the request to come back leased (a bounded time): there is no engine
+    # to wake when it comes; a crawl's engine never waits (test above)
+    assert thread.settled == [NO_ENGINE_WAIT_S]
 
 
 def test_a_node_that_downloads_never_waits_for_redis(tmp_path: Path) -> None:
@@ -267,5 +284,31 @@ def test_a_node_that_downloads_never_waits_for_redis(tmp_path: Path) -> None:
     scheduler.enqueue_request(Request("http://a/2"))
     # when the engine asks for more
     assert scheduler.next_request() is None
-    # then it was not held up: the download goes on while the request travels
-    assert thread.awaited == []
+    # then it did not ask for a lease out of turn: the download goes on while it travels
+    assert thread.lease_wanted == 0
+
+
+def test_start_goes_on_only_once_the_engine_was_handed_a_request(tmp_path: Path) -> None:
+    # given a node that starves: start() just yielded its first request, nothing else is held
+    scheduler, thread = make_scheduler(tmp_path)
+    scheduler.enqueue_request(Request("http://a/1"))
+    assert scheduler.next_request() is None  # not leased back yet
+    sent = scheduler.own_requests_sent()
+    assert sent is not None
+    fired: list[object] = []
+    sent.addCallback(fired.append)
+    # when the lease comes back, start() still waits: the engine has not sent it yet
+    lease_to(scheduler, thread, "http://a/1", "e1")
+    thread.changed()
+    assert fired == []
+    # then it goes on once the engine was handed the request, as in Scrapy
+    assert scheduler.next_request() is not None
+    assert fired == [None]
+
+
+def test_start_does_not_wait_while_the_node_downloads(tmp_path: Path) -> None:
+    scheduler, thread = make_scheduler(tmp_path)
+    lease_to(scheduler, thread, "http://a/1", "e1")
+    assert scheduler.next_request() is not None  # downloading
+    scheduler.enqueue_request(Request("http://a/2"))
+    assert scheduler.own_requests_sent() is None

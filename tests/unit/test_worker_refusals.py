@@ -9,9 +9,10 @@ import fakeredis
 from scrapy.settings import Settings
 
 from scrapy_clustersync.config import ClusterConfig
-from scrapy_clustersync.node.redis_thread import SyncWorker
 from scrapy_clustersync.store import Ack, JobStore, Push
 from scrapy_clustersync.store.write_ops import Arg
+
+from .thread_harness import NodeThread
 
 
 @dataclass(frozen=True)
@@ -30,13 +31,13 @@ def test_a_write_that_cannot_be_encoded_is_dead_lettered_and_the_writes_after_it
         Settings({"CLUSTERSYNC_REDIS_URL": "redis://127.0.0.1:1/0"}), "job")
     store = JobStore(fakeredis.FakeRedis(), "job", config.node_id)
     epoch, _ = store.join(ttl_ms=60_000)
-    worker = SyncWorker(store, config, epoch, dict, on_leased=lambda: None)
-    worker.submit(UnencodablePush(b"\x01" * 20, 0, b"bad request"))
-    worker.submit(Push(b"\x02" * 20, 0, b"good request"))
-    worker.submit(Ack("00000000000000011234abcd"))
+    node = NodeThread(store, config, epoch)
+    node.link.submit(UnencodablePush(b"\x01" * 20, 0, b"bad request"))
+    node.link.submit(Push(b"\x02" * 20, 0, b"good request"))
+    node.link.submit(Ack("00000000000000011234abcd"))
     # when it sends them and closes
-    worker.start()
-    undelivered = worker.close(unacked=[])
+    node.start()
+    undelivered = node.close(unacked=[])
     # then everything reached Redis: the bad write as a dead letter, the good one queued
     assert not undelivered
     status = store.status()

@@ -1,0 +1,172 @@
+"""The node's heartbeat and rejoin, on its Redis thread (part of ``redis_thread.SyncWorker``).
+
+The heartbeat renews the node's record and its leases, reports it idle or busy, and brings back
+the cluster as Redis sees it (``Heartbeat``: finished or not, start() state, nodes alive). A node
+another node declared dead (it stood still or was cut off) drops what it prefetched and rejoins.
+The reactor answers the thread's pings (``ReactorAlive``): a reactor stuck for half a lease
+stops the heartbeat, so that the node's leases run out and other nodes crawl them, as if the
+node were dead.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ..config import ClusterConfig
+from ..store import JobStore
+from ..store.script_results import DeadNode, Heartbeat
+from .outages import OUTAGE_BACKOFF_MAX_S
+from .thread_api import StartState
+
+if TYPE_CHECKING:
+    from .reactor_link import NodeLink
+    from .write_stream import WriteStream
+
+logger = logging.getLogger(__name__)
+
+#: how often the thread asks the reactor whether it runs (a ping it answers on the queue)
+PING_INTERVAL_S = 0.25
+
+
+class HeartbeatPart:
+    """The heartbeat, rejoin and reactor watch of ``SyncWorker`` (see the module doc)."""
+
+    store: JobStore
+    config: ClusterConfig
+    epoch: str
+    _node_info: Callable[[], dict[str, Any]]
+    _post: Callable[..., object]
+    _link: NodeLink
+    _writes: WriteStream
+    _held: set[str]
+    _unstarted: dict[str, None]
+    _node_idle: bool
+    _activity: int
+    _away_since: float | None
+    _rollbacks: int
+    _control: str | None
+
+    def _init_heartbeats(self, start_state: str) -> None:
+        self._next_heartbeat = 0.0
+        self._activity_at_beat = 0
+        #: ``_activity`` when a heartbeat last reported the node idle (None: it reported busy)
+        self._idle_reported_at: int | None = None
+        #: ``_activity`` as it was when a heartbeat answered "finished"; None while not finished
+        self._finished_at: int | None = None
+        #: declared_ms of the last death of this node a heartbeat told it of (0: none)
+        self._death_told = 0
+        self._cluster: Heartbeat | None = None
+        self._start_state = StartState(start_state)
+        #: the entries the reactor is asked to drop (a rejoin) until it answers: no lease before
+        self._drop_asked = False
+        self._reactor_seen = time.monotonic()
+        self._pinged_at = 0.0
+
+    def _ping(self, now: float) -> None:
+        """Ask the reactor to say it runs, every PING_INTERVAL_S while it answers."""
+        if now - self._pinged_at >= PING_INTERVAL_S and self._pinged_at <= self._reactor_seen:
+            self._pinged_at = now
+            self._post(self._link.ping)
+
+    def _beat(self, now: float) -> None:
+        """Send the heartbeat; the next one is due in an interval, or sooner when the job is
+        finished then if nothing changes (a node that just turned idle has settled)."""
+        self._next_heartbeat = now + self.config.heartbeat_interval_s
+        wait_ms = self._send_heartbeat(leaving=False)
+        if wait_ms > 0:
+            self._next_heartbeat = min(self._next_heartbeat, now + wait_ms / 1000)
+
+    def _send_heartbeat(self, leaving: bool) -> int:
+        """Send the heartbeat; returns its ``finish_wait_ms`` (-1 if none was sent)."""
+        if not leaving and self._reactor_stuck():
+            return -1
+        idle = self._node_idle and self._quiet
+        beat = self.store.heartbeat(
+            self.epoch,
+            ttl_ms=0 if leaving else int(self.config.node_dead_after_s * 1000),
+            lease_ms=int(self.config.lease_timeout_s * 1000),
+            info=self._node_info() | self.figures()
+            | {"state": "closed" if leaving else self._state(idle)},
+            idle=idle,
+            idle_after_ms=int(self.config.idle_close_after_s * 1000),
+            lease_ids=sorted(self._held),
+            busy_since_last=self._activity != self._activity_at_beat,
+            # after an outage, nodes retry up to OUTAGE_BACKOFF_MAX_S apart: none is dead for it
+            grace_ms=int((OUTAGE_BACKOFF_MAX_S + self.config.heartbeat_interval_s) * 1000),
+            # a gap of two heartbeats: a live node's heartbeats come one interval apart
+            gap_ms=int(min(self.config.node_dead_after_s,
+                           2 * self.config.heartbeat_interval_s) * 1000),
+            told_ms=self._death_told,
+        )
+        self._heard(beat, idle, leaving)
+        return beat.finish_wait_ms
+
+    def _heard(self, beat: Heartbeat, idle: bool, leaving: bool) -> None:
+        for node, leases in beat.declared_dead:
+            logger.warning(
+                "clustersync: node %s sent no heartbeat for %gs (CLUSTERSYNC_NODE_DEAD_AFTER): "
+                "declared dead; its %d leased requests are back in the queue", node,
+                self.config.node_dead_after_s, leases)
+        death = beat.my_death
+        if death is not None and death.declared_ms != self._death_told:
+            self._death_told = death.declared_ms
+            if not leaving:  # (a leaving node holds nothing more)
+                self._rejoin(death, beat.server_ms)
+        self._activity_at_beat = self._activity
+        self._cluster = beat
+        self._idle_reported_at = self._activity if idle else None
+        self._start_state = StartState(beat.start, self._rollbacks)
+        if not leaving:
+            self._finished_at = self._activity if beat.finished and idle else None
+
+    def _rejoin(self, death: DeadNode, now_ms: int) -> None:
+        """Another node declared this one dead (it stood still or was cut off): its leases went
+        back to the queue then. The reactor drops its prefetched entries (they are queued again;
+        releasing those leased since changes nothing for the others; nothing is leased before
+        those releases are in Redis, or a lease could take one again and its release hand it
+        back while the node holds it), the requests under way finish: their acks remove them
+        from the queue or from another node's lease, counted once. The heartbeat that told it
+        already made the node live again."""
+        self._drop_asked = True
+        self._post(self._link.drop_prefetched)
+        logger.warning(
+            "clustersync: node %s was declared dead by node %s %.1fs ago (no heartbeat for "
+            "%gs: the process stood still or lost its network) and %d of its leases went back "
+            "to the queue; it drops its %d prefetched requests, lets the %d under way finish "
+            "and rejoins the job", self.config.node_id, death.by,
+            max(0, now_ms - death.declared_ms) / 1000, self.config.node_dead_after_s,
+            death.leases_returned, len(self._unstarted),
+            max(0, len(self._held) - len(self._unstarted)))
+
+    def _reactor_stuck(self) -> bool:
+        stuck_s = time.monotonic() - self._reactor_seen
+        if stuck_s < self.config.lease_timeout_s / 2:
+            return False
+        self._log_once(logging.WARNING, "clustersync: this node's reactor has not run for half "
+                       "a lease (a callback or pipeline that blocks?); the node stops renewing its "
+                       "leases, so other nodes crawl them if it stays stuck")
+        return True
+
+    def _state(self, idle: bool) -> str:
+        """The node's state in its record: starting (nothing done yet), crawling, idle, paused
+        (the job is paused or stopping: it starts nothing new), disconnected (Redis away);
+        "closed" is sent by a node that leaves, and ``status`` shows "dead" for a node
+        declared dead."""
+        if self._away_since is not None:
+            return "disconnected"
+        if self._control is not None and self._control != "running":
+            return "paused"
+        if idle:
+            return "idle"
+        return "starting" if self._activity == 0 and not self._held else "crawling"
+
+    if TYPE_CHECKING:  # provided by SyncWorker and OutagePart
+        @property
+        def _quiet(self) -> bool: ...
+
+        def figures(self) -> dict[str, Any]: ...
+
+        def _log_once(self, level: int, message: str, exc_info: bool = False) -> None: ...
