@@ -77,7 +77,8 @@ DIFFERENCES: dict[str, str] = {
     ),
     f"{_DUPEFILTERS}test_log_debug[None]": (
         "stats are batched: dupefilter/filtered reaches the crawler's stats when the scheduler "
-        "publishes its counts (every check and at close), not at each log() call"
+        "publishes its counts (when its Redis thread reports a change, and at close), not at "
+        "each log() call"
     ),
     "tests/test_engine_close_spider.py::test_exception_scheduler": (
         "Scrapy's Scheduler internals: the test deletes Scheduler.dqs to make close() fail"

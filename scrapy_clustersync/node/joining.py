@@ -73,7 +73,7 @@ def warn_of_risks(store: JobStore, config: ClusterConfig) -> None:
 
 def join_job(store: JobStore, config: ClusterConfig) -> Joined | str:
     """Join the job as a node; returns what the join answered, or, with one ERROR line logged,
-    the reason the node must stop with (see stopping.py): Redis unreachable or refusing this
+    the reason the node must stop with (stop_reasons.py): Redis unreachable or refusing this
     client, the job stopped by ``clustersync stop`` (it is not joined: the node holds nothing
     and claims no start()), or the job finished (unless ``CLUSTERSYNC_RECRAWL`` restarts it).
     A paused job is joined: the node waits (the control extension says so)."""

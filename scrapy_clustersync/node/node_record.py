@@ -5,8 +5,8 @@ read them, each as optional): node, host, ip, pid, started, updated (Unix second
 runs_start, concurrency (CONCURRENT_REQUESTS), inflight, pages, items, errors (spider
 exceptions and download errors), pages_per_min, unserializable, cpu_percent, rss_bytes,
 load_avg (1, 5, 15 min), settings_version (None until shared settings exist), versions
-(clustersync, scrapy, python) and digest (digest.py). The Redis thread adds its own figures
-(leased, prefetched, buffered) and the state (worker.py ``_state``).
+(clustersync, scrapy, python) and digest (project_digest.py). The Redis thread adds its own figures
+(leased, prefetched, buffered) and the state (heartbeats.py ``_state``).
 """
 
 from __future__ import annotations

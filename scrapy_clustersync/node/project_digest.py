@@ -1,6 +1,6 @@
 """A short digest of what makes nodes crawl alike: the project's code and its settings.
 
-Every node puts it in its record (nodeinfo.py), so that ``clustersync status`` can show nodes
+Every node puts it in its record (node_record.py), so that ``clustersync status`` can show nodes
 that run different code or settings. Two nodes started from the same project files with the
 same settings get the same digest, on any machine and whatever ``PYTHONHASHSEED``.
 

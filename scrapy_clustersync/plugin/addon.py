@@ -40,7 +40,7 @@ class Addon:
     def update_settings(self, settings: BaseSettings) -> None:
         settings.set_in_component_priority_dict("EXTENSIONS", ExitCode, 0)
         # every setting is checked now, before Scrapy starts anything: a bad value stops the
-        # node with one clear error and a non-zero exit (stopping.py), without a traceback
+        # node with one clear error and a non-zero exit (stop_reasons.py), without a traceback
         try:
             ClusterConfig.from_settings(settings, spider_name=self.spider_name)
         except ConfigError as exc:

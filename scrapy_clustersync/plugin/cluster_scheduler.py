@@ -18,7 +18,7 @@ from scrapy.utils.defer import deferred_from_coro
 from twisted.internet.defer import Deferred, maybeDeferred
 
 from ..codec import LEASE_META_KEY, RequestCodec, UndecodableEntry, UnencodableRequest
-from ..config import ClusterConfig, redact_url
+from ..config import DEFAULTS, ClusterConfig, redact_url
 from ..node.joining import open_node
 from ..node.node_record import NodeInfo
 from ..node.redis_thread import open_redis_thread
@@ -87,7 +87,7 @@ class ClusterScheduler:
         #: whether a request is a duplicate on this node (``df``, then ``dupefilter``)
         self.dedup = NodeDedup(crawler, dupefilter, dupefilter if df is None else df)
         self.spool = spool
-        #: Scrapy's order within a priority, from the project's queue settings (order.py)
+        #: Scrapy's order within a priority, from the project's queue settings (crawl_order.py)
         self.order = order or QueueOrder()
         self.stats = crawler.stats
         #: stats gathered on the hot path, added to the crawler's stats in publish_counts()
@@ -102,11 +102,11 @@ class ClusterScheduler:
         self.local: deque[Request] = deque()
         self._kinds_kept: set[str] = set()  # what made them unable to travel (warned once)
         self._rollbacks_seen = 0
-        #: the job's start() on this node (see startrun.py); set by open()
+        #: the job's start() on this node (see node/start_run.py); set by open()
         self.start: StartRun | None = None
-        #: sends the growth of this node's Scrapy stats to the job's sums (clusterstats.py)
+        #: sends the growth of this node's Scrapy stats to the job's sums (stats_sender.py)
         self.stats_sender: StatsSender | None = None
-        #: closes the spider once open, when the node could not join (see stopping.py)
+        #: closes the spider once open, when the node could not join (see stop_reasons.py)
         self._stop: StopWhenOpened | None = None
         #: start() waits on these while the node starves for its own requests (see
         #: own_requests_sent)
@@ -132,7 +132,8 @@ class ClusterScheduler:
             CrawlerFingerprinter(crawler), Counter(), config.local_seen_cache,
             debug=settings.getbool("DUPEFILTER_DEBUG"),
         )
-        spool = Spool(settings.get("CLUSTERSYNC_SPOOL_DIR") or ".clustersync-spool", config.job)
+        spool_dir = str(settings.get("CLUSTERSYNC_SPOOL_DIR") or DEFAULTS["CLUSTERSYNC_SPOOL_DIR"])
+        spool = Spool(spool_dir, config.job)
         store = JobStore(client, config.job, config.node_id, config.dedup,
                          failed_keep=config.failed_keep)
         df = project_dupefilter(crawler, dupefilter)
@@ -150,7 +151,7 @@ class ClusterScheduler:
         wait meanwhile); returns a Deferred that fires once it did, then with ``df.open()``.
 
         A node that cannot join (Redis unreachable or refusing it, the job finished) logs why
-        and closes as soon as the spider is open (stopping.py): it never joined, so it has
+        and closes as soon as the spider is open (stop_reasons.py): it never joined, so it has
         nothing to lose, and a clear stop beats a node that silently crawls nothing.
         """
         if self.codec.spider is None:

@@ -9,7 +9,7 @@ to the reactor; this extension acts on it there, each time the thread handed som
   under way finish; the node stays open (the job is not finished while paused: heartbeat.lua).
 - running again: leasing goes on and the engine is woken.
 - stopping (or stopped): the node closes with reason ``clustersync_stopped`` (a failure
-  reason: exit code 1, see stopping.py). Scrapy lets the requests under way finish before the
+  reason: exit code 1, see stop_reasons.py). Scrapy lets the requests under way finish before the
   scheduler closes; the scheduler hands back what the node had not started.
 
 Each change is logged once, in one line.

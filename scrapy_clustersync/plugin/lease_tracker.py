@@ -11,7 +11,7 @@ ordered write stream, so Redis never holds the ack without the children.
 A request replaced in the downloader (redirect, retry) is acked once its replacement is
 buffered (``ClusterScheduler.enqueue_request`` asks ``replaced_in_downloader``).
 
-A request that failed (see tasks.py for what counts) is acked the same way, at the same moment,
+A request that failed (request_tasks.py: what counts) is acked the same way, at the same moment,
 with a ``Failed`` op that also records why: the tracker learns it from what Scrapy hands the
 errback (``Scraper.call_spider_async`` with a Failure) and from ``handle_spider_error``.
 """

@@ -3,7 +3,7 @@ callback's requests inherit its task: ``process_spider_output``.
 
 It is the spider middleware nearest the engine (the add-on installs it at ``ORDER``), so what
 it yields goes straight to the engine, after every other middleware's ``process_start``. See
-startrun.py for when this node runs start() and when start() is done. Acks are not decided
+node/start_run.py for when this node runs start() and when start() is done. Acks are not decided
 here: see scheduler.py.
 """
 
@@ -30,8 +30,8 @@ ORDER = -(10**9)
 
 
 class ClusterSpiderMiddleware:
-    """Runs the spider's start() only where the job's ``StartRun`` says (see startrun.py), and
-    gives the requests a callback yields the task of its request (tasks.py)."""
+    """Runs the spider's start() only where the job's ``StartRun`` says (see node/start_run.py), and
+    gives the requests a callback yields the task of its request (request_tasks.py)."""
 
     def __init__(self) -> None:
         self.run: StartRun | None = None

@@ -6,7 +6,7 @@ crawler's stats with what it last sent and submits one ``StatsCounts`` op with t
 each summed stat. The op travels in the node's ordered write stream, so it goes to Redis in the
 next flush with the pushes and acks (no call of its own while the node crawls), and it
 is applied once even when a call is retried (flush.lua's call id). It is left out of the spool
-(writes.py ``undelivered``): a node killed with SIGKILL, or closed while Redis is away, loses
+(write_stream.py ``undelivered``): a node killed with SIGKILL, or closed while Redis is away, loses
 at most the growth since its last send.
 """
 

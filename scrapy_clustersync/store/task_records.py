@@ -39,7 +39,7 @@ def _object(value: str | bytes, what: str) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class FailedRequest:
-    """One item of the failed list: a request that failed (see tasks.py for what counts).
+    """One item of the failed list: a request that failed (see request_tasks.py for what counts).
 
     ``status``: the HTTP status, None without a response; ``error``: the exception (class and
     message) or "HTTP <status>"; ``attempts``: downloads tried, None if unknown; ``at_ms``:

@@ -158,7 +158,7 @@ class Ack(_LeaseOp):
 @dataclass(frozen=True)
 class Failed(Ack):
     """The leased request ``entry_id`` is done, and failed (opcode ``F``): an ack that also
-    records why, in the job's failed requests and in its task (see leases.py for what counts
+    records why, in the job's failed requests and in its task (see lease_tracker.py for what counts
     as failed).
 
     ``url``: the request's URL; ``status``: the HTTP status (0: no response); ``error``: the

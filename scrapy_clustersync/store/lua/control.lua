@@ -2,7 +2,7 @@
 -- once no live node is left). The state is the meta field `control` (absent = running), with
 -- `control_ms`, the server time of its last change. A change is PUBLISHed on the job's control
 -- channel (`channel`), so that nodes apply it at once; nodes also re-read the field every
--- fraction of a second (control.py), so one that missed the message converges.
+-- fraction of a second (node/control_follower.py), so one that missed the message converges.
 --
 -- (store/control_state.py ControlScript builds the call and reads the answer.)
 --
@@ -12,7 +12,7 @@
 -- KEYS[4]  deadlines  zset    leased entry id -> lease deadline (server ms)
 -- ARGV[1]  action     string  "pause", "resume", "stop" or "settle" (change nothing but a stop
 --                             that no live node holds up any more)
--- ARGV[2]  channel    string  the job's control channel (keys.py JobKeys.control_channel)
+-- ARGV[2]  channel    string  the job's control channel (store/keys.py JobKeys.control_channel)
 -- Returns {verdict, before, after, control_ms}: verdict is "changed", "same" (already so:
 -- nothing done), "finished" (the job finished: pause and stop make no sense, nothing done),
 -- "stopping" (pause refused while a stop is under way or done) or "absent" (no such job);
