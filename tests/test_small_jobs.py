@@ -162,6 +162,25 @@ def test_a_job_that_stores_a_dedup_mode_this_version_does_not_write_is_not_joine
     assert not client.exists(KEYS.seen) and not client.exists(KEYS.bloom)
 
 
+def test_a_node_asked_to_join_a_job_it_cannot_read_stops_with_a_clear_error_and_exit_code(
+    redis_server: RedisServer, site: SiteFactory, tmp_path: Path
+) -> None:
+    # given a job "site" whose meta names a dedup mode this version does not read
+    web = site(5)
+    client = make_client(redis_server.url)
+    client.hset("clustersync:{site}:meta", mapping={
+        "epoch": "e1", "dedup": "bloom", "bloom_capacity": 1000, "bloom_error": "0.001"})
+    # when a node is started on it
+    node = start_nodes(1, redis_server.url, web.start_url, tmp_path)[0]
+    code = node.wait(60)
+    # then it fetches nothing and stops non-zero, saying what the job holds and how to go on,
+    # not that Redis is unreachable
+    assert code != 0 and pages_fetched_twice(web) == {} and len(missing_pages(web)) == 5
+    assert node.finish_reason() == "clustersync_job_unreadable"
+    assert "records its fingerprints as 'bloom'" in node.log() and "purge" in node.log()
+    assert "reachable" not in node.log()
+
+
 def test_an_older_node_refuses_a_job_that_starts_with_a_set(redis_server: RedisServer) -> None:
     # given a job created by this version
     store, _ = store_for(redis_server.url, DedupSettings())

@@ -10,10 +10,16 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
 from ..config import ClusterConfig, redact_url
-from ..plugin.stop_reasons import JOB_FINISHED, JOB_STOPPED, REDIS_AUTH_REFUSED, REDIS_UNREACHABLE
+from ..plugin.stop_reasons import (
+    JOB_FINISHED,
+    JOB_STOPPED,
+    JOB_UNREADABLE,
+    REDIS_AUTH_REFUSED,
+    REDIS_UNREACHABLE,
+)
 from ..store import JobStore, StoreError
 from ..store.control_state import STOPPED, STOPPING, ControlState
-from ..store.errors import AccessRefused
+from ..store.errors import AccessRefused, JobUnreadable
 from ..store.script_results import FinishedRun, Joined
 from .thread_api import NodeOpened
 
@@ -90,6 +96,9 @@ def join_job(store: JobStore, config: ClusterConfig) -> Joined | str:
             "CLUSTERSYNC_REDIS_URL (redis://USER:PASSWORD@host:port/db) and that the user may "
             "run scripts on the job's keys (clustersync:*).", url, exc)
         return REDIS_AUTH_REFUSED
+    except JobUnreadable as exc:
+        logger.error("clustersync: cannot join job %r at %s: %s.", config.job, url, exc)
+        return JOB_UNREADABLE
     except StoreError as exc:
         logger.error(
             "clustersync: cannot join job %r at %s: %s. Check CLUSTERSYNC_REDIS_URL and that "

@@ -29,6 +29,8 @@ REDIS_UNREACHABLE = "clustersync_redis_unreachable"
 REDIS_AUTH_REFUSED = "clustersync_redis_auth_refused"
 JOB_FINISHED = "clustersync_job_finished"
 BAD_SETTING = "clustersync_bad_setting"
+#: the job's stored state is of a kind this version does not read (``clustersync purge`` it)
+JOB_UNREADABLE = "clustersync_job_unreadable"
 #: ``clustersync stop JOB``: the node handed back what it had not started and closed
 JOB_STOPPED = "clustersync_stopped"
 

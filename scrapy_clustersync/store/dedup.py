@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .bloom_layout import BloomParams, expected_error, layer
-from .errors import StoreError
+from .errors import JobUnreadable, StoreError
 from .keys import JobKeys
 from .records import BloomLayout
 
@@ -47,10 +47,10 @@ def setting_of(job_mode: str) -> str:
 
 
 def check_job_mode(job: str, job_mode: str) -> None:
-    """Raise StoreError if ``job_mode``, what job ``job`` stores, is no mode this version
+    """Raise JobUnreadable if ``job_mode``, what job ``job`` stores, is no mode this version
     writes: the job was made by another program, and its fingerprints cannot be read."""
     if job_mode not in SETTING_OF_JOB_MODE:
-        raise StoreError(
+        raise JobUnreadable(
             f"job {job!r} records its fingerprints as {job_mode!r}, which this version does "
             f"not read (it writes {', '.join(map(repr, SETTING_OF_JOB_MODE))}); "
             "`clustersync purge` the job to crawl it afresh")

@@ -26,6 +26,11 @@ class AccessRefused(StoreError):
     """
 
 
+class JobUnreadable(StoreError):
+    """The job's stored state is of a kind this version does not read (made by another program
+    or with a mode it does not write); a node cannot join it until the job is purged."""
+
+
 class StateLost(StoreError):
     """The job's keys are gone or were replaced: Redis restarted empty or the job was purged."""
 
