@@ -24,6 +24,7 @@ from conftest import ProxyFactory
 #: both tests measure how long the reactor is held (seconds): never beside another such test
 pytestmark = pytest.mark.timing
 
+
 def _node_through(proxy: TcpProxy, **settings: str) -> SyncWorker:
     config = ClusterConfig.from_settings(
         Settings({"CLUSTERSYNC_REDIS_URL": proxy.url(), **settings}), "job")
