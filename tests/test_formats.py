@@ -44,7 +44,7 @@ def leased_entry(store: JobStore, epoch: str, priority: int = 0) -> tuple[str, b
     return entry_id, blob
 
 
-# ---- what the scripts wrote, read back ----------------------------------------------------------
+# ---- what the scripts wrote, read back ---------------------------------------------------------
 def test_the_bloom_layout_the_flush_script_stores_parses_to_the_layer_it_was_given(
     redis_server: RedisServer, filter_from_first_url: None,
 ) -> None:
@@ -130,7 +130,7 @@ def test_the_node_record_a_heartbeat_stores_parses_back_to_what_the_node_sent(
     assert node == info | {"id": "n1", "alive": True, "idle": False, "stats": {}}
 
 
-# ---- the formats on their own -------------------------------------------------------------------
+# ---- the formats on their own ------------------------------------------------------------------
 def test_values_of_another_form_are_refused_with_the_format_they_miss() -> None:
     with pytest.raises(FormatError, match="is not 5 integers"):
         BloomLayout.parse("1 2 3")

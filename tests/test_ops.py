@@ -64,7 +64,7 @@ def joined(server: RedisServer, dedup: DedupSettings) -> tuple[JobStore, str]:
     return store, store.join(ttl_ms=60_000)[0]
 
 
-# ---- the records --------------------------------------------------------------------------------
+# ---- the records ------------------------------------------------------------------------------
 @pytest.mark.parametrize("op", ONE_OF_EACH, ids=lambda op: type(op).__name__)
 def test_every_op_reads_back_from_its_script_arguments_after_a_msgpack_round_trip(op: Op) -> None:
     # given an op's script arguments as the spool keeps them on disk
@@ -132,7 +132,7 @@ def test_a_refused_write_becomes_a_dead_letter_that_keeps_what_it_was() -> None:
     assert ack.as_release() == Release(ack.entry_id)
 
 
-# ---- one op table, in Python and in Lua ---------------------------------------------------------
+# ---- one op table, in Python and in Lua -------------------------------------------------------
 def test_the_flush_script_has_one_op_table_and_it_agrees_with_the_records() -> None:
     script = resources.files("scrapy_clustersync.store").joinpath("lua/flush.lua").read_text()
     [table] = re.findall(r"local OP_FIELDS = \{([^}]*)\}", script)

@@ -62,7 +62,7 @@ FINGERPRINTER = RequestFingerprinter()
 RACES, RACING_NODES = 5, 40
 
 
-# ---- helpers ------------------------------------------------------------------------------------
+# ---- helpers -------------------------------------------------------------------------------
 def pushed(op: Op) -> Push:
     assert isinstance(op, Push)
     return op
@@ -201,7 +201,7 @@ def dead_pid() -> int:
     return process.pid
 
 
-# ---- a malformed op -----------------------------------------------------------------------------
+# ---- a malformed op --------------------------------------------------------------------------
 @pytest.mark.parametrize(("dedup", "fingerprint"), [(EXACT, b"\x01" * 16), (BLOOM, b"\x01" * 8)],
                          ids=["exact-16-bytes", "bloom-8-bytes"])
 def test_a_batch_with_a_malformed_push_is_refused_and_nothing_of_it_is_applied(
@@ -321,7 +321,7 @@ def test_a_custom_fingerprinter_of_any_length_dedups_in_redis(
     assert queued_urls(store) == {"http://a/1": 1, "http://a/2": 1, "http://a/3": 1}
 
 
-# ---- spool: exactly once ------------------------------------------------------------------------
+# ---- spool: exactly once ---------------------------------------------------------------------
 def test_a_spooled_batch_that_redis_applied_before_its_answer_was_lost_is_not_applied_again(
     redis_server: RedisServer, tmp_path: Path
 ) -> None:
@@ -540,7 +540,7 @@ def test_a_spool_file_of_an_earlier_incarnation_of_the_job_is_kept_aside_as_stal
     assert [p.name for p in (tmp_path / JOB).iterdir()] == [f"{path.name}.stale"]
 
 
-# ---- the Redis thread ---------------------------------------------------------------------------
+# ---- the Redis thread -------------------------------------------------------------------------
 def test_the_redis_thread_survives_an_unexpected_exception_and_sends_the_batch_later(
     redis_server: RedisServer, caplog: pytest.LogCaptureFixture,
     monkeypatch: pytest.MonkeyPatch,
@@ -562,7 +562,7 @@ def test_the_redis_thread_survives_an_unexpected_exception_and_sends_the_batch_l
     assert queued_urls(store) == Counter(["http://a/1", "http://a/2"])
 
 
-# ---- purge --------------------------------------------------------------------------------------
+# ---- purge -------------------------------------------------------------------------------------
 def test_purge_unlinks_every_key_of_the_job_bloom_chunks_included(
     redis_server: RedisServer, filter_from_first_url: None
 ) -> None:

@@ -191,7 +191,7 @@ def test_no_failed_request_is_kept_with_a_limit_of_zero(redis_server: RedisServe
     assert record(store, "t").state == "failed"  # the task still knows
 
 
-# ---- spool files: the previous version's pushes, and this version's ops -------------------------
+# ---- spool files: the previous version's pushes, and this version's ops ------------------------
 def test_a_spool_file_of_the_previous_version_replays_and_its_pushes_have_no_task(
     redis_server: RedisServer, tmp_path: Path
 ) -> None:
