@@ -16,11 +16,9 @@ from datetime import datetime
 from pathlib import Path
 
 import redis
-from click.testing import CliRunner
 from scrapy import Request
 from scrapy.utils.request import RequestFingerprinter
 
-from scrapy_clustersync.cli.app import main as clustersync_main
 from scrapy_clustersync.codec import RequestCodec
 from scrapy_clustersync.config import DedupSettings
 from scrapy_clustersync.store import JobStore, Push, make_client
@@ -28,6 +26,8 @@ from testkit import nodes
 from testkit.proxy import TcpProxy
 from testkit.redis_server import LOCALHOST, RedisServer
 from testkit.site import TestSite
+
+from cli_runner import CliRun, run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE_PROJECT = ROOT / "example_project"
@@ -247,28 +247,10 @@ def joined(server: RedisServer | str, node: str = "n1", job: str = "job",
     return store, epoch
 
 
-@dataclass(frozen=True)
-class CliResult:
-    """What a run of `clustersync` left: its exit code and what it printed."""
-
-    returncode: int
-    stdout: str
-    stderr: str
-
-    @property
-    def output(self) -> str:
-        """Everything it printed: what went to stdout, then what went to stderr."""
-        return self.stdout + self.stderr
-
-
-def clustersync(url: str, *args: str, stdin: str | None = None) -> CliResult:
-    """Run ``clustersync --redis-url URL ARGS...`` in this process (click's CliRunner: no
+def clustersync(url: str, *args: str, stdin: str | None = None) -> CliRun:
+    """Run ``clustersync --redis-url URL ARGS...`` in this process (cli_runner.run_cli: no
     interpreter to start; the entry point itself is tested as a process in tests/test_cli.py)."""
-    result = CliRunner().invoke(clustersync_main, ["--redis-url", url, *args], input=stdin,
-                                prog_name="clustersync")
-    if result.exception is not None and not isinstance(result.exception, SystemExit):
-        raise result.exception
-    return CliResult(result.exit_code, result.stdout, result.stderr)
+    return run_cli(url, *args, input=stdin)
 
 
 # ---- chaos soaks ------------------------------------------------------------------------------
