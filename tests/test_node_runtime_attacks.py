@@ -25,7 +25,7 @@ from scrapy_clustersync.store.job_store import new_call_id
 from scrapy_clustersync.store.write_ops import Ack, Release
 from testkit.redis_server import RedisServer
 
-from conftest import SiteFactory
+from conftest import ProxyFactory, SiteFactory
 from support import (
     missing_pages,
     pages_fetched,
@@ -176,3 +176,44 @@ def test_a_node_stopped_by_ctrl_c_twice_mid_crawl_loses_no_page(
     assert pages_fetched(web) == 200
     # what the first had under way may be fetched twice (at-least-once), nothing more
     assert len(pages_fetched_twice(web)) <= 8 + 4, pages_fetched_twice(web)
+
+
+def test_a_pause_racing_a_lease_in_flight_holds_within_a_second_and_leases_no_more(
+    redis_server: RedisServer,
+) -> None:
+    # given a node whose reactor just took its whole prefetch, so the thread leases again now
+    store, node = _node(redis_server, 40, CLUSTERSYNC_PREFETCH="4")
+    node.start()
+    node.wait_for(lambda link: link.waiting == 4, 10)
+    for _ in range(4):
+        assert node.take() is not None
+    # when the job is paused while that lease is on its way
+    store.control.change("pause")
+    # then the reactor learns it within a second, and no lease is made after it did
+    assert node.wait_for(lambda link: not link.allows_downloads, 5) < 1.0
+    leased = store.status().leased
+    time.sleep(1.0)
+    node.pump()
+    assert store.status().leased == leased <= 8
+    node.close([])
+
+
+def test_ctrl_c_while_the_node_still_joins_holds_no_other_node_up(
+    redis_server: RedisServer, site: SiteFactory, proxy_factory: ProxyFactory, tmp_path: Path,
+) -> None:
+    # given a node whose join takes seconds (every answer from Redis comes 0.7 s late)
+    proxy = proxy_factory(redis_server, delay_s=0.7)
+    web = site(30)
+    first = start_node("node1", proxy.url(), web.start_url, tmp_path,
+                       {"CLUSTERSYNC_SOCKET_TIMEOUT": "5"})
+    store = JobStore(make_client(redis_server.url), "site", "observer")
+    wait_until(lambda: store.status().exists, 30, "the join to reach Redis")
+    # when it gets Ctrl-C before the join's answer reached it, and exits
+    first.process.send_signal(signal.SIGINT)
+    first.wait(60)
+    # then a node started next runs the job's start() (taken over if the first held it) and
+    # crawls every page: the first holds nobody up for ever
+    second = start_node("node2", redis_server.url, web.start_url, tmp_path)
+    wait_all([second], 90)
+    assert missing_pages(web) == [], (store.status(), second.log()[-3000:])
+    assert second.finish_reason() == "finished"
