@@ -36,11 +36,14 @@ from support import (
 )
 
 
-def _node(server: RedisServer, pushes: int, **settings: str) -> tuple[JobStore, NodeThread]:
-    """A node joined to ``job`` whose queue holds ``pushes`` entries (not started yet)."""
-    config = ClusterConfig.from_settings(
-        Settings({"CLUSTERSYNC_REDIS_URL": server.url, **settings}), "job")
-    store = JobStore(make_client(server.url), "job", config.node_id)
+def _node(server: RedisServer, pushes: int, url: str = "",
+          **settings: str) -> tuple[JobStore, NodeThread]:
+    """A node joined to ``job`` (through ``url``, if given) whose queue holds ``pushes`` entries
+    (not started yet)."""
+    url = url or server.url
+    config = ClusterConfig.from_settings(Settings({"CLUSTERSYNC_REDIS_URL": url, **settings}),
+                                         "job")
+    store = JobStore(make_client(url), "job", config.node_id)
     epoch = store.join(ttl_ms=60_000)[0]
     if pushes:
         store.flush(epoch, [Push(bytes([i]) * 20, 0, b"entry") for i in range(pushes)],
@@ -217,3 +220,25 @@ def test_ctrl_c_while_the_node_still_joins_holds_no_other_node_up(
     wait_all([second], 90)
     assert missing_pages(web) == [], (store.status(), second.log()[-3000:])
     assert second.finish_reason() == "finished"
+
+
+def test_a_node_closed_just_after_redis_came_back_sends_its_writes_instead_of_spooling_them(
+    redis_server: RedisServer, proxy_factory: ProxyFactory,
+) -> None:
+    # given a node that saw Redis go away for a few seconds, with a lease and a push buffered
+    proxy = proxy_factory(redis_server)
+    store, node = _node(redis_server, 1, proxy.url(), CLUSTERSYNC_SOCKET_TIMEOUT="1")
+    node.start()
+    node.wait_for(lambda link: link.waiting == 1, 10)
+    proxy.cut()
+    node.submit(Push(b"\xee" * 20, 0, b"child"))
+    node.wait_for(lambda link: link._view.away, 10)
+    time.sleep(3)  # a few failed tries: the next one is seconds away
+    # when Redis is back and the node closes before its next try
+    proxy.restore()
+    undelivered = node.close([], timeout_s=40)
+    # then it sent everything to Redis: nothing is left for a spool that only a node started
+    # in the same directory would replay (meanwhile its lease would hold the entry up)
+    assert not undelivered, undelivered
+    status = store.status()
+    assert (status.queued, status.leased) == (2, 0)
