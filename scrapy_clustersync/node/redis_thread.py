@@ -377,6 +377,10 @@ class SyncWorker(HeartbeatPart, OutagePart):
     def _leave(self, close: Close) -> Undelivered:
         """Release what the node holds, flush (CLOSE_TIMEOUT_S at most), leave the job and
         settle a stop; returns what could not be sent."""
+        if self._state_lost is None and self._away_since is not None:
+            # Redis may be back before the next try was due: one look, rather than spool what
+            # it could take now (only a node started in this directory would send the spool)
+            self._guard(self.store.ping)
         reachable = self._state_lost is None and self._away_since is None
         if reachable and self._pending_lease is not None:
             self._guard(self._lease)  # learn what a call whose answer was lost leased
