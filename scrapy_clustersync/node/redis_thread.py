@@ -32,7 +32,7 @@ from ..store.errors import BadBatch
 from ..store.job_store import new_call_id
 from .control_follower import FOLLOW_INTERVAL_S, ControlFollower
 from .heartbeats import PING_INTERVAL_S, HeartbeatPart
-from .outages import ERROR_BACKOFF_S, OutagePart
+from .outages import OutagePart
 from .reactor_link import Channel, Inbox, Message, NodeLink
 from .thread_api import NodeOpened, StartState, Undelivered
 from .thread_messages import (
@@ -135,16 +135,6 @@ class SyncWorker(HeartbeatPart, OutagePart):
                 self._close(close)
                 return
             self._survive(self._cycle)
-
-    def _survive(self, action: Callable[[], object]) -> None:
-        """Run ``action``; a bug in it is logged (once) and the loop goes on: a dead thread
-        would never answer the node's close, and the node would hang there for ever."""
-        try:
-            action()
-        except Exception as exc:
-            self._log_once(logging.ERROR, f"clustersync: unexpected error in the Redis thread: "
-                           f"{exc!r}; going on", exc_info=True)
-            time.sleep(ERROR_BACKOFF_S)
 
     def _cycle(self) -> None:
         """One turn of the loop, after the reactor's messages were applied."""
