@@ -242,3 +242,29 @@ def test_a_node_closed_just_after_redis_came_back_sends_its_writes_instead_of_sp
     assert not undelivered, undelivered
     status = store.status()
     assert (status.queued, status.leased) == (2, 0)
+
+
+def test_sigterm_while_redis_is_blackholed_exits_and_the_next_node_loses_nothing(
+    redis_server: RedisServer, site: SiteFactory, proxy_factory: ProxyFactory, tmp_path: Path,
+) -> None:
+    # given a node crawling through a proxy to Redis
+    proxy = proxy_factory(redis_server)
+    web = site(300, delay_s=0.01)
+    first = start_node("first", proxy.url(), web.start_url, tmp_path,
+                       {"CLUSTERSYNC_SOCKET_TIMEOUT": "2"})
+    wait_until(lambda: pages_fetched(web) >= 40, 60, "40 pages")
+    # when Redis stops answering (no error: every byte is dropped) and the node gets SIGTERM
+    proxy.cut(blackhole=True)
+    time.sleep(0.5)
+    began = time.monotonic()
+    first.process.terminate()
+    # then it exits cleanly within its close timeout, keeping what it could not send
+    assert first.wait(60) == 0, first.log()[-3000:]
+    assert time.monotonic() - began < 40
+    assert "writes are kept in" in first.log()
+    # and the next node started in the same place sends them and crawls every page
+    proxy.restore()
+    second = start_node("second", redis_server.url, web.start_url, tmp_path)
+    wait_all([second], timeout_s=120)
+    assert missing_pages(web) == [], second.log()[-3000:]
+    assert second.finish_reason() == "finished"
