@@ -268,3 +268,19 @@ def test_sigterm_while_redis_is_blackholed_exits_and_the_next_node_loses_nothing
     wait_all([second], timeout_s=120)
     assert missing_pages(web) == [], second.log()[-3000:]
     assert second.finish_reason() == "finished"
+
+
+def test_a_node_whose_redis_never_answers_at_open_stops_with_a_reason_and_a_non_zero_exit(
+    redis_server: RedisServer, site: SiteFactory, proxy_factory: ProxyFactory, tmp_path: Path,
+) -> None:
+    # given a Redis that accepts connections but never answers (every byte dropped)
+    proxy = proxy_factory(redis_server)
+    proxy.cut(blackhole=True)
+    web = site(5)
+    # when a node starts on it
+    node = start_node("node1", proxy.url(), web.start_url, tmp_path,
+                      {"CLUSTERSYNC_SOCKET_TIMEOUT": "1"})
+    # then it does not hang in open: it stops, says why, and exits non-zero
+    assert node.wait(90) != 0, node.log()[-3000:]
+    assert node.finish_reason() == "clustersync_redis_unreachable", node.log()[-3000:]
+    assert pages_fetched(web) == 0
