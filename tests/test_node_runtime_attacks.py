@@ -27,7 +27,6 @@ from testkit.redis_server import RedisServer
 
 from conftest import ProxyFactory, SiteFactory
 from support import (
-    Node,
     marks,
     missing_pages,
     node_env,
@@ -292,22 +291,21 @@ def test_a_node_whose_redis_never_answers_at_open_stops_with_a_reason_and_a_non_
 def test_sigterm_to_the_node_running_start_hands_start_over_and_every_page_is_fetched(
     redis_server: RedisServer, site: SiteFactory, fault_project: Path, tmp_path: Path,
 ) -> None:
-    # given two nodes, the first running a slow start() (60 requests, 0.05 s apart)
+    # given two nodes, one of them running a slow start() (60 requests, 0.2 s apart)
     web = site(60)
-    settings = {"PAGES": "60", "START_SLEEP": "0.05"}
-
-    def node(name: str) -> Node:
-        return start_node(name, redis_server.url, web.start_url, tmp_path, settings,
-                          project_dir=fault_project, spider="slowstart", env=node_env(tmp_path))
-
-    first = node("first")
-    wait_until(lambda: len(marks(tmp_path, "started")) >= 10, 60, "start() to be under way")
-    second = node("second")
-    wait_until(lambda: "takes work from the shared queue" in second.log(), 60, "second joined")
-    # when the first gets SIGTERM half way through start()
-    first.process.terminate()
-    assert first.wait(60) == 0
-    # then start() is not taken as done: the second runs it again, and every page is fetched
-    wait_all([second], timeout_s=90)
-    assert missing_pages(web) == [], second.log()[-3000:]
-    assert second.finish_reason() == "finished"
+    settings = {"PAGES": "60", "START_SLEEP": "0.2"}
+    nodes = [start_node(name, redis_server.url, web.start_url, tmp_path, settings,
+                        project_dir=fault_project, spider="slowstart", env=node_env(tmp_path))
+             for name in ("first", "second")]
+    wait_until(lambda: all("clustersync: node" in node.log() for node in nodes), 90, "joins")
+    [owner] = [node for node in nodes if "runs the spider's start()" in node.log()]
+    [other] = [node for node in nodes if node is not owner]
+    wait_until(lambda: sum(line.startswith(owner.name) for line in marks(tmp_path, "started"))
+               >= 10, 60, "start() to be under way")
+    # when the node running it gets SIGTERM half way through start()
+    owner.process.terminate()
+    assert owner.wait(60) == 0
+    # then start() is not taken as done: the other runs it again, and every page is fetched
+    wait_all([other], timeout_s=120)
+    assert missing_pages(web) == [], other.log()[-3000:]
+    assert other.finish_reason() == "finished"
