@@ -77,6 +77,16 @@ class OutagePart:
         self._came_back()
         return result
 
+    def _survive(self, action: Callable[[], object]) -> None:
+        """Run ``action`` (its Redis calls are ``_guard``ed); a bug in it is logged once and
+        the loop goes on: a dead thread would never answer the node's close, which would hang."""
+        try:
+            action()
+        except Exception as exc:
+            self._log_once(logging.ERROR, f"clustersync: unexpected error in the Redis thread: "
+                           f"{exc!r}; going on", exc_info=True)
+            time.sleep(ERROR_BACKOFF_S)
+
     def _log_once(self, level: int, message: str, exc_info: bool = False) -> None:
         if message not in self._errors_logged:
             self._errors_logged.add(message)

@@ -21,6 +21,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from ..config import ClusterConfig
@@ -133,16 +134,20 @@ class SyncWorker(HeartbeatPart, OutagePart):
             if close is not None:
                 self._close(close)
                 return
-            busy = False
-            now = time.monotonic()
-            self._ping(now)  # during an outage too: the reactor's liveness is not Redis's
-            if self._state_lost is None and (self._away_since is None or now >= self._retry_at):
-                busy = self._turn(now)
-            self._tell()
-            if not self._writes:
-                self._channel.ops_wanted.set()
-            if not busy and not self._channel.pending():
-                self._channel.wake.wait(self._sleep_s(time.monotonic()))
+            self._survive(self._cycle)
+
+    def _cycle(self) -> None:
+        """One turn of the loop, after the reactor's messages were applied."""
+        busy = False
+        now = time.monotonic()
+        self._ping(now)  # during an outage too: the reactor's liveness is not Redis's
+        if self._state_lost is None and (self._away_since is None or now >= self._retry_at):
+            busy = self._turn(now)
+        self._tell()
+        if not self._writes:
+            self._channel.ops_wanted.set()
+        if not busy and not self._channel.pending():
+            self._channel.wake.wait(self._sleep_s(time.monotonic()))
 
     def _open(self, opening: Opening) -> bool:
         """Join the job (and what goes with it: ``joining.open_node``); False if the node must
@@ -227,7 +232,7 @@ class SyncWorker(HeartbeatPart, OutagePart):
         for message in self._channel.drain():
             if isinstance(message, Close):
                 return message
-            self._apply(message, now)
+            self._survive(partial(self._apply, message, now))  # the next ones still apply
         return None
 
     def _apply(self, message: Message, now: float) -> None:
@@ -349,8 +354,23 @@ class SyncWorker(HeartbeatPart, OutagePart):
 
     # ---- close -------------------------------------------------------------------------------
     def _close(self, close: Close) -> None:
-        """Release what the node holds, flush (CLOSE_TIMEOUT_S at most), leave the job, settle
-        a stop, then hand the reactor what could not be sent."""
+        """Leave the job (``_leave``), then hand the reactor what could not be sent: always,
+        a bug on the way too, or the node would wait for this answer for ever."""
+        try:
+            undelivered = self._leave(close)
+        except Exception:
+            logger.exception("clustersync: unexpected error while node %s left job %r",
+                             self.config.node_id, self.config.job)
+            undelivered = self._writes.undelivered(self.store.writes_seen or 0)
+        self._post(self._link.closed, undelivered)
+
+    def _leave(self, close: Close) -> Undelivered:
+        """Release what the node holds, flush (CLOSE_TIMEOUT_S at most), leave the job and
+        settle a stop; returns what could not be sent."""
+        if self._state_lost is None and self._away_since is not None:
+            # Redis may be back before the next try was due: one look, rather than spool what
+            # it could take now (only a node started in this directory would send the spool)
+            self._guard(self.store.ping)
         reachable = self._state_lost is None and self._away_since is None
         if reachable and self._pending_lease is not None:
             self._guard(self._lease)  # learn what a call whose answer was lost leased
@@ -368,7 +388,7 @@ class SyncWorker(HeartbeatPart, OutagePart):
             "(%d under way, %d prefetched), %d writes sent, %d kept for later",
             self.config.node_id, self.config.job, len(close.unacked) + len(prefetched),
             len(close.unacked), len(prefetched), writes - len(undelivered), len(undelivered))
-        self._post(self._link.closed, undelivered)
+        return undelivered
 
     def _flush_and_leave(self) -> None:
         """Send every buffered write (for CLOSE_TIMEOUT_S at most), then leave the job."""
