@@ -114,6 +114,9 @@ class SyncWorker(HeartbeatPart, OutagePart):
         self._pending_lease: tuple[str, int, int] | None = None  # call id, count, covered
         self._lease_covered = 0  # pushes Redis had applied when the last lease was made
         self._wanted_after = 0  # the reactor starves until a lease covers this many pushes
+        #: the pushes the node had made when the engine began to starve (the first WantLease
+        #: since a lease covered the one before): the lease that answers it goes in between
+        self._starved_at = 0
         self._next_lease = 0.0
         self._empty_backoff_s = 0.0
         self._retry_at = 0.0  # Redis away: the next try
@@ -245,12 +248,18 @@ class SyncWorker(HeartbeatPart, OutagePart):
             self._writes.release([entry_id])
             self._urgent = True
         elif kind is WantLease:
-            self._wanted_after = message.pushes  # type: ignore[attr-defined]
+            self._lease_wanted_after(message.pushes)  # type: ignore[attr-defined]
         elif kind is Dropped:
             self._dropped(message.entry_ids)  # type: ignore[attr-defined]
         else:
             self._writes.add(message, now)  # type: ignore[arg-type]
             self._ops_received += 1
+
+    def _lease_wanted_after(self, pushes: int) -> None:
+        """The engine starves until a lease covers the node's first ``pushes`` pushes."""
+        self._wanted_after = pushes
+        if self._lease_covered >= self._starved_at:  # not starving for earlier pushes still
+            self._starved_at = pushes
 
     def _dropped(self, entry_ids: tuple[str, ...]) -> None:
         """The reactor dropped what it held (a rejoin): release it, and every entry handed over
@@ -263,7 +272,10 @@ class SyncWorker(HeartbeatPart, OutagePart):
 
     # ---- writes and leases -------------------------------------------------------------------
     def _flush(self) -> None:
-        call_id, batch = self._writes.batch()
+        # the engine starves for the pushes made up to when it asked: the lease that answers it
+        # goes between those and later ones, as Scrapy's scheduler would have answered then
+        starved = self._starved_at if self._lease_covered < self._starved_at else None
+        call_id, batch = self._writes.batch(starved)
         self._urgent = False
         try:
             result = self.store.flush(self.epoch, batch, call_id)
@@ -297,7 +309,9 @@ class SyncWorker(HeartbeatPart, OutagePart):
 
     def _lease_due(self, now: float) -> bool:
         # the reactor starves for its own pushes, and every one it waits for is in Redis now
-        awaited = self._lease_covered < self._wanted_after <= self._writes.pushes_settled
+        settled = self._writes.pushes_settled
+        awaited = (self._lease_covered < self._wanted_after <= settled
+                   or self._lease_covered < self._starved_at <= settled)
         return (now >= self._next_lease or awaited) and self._lease_wanted()
 
     def _lease_wanted(self) -> bool:
