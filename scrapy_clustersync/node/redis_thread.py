@@ -198,8 +198,7 @@ class SyncWorker(HeartbeatPart, OutagePart):
         # a node with nothing left to crawl starves: its new work must reach Redis now; entries
         # handed back go back to the queue before the next lease (which would pass them over)
         if self._writes.due(now, urgent=closing or self._urgent or not self._unstarted):
-            self._flush()
-            busy = True
+            busy = self._flush(closing)
         if not closing and self._turned_idle():
             self._beat(now)  # the job may be finished now: say so without waiting an interval
         if not closing and self._lease_due(now):
@@ -271,17 +270,21 @@ class SyncWorker(HeartbeatPart, OutagePart):
         self._drop_asked = False
 
     # ---- writes and leases -------------------------------------------------------------------
-    def _flush(self) -> None:
+    def _flush(self, closing: bool = False) -> bool:
+        """Send the next batch; False if there was none to send before a lease."""
         # the engine starves for the pushes made up to when it asked: the lease that answers it
         # goes between those and later ones, as Scrapy's scheduler would have answered then
-        starved = self._starved_at if self._lease_covered < self._starved_at else None
-        call_id, batch = self._writes.batch(starved)
+        starving = (not closing and self._lease_covered < self._starved_at
+                    and self._lease_wanted())
+        call_id, batch = self._writes.batch(self._starved_at if starving else None)
+        if not batch:
+            return False  # the lease goes first (this step)
         self._urgent = False
         try:
             result = self.store.flush(self.epoch, batch, call_id)
         except BadBatch as exc:
             self._set_aside(exc)
-            return
+            return True
         settled = self._writes.confirmed()
         self._held.difference_update(settled)
         self._releasing.difference_update(settled)
@@ -292,6 +295,7 @@ class SyncWorker(HeartbeatPart, OutagePart):
         self._totals = dataclasses.replace(
             totals, pushed=totals.pushed + result.pushed,
             filtered=totals.filtered + result.filtered, released=totals.released + result.released)
+        return True
 
     def _set_aside(self, exc: BadBatch) -> None:
         """Find the op Redis refused by halving the batch; dead-letter it, keep the order."""

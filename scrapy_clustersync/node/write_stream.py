@@ -90,6 +90,7 @@ class WriteStream:
         takes every release still buffered along ahead of the later writes, so that the lease
         finds them queued again. A release may overtake anything: it has no children to wait
         for, and one that reaches Redis early only returns its request to the queue early.
+        Nothing to send before that lease: an empty batch, not sent (``""`` for its call id).
         """
         if self._pending is None:
             batch: list[Op] = []
@@ -102,6 +103,8 @@ class WriteStream:
                 op = self._ops.popleft()
                 pushes += isinstance(op, Push)
                 batch.append(self._voided(op))
+            if not batch:
+                return "", batch
             self._oldest_at = time.monotonic() if self._ops else None
             self._pending = (new_call_id(), batch)
         return self._pending
