@@ -4,7 +4,11 @@ The Redis thread hands each lease's answer over whole (``add``), with ``covered`
 the node's pushes Redis had applied when that lease call was made. The lease's order is right
 against those pushes, not against later ones, so an entry that a later push of the node
 outranks (a higher priority) is handed back, not handed out: prefetching never reorders
-priorities against what a single Scrapy process would do (README, "Crawl order").
+priorities against what a single Scrapy process would do (README, "Crawl order"). When the
+engine takes an entry with nothing downloading (``exact``), a later push that the job's queue
+serves first within the priority (LIFO, or another request before a start request) outranks it
+too: the engine waits for a lease anyway then, so it gets Scrapy's exact order; while it
+downloads, prefetching keeps the engine fed instead.
 
 Everything here is the reactor's: the Redis thread never reads or writes it.
 """
@@ -15,6 +19,24 @@ from collections import deque
 from collections.abc import Iterable
 
 from ..store import Leased
+from ..store.write_ops import PushFlags
+
+#: entry ids start with their kind: "1" for a start request (flush.lua)
+START_KIND = "1"
+NO_FLAGS = PushFlags(0)
+
+
+def served_before(priority: int, flags: PushFlags, entry: Leased) -> bool:
+    """Whether the job's queue serves a push of ``priority`` and ``flags`` before ``entry``
+    (the order of flush.lua's entry ids: priority, then other requests before start requests,
+    then newest first in a LIFO queue)."""
+    if priority != entry.priority:
+        return priority > entry.priority
+    push_is_start = bool(flags & PushFlags.START)
+    entry_is_start = entry.entry_id.startswith(START_KIND)
+    if push_is_start != entry_is_start:
+        return entry_is_start
+    return bool(flags & PushFlags.LIFO)
 
 
 class RecentPushes:
@@ -29,19 +51,36 @@ class RecentPushes:
 
     def __init__(self) -> None:
         self._window: deque[tuple[int, int]] = deque()  # (number, priority), priority falling
+        #: every push above the last ``covered`` asked, for the exact order (``outranks``)
+        self._pushes: deque[tuple[int, int, PushFlags]] = deque()
 
-    def add(self, number: int, priority: int) -> None:
+    def add(self, number: int, priority: int, flags: PushFlags = NO_FLAGS) -> None:
         window = self._window
         while window and window[-1][1] <= priority:
             window.pop()
         window.append((number, priority))
+        self._pushes.append((number, priority, flags))
 
     def highest_after(self, covered: int) -> float:
         """The highest priority among pushes numbered above ``covered`` (-inf: none)."""
         window = self._window
         while window and window[0][0] <= covered:
             window.popleft()
+        pushes = self._pushes
+        while pushes and pushes[0][0] <= covered:
+            pushes.popleft()
         return window[0][1] if window else float("-inf")
+
+    def outranks(self, entry: Leased, covered: int, until: int | None) -> bool:
+        """Whether a push numbered above ``covered`` (and up to ``until``, if given) is served
+        before ``entry`` by the job's queue (``served_before``)."""
+        self.highest_after(covered)  # forgets the pushes up to covered
+        for number, priority, flags in self._pushes:
+            if until is not None and number > until:
+                return False
+            if served_before(priority, flags, entry):
+                return True
+        return False
 
 
 class Prefetch:
@@ -68,17 +107,21 @@ class Prefetch:
         self._entries.extend((entry, covered) for entry in entries)
         self._covered = max(self._covered, covered)
 
-    def take(self, recent: RecentPushes, pushes_settled: int,
-             handed_back: list[str]) -> tuple[str, bytes] | None:
+    def take(self, recent: RecentPushes, pushes_settled: int, handed_back: list[str],
+             exact: bool = False, until: int | None = None) -> tuple[str, bytes] | None:
         """The next entry (id, encoded request), or None. An entry that ``recent`` pushes
-        outrank is appended to ``handed_back`` instead (the Redis thread releases it, behind
-        those pushes, before it leases again). ``pushes_settled``: how many pushes Redis has
-        applied (a later lease covers them: with nothing prefetched, ``recent`` forgets them)."""
+        outrank is appended to ``handed_back`` instead (the Redis thread releases it, before
+        it leases again). ``pushes_settled``: how many pushes Redis has applied (a later lease
+        covers them: with nothing prefetched, ``recent`` forgets them). ``exact``: pushes of the
+        same priority that the queue serves first outrank it too, and only the pushes up to
+        ``until`` count (the engine asked when the node had made that many: later ones were
+        not there yet for Scrapy's scheduler)."""
         if not self._entries:
             recent.highest_after(pushes_settled)
         while self._entries:
             entry, covered = self._entries.popleft()
-            if recent.highest_after(covered) > entry.priority:
+            if (recent.outranks(entry, covered, until) if exact
+                    else recent.highest_after(covered) > entry.priority):
                 self.outranked += 1
                 handed_back.append(entry.entry_id)
                 continue

@@ -21,7 +21,7 @@ from twisted.internet.defer import Deferred
 
 from ..store import Leased, Op
 from ..store.control_state import RUNNING
-from ..store.write_ops import Push, StartDone
+from ..store.write_ops import Push, PushFlags, StartDone
 from .prefetch import Prefetch, RecentPushes
 from .thread_api import FINISHED, STATE_LOST, NodeOpened, StartState, Undelivered
 from .thread_messages import (
@@ -133,6 +133,9 @@ class NodeLink:
         self._ops_submitted = 0
         self._ops_since_wake = 0
         self._pushes_submitted = 0
+        #: the engine starved when the node had made this many pushes (``want_lease``): the next
+        #: entry it takes is the one Scrapy's scheduler would have given it then
+        self._starved_at: int | None = None
         self._activity = 0
         self._idle_sent: int | None = None  # activity last reported idle (None: busy since)
         self._idle = False
@@ -154,7 +157,7 @@ class NodeLink:
     def submit(self, op: Op) -> None:
         if isinstance(op, Push):
             self._pushes_submitted += 1
-            self._recent.add(self._pushes_submitted, op.priority)
+            self._recent.add(self._pushes_submitted, op.priority, PushFlags(op.flags))
         self._ops_submitted += 1
         self._ops_since_wake += 1
         full = self._ops_since_wake >= self.config.batch_size
@@ -162,17 +165,23 @@ class NodeLink:
             self._ops_since_wake = 0
         self._channel.put_op(op, full)
 
-    def take(self) -> tuple[str, bytes] | None:
+    def take(self, exact: bool = False) -> tuple[str, bytes] | None:
         handed_back: list[str] = []
-        entry = self._prefetched.take(self._recent, self._view.pushes_settled, handed_back)
+        entry = self._prefetched.take(self._recent, self._view.pushes_settled, handed_back,
+                                      exact, self._starved_at)
         for entry_id in handed_back:
             self._channel.put(HandedBack(entry_id), wake=True)
         if entry is not None:
+            self._starved_at = None
             low = len(self._prefetched) <= self._prefetched.low_water
             self._channel.put(Took(entry[0]), wake=low)  # low: the thread leases more
         return entry
 
     def want_lease(self) -> None:
+        # the engine asks again while it starves: it still waits for its first answer
+        starved = self._starved_at
+        if starved is None or self._prefetched.covered >= starved:
+            self._starved_at = self._pushes_submitted
         self._channel.put(WantLease(self._pushes_submitted), wake=True)
 
     def settle_lease(self, timeout_s: float) -> None:

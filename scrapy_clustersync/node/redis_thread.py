@@ -115,6 +115,9 @@ class SyncWorker(HeartbeatPart, OutagePart):
         self._pending_lease: tuple[str, int, int] | None = None  # call id, count, covered
         self._lease_covered = 0  # pushes Redis had applied when the last lease was made
         self._wanted_after = 0  # the reactor starves until a lease covers this many pushes
+        #: the pushes the node had made when the engine began to starve (the first WantLease
+        #: since a lease covered the one before): the lease that answers it goes in between
+        self._starved_at = 0
         self._next_lease = 0.0
         self._empty_backoff_s = 0.0
         self._retry_at = 0.0  # Redis away: the next try
@@ -200,8 +203,7 @@ class SyncWorker(HeartbeatPart, OutagePart):
         # a node with nothing left to crawl starves: its new work must reach Redis now; entries
         # handed back go back to the queue before the next lease (which would pass them over)
         if self._writes.due(now, urgent=closing or self._urgent or not self._unstarted):
-            self._flush()
-            busy = True
+            busy = self._flush(closing)
         if not closing and self._turned_idle():
             self._beat(now)  # the job may be finished now: say so without waiting an interval
         if not closing and self._lease_due(now):
@@ -250,12 +252,18 @@ class SyncWorker(HeartbeatPart, OutagePart):
             self._writes.release([entry_id])
             self._urgent = True
         elif kind is WantLease:
-            self._wanted_after = message.pushes  # type: ignore[attr-defined]
+            self._lease_wanted_after(message.pushes)  # type: ignore[attr-defined]
         elif kind is Dropped:
             self._dropped(message.entry_ids)  # type: ignore[attr-defined]
         else:
             self._writes.add(message, now)  # type: ignore[arg-type]
             self._ops_received += 1
+
+    def _lease_wanted_after(self, pushes: int) -> None:
+        """The engine starves until a lease covers the node's first ``pushes`` pushes."""
+        self._wanted_after = pushes
+        if self._lease_covered >= self._starved_at:  # not starving for earlier pushes still
+            self._starved_at = pushes
 
     def _dropped(self, entry_ids: tuple[str, ...]) -> None:
         """The reactor dropped what it held (a rejoin): release it, and every entry handed over
@@ -267,14 +275,21 @@ class SyncWorker(HeartbeatPart, OutagePart):
         self._drop_asked = False
 
     # ---- writes and leases -------------------------------------------------------------------
-    def _flush(self) -> None:
-        call_id, batch = self._writes.batch()
+    def _flush(self, closing: bool = False) -> bool:
+        """Send the next batch; False if there was none to send before a lease."""
+        # the engine starves for the pushes made up to when it asked: the lease that answers it
+        # goes between those and later ones, as Scrapy's scheduler would have answered then
+        starving = (not closing and self._lease_covered < self._starved_at
+                    and self._lease_wanted())
+        call_id, batch = self._writes.batch(self._starved_at if starving else None)
+        if not batch:
+            return False  # the lease goes first (this step)
         self._urgent = False
         try:
             result = self.store.flush(self.epoch, batch, call_id)
         except BadBatch as exc:
             self._set_aside(exc)
-            return
+            return True
         settled = self._writes.confirmed()
         self._held.difference_update(settled)
         self._releasing.difference_update(settled)
@@ -285,6 +300,7 @@ class SyncWorker(HeartbeatPart, OutagePart):
         self._totals = dataclasses.replace(
             totals, pushed=totals.pushed + result.pushed,
             filtered=totals.filtered + result.filtered, released=totals.released + result.released)
+        return True
 
     def _set_aside(self, exc: BadBatch) -> None:
         """Find the op Redis refused by halving the batch; dead-letter it, keep the order."""
@@ -302,7 +318,9 @@ class SyncWorker(HeartbeatPart, OutagePart):
 
     def _lease_due(self, now: float) -> bool:
         # the reactor starves for its own pushes, and every one it waits for is in Redis now
-        awaited = self._lease_covered < self._wanted_after <= self._writes.pushes_settled
+        settled = self._writes.pushes_settled
+        awaited = (self._lease_covered < self._wanted_after <= settled
+                   or self._lease_covered < self._starved_at <= settled)
         return (now >= self._next_lease or awaited) and self._lease_wanted()
 
     def _lease_wanted(self) -> bool:

@@ -58,8 +58,11 @@ class RedisThread(Protocol):
     def submit(self, op: Op) -> None:
         """Buffer ``op``; ops reach Redis in the order they were submitted."""
 
-    def take(self) -> tuple[str, bytes] | None:
-        """The next leased entry (entry id, encoded request), or None if none is waiting."""
+    def take(self, exact: bool = False) -> tuple[str, bytes] | None:
+        """The next leased entry (entry id, encoded request), or None if none is waiting.
+        ``exact``: the engine downloads nothing (it waits for a lease anyway), so an entry
+        that a later push of the node comes before in the queue's order within a priority is
+        handed back too, not only one a higher priority outranks (``prefetch.py``)."""
 
     def want_lease(self) -> None:
         """Lease as soon as every push submitted so far is in Redis (the engine starves for

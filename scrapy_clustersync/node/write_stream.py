@@ -82,15 +82,42 @@ class WriteStream:
         """When the waiting ops are due at the latest (None: nothing waits)."""
         return (self._oldest_at or now) + FLUSH_LINGER_S if self._ops else None
 
-    def batch(self) -> tuple[str, list[Op]]:
-        """The batch to send and its call id: the one in doubt, else the next ops in order."""
+    def batch(self, pushes_until: int | None = None) -> tuple[str, list[Op]]:
+        """The batch to send and its call id: the one in doubt, else the next ops in order.
+
+        ``pushes_until``: the batch ends before the push that follows the first
+        ``pushes_until`` pushes (a lease goes between: the engine starved for those), and
+        takes every release still buffered along ahead of the later writes, so that the lease
+        finds them queued again. A release may overtake anything: it has no children to wait
+        for, and one that reaches Redis early only returns its request to the queue early.
+        Nothing to send before that lease: an empty batch, not sent (``""`` for its call id).
+        """
         if self._pending is None:
             batch: list[Op] = []
+            pushes = self._pushes_settled
             while self._ops and len(batch) < self._batch_limit:
-                batch.append(self._voided(self._ops.popleft()))
+                if (pushes_until is not None and pushes >= pushes_until
+                        and isinstance(self._ops[0], Push)):
+                    self._releases_ahead(batch)
+                    break
+                op = self._ops.popleft()
+                pushes += isinstance(op, Push)
+                batch.append(self._voided(op))
+            if not batch:
+                return "", batch
             self._oldest_at = time.monotonic() if self._ops else None
             self._pending = (new_call_id(), batch)
         return self._pending
+
+    def _releases_ahead(self, batch: list[Op]) -> None:
+        """Move the buffered releases into ``batch`` (as room allows), keeping their order."""
+        kept: deque[Op] = deque()
+        for op in self._ops:
+            if isinstance(op, Release) and len(batch) < self._batch_limit:
+                batch.append(op)
+            else:
+                kept.append(op)
+        self._ops = kept
 
     def confirmed(self) -> list[str]:
         """Redis applied the batch; returns the lease ids it settled (acked, released, dead)."""

@@ -343,7 +343,10 @@ class ClusterScheduler:
         return getattr(slot, "scheduler", None) is self
 
     def _next_leased(self, io: RedisThread) -> Request | None:
-        while (entry := io.take()) is not None:
+        # downloading nothing, the engine waits for a lease anyway: it may as well wait for
+        # Scrapy's exact order within a priority (prefetch.py); while it downloads, the
+        # entries leased ahead keep it fed
+        while (entry := io.take(exact=not self.leases.downloading)) is not None:
             entry_id, blob = entry
             try:
                 request = self.codec.decode(blob)

@@ -61,7 +61,7 @@ class FakeRedisThread:
     def submit(self, op: Op) -> None:
         self.submitted.append(op)
 
-    def take(self) -> tuple[str, bytes] | None:
+    def take(self, exact: bool = False) -> tuple[str, bytes] | None:
         return self.leased.popleft() if self.leased else None
 
     def want_lease(self) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from scrapy_clustersync.node.prefetch import Prefetch, RecentPushes
-from scrapy_clustersync.store import Leased
+from scrapy_clustersync.store import Leased, PushFlags
 
 
 def leased(*priorities: int) -> list[Leased]:
@@ -69,3 +69,49 @@ def test_a_node_declared_dead_drops_every_entry_it_has_not_handed_out() -> None:
     assert dropped == ["e3"]
     assert prefetch.take(RecentPushes(), 0, handed_back) is None
     assert prefetch.drop_all() == []
+
+
+def test_with_nothing_downloading_a_later_push_served_first_within_a_priority_outranks() -> None:
+    # given a LIFO entry of priority 0 leased before the node pushed another of priority 0
+    prefetch = Prefetch(low_water=0)
+    recent = RecentPushes()
+    prefetch.add([Leased("0-old", b"old", 0)], covered=1)
+    recent.add(2, 0, PushFlags.LIFO)
+    handed_back: list[str] = []
+    # when the engine, downloading nothing, takes an entry
+    taken = prefetch.take(recent, 0, handed_back, exact=True)
+    # then the entry goes back: the newer request comes first in a LIFO queue, as in Scrapy
+    assert taken is None
+    assert handed_back == ["0-old"]
+
+
+def test_while_downloading_prefetch_may_serve_equal_priorities_leased_earlier() -> None:
+    prefetch = Prefetch(low_water=0)
+    recent = RecentPushes()
+    prefetch.add([Leased("0-old", b"old", 0)], covered=1)
+    recent.add(2, 0, PushFlags.LIFO)
+    assert prefetch.take(recent, 0, [], exact=False) == ("0-old", b"old")
+
+
+def test_a_start_request_is_served_after_a_later_request_of_its_priority_fifo_or_not() -> None:
+    prefetch = Prefetch(low_water=0)
+    recent = RecentPushes()
+    prefetch.add([Leased("1-start", b"start", 0), Leased("0-other", b"other", 0)], covered=1)
+    recent.add(2, 0, PushFlags(0))  # another request, FIFO
+    handed_back: list[str] = []
+    # the start request goes back; the other request leased with it is not outranked (FIFO)
+    assert prefetch.take(recent, 0, handed_back, exact=True) == ("0-other", b"other")
+    assert handed_back == ["1-start"]
+
+
+def test_only_the_pushes_made_before_the_engine_asked_count_for_its_answer() -> None:
+    # given the engine starved after the node's second push; a start request leased for it
+    prefetch = Prefetch(low_water=0)
+    recent = RecentPushes()
+    recent.add(1, 0, PushFlags.START)
+    recent.add(2, 0, PushFlags.START)
+    prefetch.add([Leased("1-second", b"second", 0)], covered=2)
+    # when a callback pushed a request the queue serves first, after the engine asked
+    recent.add(3, 0, PushFlags.LIFO)
+    # then the engine still gets the start request, as Scrapy's scheduler gave it then
+    assert prefetch.take(recent, 0, [], exact=True, until=2) == ("1-second", b"second")

@@ -150,3 +150,34 @@ def test_a_push_redis_refused_no_longer_waits_once_set_aside() -> None:
     refused = stream.refused()
     # then it no longer counts as a push on its way to the queue
     assert refused is not None and pushes_waiting(stream) == 0
+
+
+def test_a_batch_for_a_starving_engine_ends_at_its_pushes_and_takes_the_releases_along() -> None:
+    # given a node that pushed two requests, acked a third entry, pushed another, then handed
+    # back two prefetched entries (releases, queued behind the later push)
+    first, second, later = pushes(3)
+    ops: list[Op] = [first, second, Ack("e-acked"), later, Release("e-back-1"),
+                     Release("e-back-2")]
+    stream, _ = stream_of(ops, batch_size=10)
+    # when the engine starves for the first two pushes (the lease that answers it goes next)
+    _, batch = stream.batch(pushes_until=2)
+    stream.confirmed()
+    # then that batch holds them, what came before the later push, and the releases, so the
+    # lease sees the handed-back entries queued again and not the later push
+    assert batch == [first, second, Ack("e-acked"), Release("e-back-1"), Release("e-back-2")]
+    assert stream.pushes_settled == 2
+    # and the later push follows, nothing lost or sent twice
+    assert send_all(stream) == [later]
+
+
+def test_a_batch_for_pushes_already_in_redis_is_cut_before_the_next_push() -> None:
+    stream, _ = stream_of(pushes(3), batch_size=10)
+    stream.batch()
+    stream.confirmed()
+    stream.add(pushes(1, start=7)[0], time.monotonic())
+    # the engine starved for pushes Redis has: a batch that starts with a later push waits
+    # for the lease (it holds only releases, here none: nothing is sent)
+    assert stream.batch(pushes_until=3) == ("", [])
+    assert len(stream) == 1
+    # once the lease went, the later push goes out
+    assert stream.batch()[1] == pushes(1, start=7)
