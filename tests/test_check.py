@@ -216,6 +216,7 @@ def test_check_and_repair_during_a_crawl_find_nothing_and_lose_nothing(
     deadline = time.monotonic() + 120
     while any(node.process.poll() is None for node in nodes) and time.monotonic() < deadline:
         reports.append(clustersync(redis_server.url, "check", "shop", "--repair", "--json"))
+        time.sleep(0.02)  # pacing only: leave the two cores to the nodes between checks
     wait_all(nodes, timeout_s=10)
     # then every page was fetched once, and no check found (or mended) anything
     assert missing_pages(web) == [] and pages_fetched_twice(web) == {}
