@@ -60,10 +60,10 @@ def random_fingerprints(count: int, seed: int) -> list[bytes]:
 def test_the_filter_grows_past_its_capacity_and_stays_within_its_error_rate(
     redis_server: RedisServer,
 ) -> None:
-    # given a filter planned for 1,000 URLs at 1%
-    store, epoch = bloom_store(redis_server.url, capacity=1000, error=0.01)
-    # when 20,000 distinct URLs go in
-    insert(store, epoch, random_fingerprints(20_000, seed=1))
+    # given a filter planned for 100 URLs at 1%
+    store, epoch = bloom_store(redis_server.url, capacity=100, error=0.01)
+    # when 2,000 distinct URLs go in (layers of 100, 200, 400, 800, 1,600)
+    insert(store, epoch, random_fingerprints(2_000, seed=1))
     # then it grew several layers, and fresh URLs are wrongly "seen" at most 1.2x the rate
     assert store.status().dedup["layers"] >= 4
     _, false_positives = insert(store, epoch, random_fingerprints(50_000, seed=2))
@@ -78,19 +78,20 @@ def test_known_urls_are_always_filtered(redis_server: RedisServer) -> None:
 
 
 def push_same_urls(url: str, seed: int) -> None:
-    store, epoch = bloom_store(url, capacity=1000, error=1e-9, node=f"p{seed}")
+    store, epoch = bloom_store(url, capacity=200, error=1e-9, node=f"p{seed}")
     codec, fingerprinter = RequestCodec(None, 1 << 16), RequestFingerprinter()
-    urls = [f"http://site/{i}" for i in range(10_000)]
+    urls = [f"http://site/{i}" for i in range(2_000)]
     random.Random(seed).shuffle(urls)
-    for start in range(0, len(urls), 200):
-        requests = [Request(u) for u in urls[start:start + 200]]
+    for start in range(0, len(urls), 50):
+        requests = [Request(u) for u in urls[start:start + 50]]
         ops: list[Op] = [Push(fingerprinter.fingerprint(r), 0, codec.encode(r)) for r in requests]
         store.flush(epoch, ops, new_call_id())
 
 
-def test_two_processes_pushing_the_same_10000_urls_queue_each_exactly_once(
+def test_two_processes_pushing_the_same_2000_urls_queue_each_exactly_once(
     redis_server: RedisServer,
 ) -> None:
+    # 40 flushes each, through four layers: the two interleave while the filter grows
     context = multiprocessing.get_context("spawn")
     workers = [context.Process(target=push_same_urls, args=(redis_server.url, seed))
                for seed in (1, 2)]
@@ -99,10 +100,11 @@ def test_two_processes_pushing_the_same_10000_urls_queue_each_exactly_once(
     for worker in workers:
         worker.join(120)
         assert worker.exitcode == 0
-    store, epoch = bloom_store(redis_server.url, capacity=1000, error=1e-9)
+    store, epoch = bloom_store(redis_server.url, capacity=200, error=1e-9)
     codec = RequestCodec(None, 1 << 16)
-    queued = [codec.decode(blob).url for _, blob, _ in store.lease(epoch, 20_000, 60_000, "x")]
-    assert len(queued) == 10_000 and len(set(queued)) == 10_000
+    queued = [codec.decode(blob).url for _, blob, _ in store.lease(epoch, 4_000, 60_000, "x")]
+    assert store.status().dedup["layers"] == 4
+    assert len(queued) == 2_000 and len(set(queued)) == 2_000
 
 
 def test_the_filter_survives_a_redis_restart_with_persistence(redis_factory: RedisFactory) -> None:
@@ -132,30 +134,33 @@ def test_exact_dedup_never_skips_a_new_url(redis_server: RedisServer) -> None:
     assert store.status().dedup == {"mode": "exact", "entries": 5000}
 
 
-def test_a_3000_page_crawl_completes_through_a_filter_planned_for_150(
+def test_a_700_page_crawl_completes_through_a_filter_planned_for_40(
     redis_server: RedisServer, site: SiteFactory, tmp_path: Path
 ) -> None:
-    # given a filter planned for 150 URLs (error 1e-9, so that no page is skipped by chance):
-    # its layers hold 150, 300, 600, 1,200, 2,400, so 3,000 pages need a fifth layer
-    web = site(3_000)
-    settings = {"CLUSTERSYNC_BLOOM_CAPACITY": "150", "CLUSTERSYNC_BLOOM_ERROR_RATE": "1e-9",
+    # given a filter planned for 40 URLs (error 1e-9, so that no page is skipped by chance):
+    # its layers hold 40, 80, 160, 320, 640, so 700 pages need a fifth layer
+    web = site(700)
+    settings = {"CLUSTERSYNC_BLOOM_CAPACITY": "40", "CLUSTERSYNC_BLOOM_ERROR_RATE": "1e-9",
                 "CONCURRENT_REQUESTS": "32"}
-    # when two nodes crawl a 3,000-page site (the suite's one big crawl)
+    # when two nodes crawl a 700-page site
     nodes = start_nodes(2, redis_server.url, web.start_url, tmp_path, settings)
     wait_all(nodes, timeout_s=300)
     # then the filter grew, and every page was fetched exactly once
     dedup = JobStore(make_client(redis_server.url), "site", "t").status().dedup
-    assert dedup["layers"] >= 5 and dedup["entries"] == 3_000
+    assert dedup["layers"] >= 5 and dedup["entries"] == 700
     assert missing_pages(web) == []
     assert pages_fetched_twice(web) == {}
 
 
 def test_a_very_low_error_rate_holds_in_small_layers_too(redis_server: RedisServer) -> None:
     # with two hashes only, fingerprints agreeing on both modulo a small layer's size collide on
-    # every bit: about one false positive per 200,000 lookups here instead of none
-    store, epoch = bloom_store(redis_server.url, capacity=1000, error=1e-9)
-    insert(store, epoch, random_fingerprints(20_000, seed=7))
-    assert insert(store, epoch, random_fingerprints(100_000, seed=8)) == (100_000, 0)
+    # every bit, a floor of about entries/bits^2 per layer, so the smaller the layers the more
+    # it shows: with five layers of 50..800 URLs, about one false positive per 9,000 lookups
+    # here instead of none (simulated: 18 in 8 runs of these 20,000 lookups)
+    store, epoch = bloom_store(redis_server.url, capacity=50, error=1e-9)
+    insert(store, epoch, random_fingerprints(1_000, seed=7))
+    assert store.status().dedup["layers"] == 5
+    assert insert(store, epoch, random_fingerprints(20_000, seed=8)) == (20_000, 0)
 
 
 
@@ -253,19 +258,19 @@ def test_a_layer_past_maxmemory_is_refused_and_the_batch_applies_later_once(
 def test_layers_prepared_ahead_keep_every_count_and_filter_every_known_url(
     redis_server: RedisServer,
 ) -> None:
-    # given a filter planned for 1,000 URLs at 1e-9 (so that no new URL is skipped by chance)
-    store, epoch = bloom_store(redis_server.url, capacity=1000, error=1e-9)
-    urls = random_fingerprints(20_000, seed=14)
-    # when 20,000 URLs go in, 200 per flush, the node preparing ahead between flushes
+    # given a filter planned for 100 URLs at 1e-9 (so that no new URL is skipped by chance)
+    store, epoch = bloom_store(redis_server.url, capacity=100, error=1e-9)
+    urls = random_fingerprints(2_000, seed=14)
+    # when 2,000 URLs go in, 20 per flush, the node preparing ahead between flushes
     pushed = 0
-    for start in range(0, len(urls), 200):
-        pushed += store.flush(epoch, push_ops(urls[start:start + 200]), new_call_id()).pushed
+    for start in range(0, len(urls), 20):
+        pushed += store.flush(epoch, push_ops(urls[start:start + 20]), new_call_id()).pushed
         prepare_ahead(store, epoch)
     # then every URL was queued and counted once, through five layers or more, and known URLs
     # are all filtered
     dedup = store.status().dedup
-    assert pushed == dedup["entries"] == 20_000 and dedup["layers"] >= 5
-    assert insert(store, epoch, urls) == (0, 20_000)
+    assert pushed == dedup["entries"] == 2_000 and dedup["layers"] >= 5
+    assert insert(store, epoch, urls) == (0, 2_000)
 
 
 def chunks_of(client: redis.Redis, index: int) -> list[bytes | None]:

@@ -5,9 +5,7 @@ it runs loses nothing and is not "mended" at all."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -23,8 +21,13 @@ from testkit.redis_server import RedisServer
 
 from conftest import SiteFactory
 from support import (
+    CliResult,
+    clustersync,
     missing_pages,
+    node_env,
+    open_barrier,
     pages_fetched_twice,
+    project_with_spiders,
     start_node,
     start_nodes,
     wait_all,
@@ -33,10 +36,22 @@ from support import (
 
 CODEC = RequestCodec(None, max_bytes=2**20)
 
+HELD_SPIDER = '''
+    from example.spiders.helpers import wait_for
+    from example.spiders.site import SiteSpider
 
-def clustersync(url: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "scrapy_clustersync.cli", "--redis-url", url,
-                           *args], capture_output=True, text=True, timeout=60)
+
+    class HeldSpider(SiteSpider):
+        """The site spider, whose callbacks wait until the test opens the barrier "checked":
+        the page being parsed stays leased, so no node of the job finishes before that."""
+
+        name = "held"
+
+        async def parse(self, response):
+            await wait_for("checked")
+            for result in super().parse(response):
+                yield result
+'''
 
 
 def job_with_leases(url: str) -> tuple[JobStore, redis.Redis, list[str], list[str]]:
@@ -197,20 +212,12 @@ def test_check_and_repair_during_a_crawl_find_nothing_and_lose_nothing(
     nodes = start_nodes(2, redis_server.url, web.start_url, tmp_path,
                         settings={"CLUSTERSYNC_JOB": "shop"})
     # when check --repair runs again and again while they crawl
-    reports: list[subprocess.CompletedProcess[str]] = []
-    stop = threading.Event()
-
-    def keep_checking() -> None:
-        while not stop.is_set():
-            reports.append(clustersync(redis_server.url, "check", "shop", "--repair", "--json"))
-
-    checker = threading.Thread(target=keep_checking)
-    checker.start()
-    try:
-        wait_all(nodes, timeout_s=120)
-    finally:
-        stop.set()
-        checker.join()
+    reports: list[CliResult] = []
+    deadline = time.monotonic() + 120
+    while any(node.process.poll() is None for node in nodes) and time.monotonic() < deadline:
+        reports.append(clustersync(redis_server.url, "check", "shop", "--repair", "--json"))
+        time.sleep(0.02)  # pacing only: leave the two cores to the nodes between checks
+    wait_all(nodes, timeout_s=10)
     # then every page was fetched once, and no check found (or mended) anything
     assert missing_pages(web) == [] and pages_fetched_twice(web) == {}
     ran = [r for r in reports if r.returncode != 3]  # 3: before the job existed
@@ -226,12 +233,16 @@ def test_check_and_repair_during_a_crawl_find_nothing_and_lose_nothing(
 def test_a_node_started_with_other_settings_is_flagged_by_status_check_and_check(
     redis_server: RedisServer, site: SiteFactory, tmp_path: Path,
 ) -> None:
-    # given three nodes of one job crawling, the third with another DOWNLOAD_DELAY
-    web = site(400, delay_s=0.05)
+    # given three nodes of one job crawling, the third with another DOWNLOAD_DELAY; their
+    # spider holds its first page until the checks ran, so none of them finishes before
+    web = site(20)
+    project = project_with_spiders(tmp_path, "held", HELD_SPIDER)
     same = {"CLUSTERSYNC_JOB": "shop", "USER_AGENT": "crawler"}
-    nodes = start_nodes(2, redis_server.url, web.start_url, tmp_path, settings=same)
-    odd = start_node("odd", redis_server.url, web.start_url, tmp_path,
-                     settings={**same, "DOWNLOAD_DELAY": "0.01"})
+    nodes = [start_node(name, redis_server.url, web.start_url, tmp_path, settings,
+                        project_dir=project, spider="held", env=node_env(tmp_path))
+             for name, settings in (("node1", same), ("node2", same),
+                                    ("odd", {**same, "DOWNLOAD_DELAY": "0.01"}))]
+    odd = nodes.pop()
     try:
         # when all three are live, the job is checked
         def all_live() -> bool:
@@ -243,6 +254,7 @@ def test_a_node_started_with_other_settings_is_flagged_by_status_check_and_check
         status = clustersync(redis_server.url, "status", "shop", "--check", "--json")
         checked = clustersync(redis_server.url, "check", "shop", "--json")
     finally:
+        open_barrier(tmp_path, "checked")
         wait_all([*nodes, odd], timeout_s=120)
     # then the odd node, found by its pid, is the one named, by both commands
     records = {n["pid"]: n["id"] for n in json.loads(status.stdout)["nodes"]}
