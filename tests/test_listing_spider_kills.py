@@ -21,7 +21,6 @@ site and kill counts on a schedule of random seconds.
 
 from __future__ import annotations
 
-import os
 import random
 import time
 from collections.abc import Callable, Mapping
@@ -38,6 +37,7 @@ from support import (
     Node,
     chaos_runs,
     chaos_seed,
+    chaos_soak,
     missing_pages,
     node_env,
     pages_fetched,
@@ -53,8 +53,8 @@ REACTORS = {
     "select": {"TWISTED_REACTOR": "twisted.internet.selectreactor.SelectReactor"},
 }
 RUNS = chaos_runs()
-#: a soak (``make chaos``, which sets CLUSTERSYNC_CHAOS_RUNS) or a quick run (``make test``)
-SOAK = "CLUSTERSYNC_CHAOS_RUNS" in os.environ
+#: a soak (``make chaos``) or a quick run (``make test``)
+SOAK = chaos_soak()
 
 #: a quick run's 200 pages still take several node lifetimes to crawl, and its 3 kills, at
 #: 15-75 % of the site, each land while both nodes hold leases, pages in callbacks and items in
