@@ -266,3 +266,10 @@ def chaos_seed() -> int:
     printed seed failed), else a fresh one."""
     given = os.environ.get("CLUSTERSYNC_CHAOS_SEED")
     return int(given) if given else random.SystemRandom().randrange(2**32)
+
+
+def chaos_soak() -> bool:
+    """Whether the chaos tests run as soaks (`make chaos` sets ``CLUSTERSYNC_CHAOS_RUNS``) with
+    their full sizes, or as the quick runs of `make test`: smaller, each still injecting its
+    faults mid-crawl."""
+    return "CLUSTERSYNC_CHAOS_RUNS" in os.environ

@@ -22,10 +22,12 @@ from support import (
 )
 
 ERROR_LINE = re.compile(r"\] ERROR: ")
+#: no test here measures the idle close; each crawl to a job's end waited it out
+QUICK_CLOSE = {"CLUSTERSYNC_IDLE_CLOSE_AFTER": "0.3"}
 
 
 def _crawl(name: str, url: str, start_url: str, tmp_path: Path, **settings: str) -> tuple[int, str]:
-    node = start_node(name, url, start_url, tmp_path, settings)
+    node = start_node(name, url, start_url, tmp_path, {**QUICK_CLOSE, **settings})
     wait_all([node], timeout_s=90)
     return node.process.returncode, node.log()
 
@@ -113,7 +115,7 @@ def test_recrawl_setting_restarts_a_finished_job_once_for_two_nodes_started_toge
     _crawl("first", redis_server.url, web.start_url, tmp_path)
     # when two nodes with CLUSTERSYNC_RECRAWL = "forget-seen" start together
     nodes = start_nodes(2, redis_server.url, web.start_url, tmp_path,
-                        {"CLUSTERSYNC_RECRAWL": "forget-seen"})
+                        {**QUICK_CLOSE, "CLUSTERSYNC_RECRAWL": "forget-seen"})
     wait_all(nodes)
     # then one restarted it and ran start(), and the new run fetched every page once
     logs = [node.log() for node in nodes]

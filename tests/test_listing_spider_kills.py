@@ -13,6 +13,10 @@ errbacks, and is killed at random in the same way.
 
 ``CLUSTERSYNC_CHAOS_RUNS`` (default 1; ``make chaos`` runs 5) runs per reactor, each on its own
 redis-server and site; ``CLUSTERSYNC_CHAOS_SEED`` replays the kill schedule of a printed seed.
+Without ``CLUSTERSYNC_CHAOS_RUNS`` (``make test``) each run is a quick one: a smaller site and
+fewer kills, each made once the crawl has fetched a random share of the site, so that every kill
+still lands mid-crawl however fast or loaded the machine is; ``make chaos`` soaks with the full
+site and kill counts on a schedule of random seconds.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from support import (
     Node,
     chaos_runs,
     chaos_seed,
+    chaos_soak,
     missing_pages,
     node_env,
     pages_fetched,
@@ -48,16 +53,42 @@ REACTORS = {
     "select": {"TWISTED_REACTOR": "twisted.internet.selectreactor.SelectReactor"},
 }
 RUNS = chaos_runs()
+#: a soak (``make chaos``) or a quick run (``make test``)
+SOAK = chaos_soak()
 
-PAGES = 600
+#: a quick run's 200 pages still take several node lifetimes to crawl, and its 3 kills, at
+#: 15-75 % of the site, each land while both nodes hold leases, pages in callbacks and items in
+#: the pipeline: the window the lost children and items of the bug fell into
+PAGES = 600 if SOAK else 200
 LINKS_PER_PAGE = 3  # the next page and two others: most pages are linked from few pages
 ITEMS_PER_PAGE = 120
 PIPELINE_DELAY_S = 0.01
 KILL_INTERVAL_S = (1.5, 3.5)
-MAX_KILLS = 8
+MAX_KILLS = 8 if SOAK else 3
+#: in a quick run, a kill comes once this share of the site was fetched (random in the range)
+KILL_AT_SHARE = (0.15, 0.75)
 NODE_SLOTS = ("a", "b")
 #: the site of the spider that reaches its links in six ways
-SIX_WAYS_PAGES = 400
+SIX_WAYS_PAGES = 400 if SOAK else 150
+
+
+def kill_moments(rng: random.Random, web: TestSite, pages: int,
+                 interval_s: tuple[float, float] = KILL_INTERVAL_S) -> Callable[[int], None]:
+    """``wait(kills)``: wait for the moment of the next kill. A soak sleeps a random
+    ``interval_s``; a quick run waits until the site served a random share of its
+    ``pages`` (in ``KILL_AT_SHARE``, rising kill after kill), or the crawl is near its end."""
+    shares = sorted(rng.uniform(*KILL_AT_SHARE) for _ in range(MAX_KILLS))
+
+    def wait(kills: int) -> None:
+        if SOAK:
+            time.sleep(rng.uniform(*interval_s))
+            return
+        target = shares[min(kills, len(shares) - 1)] * pages
+        deadline = time.monotonic() + 60
+        while len(web.hits()) < target and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+    return wait
 
 
 def start_listing_node(name: str, redis_url: str, web: TestSite, workdir: Path,
@@ -79,13 +110,15 @@ def kill_and_restart_at_random(nodes: dict[str, Node], web: TestSite, rng: rando
     ``MAX_KILLS`` times or until a node ends by itself (the job is over). Returns the kills.
     """
     kills = 0
+    wait_for_kill = kill_moments(rng, web, PAGES)
     while kills < MAX_KILLS:
-        time.sleep(rng.uniform(*KILL_INTERVAL_S))
+        wait_for_kill(kills)
         if any(node.process.poll() is not None for node in nodes.values()):
             break
         by_agent = web.hits_by_agent()
         crawling = [slot for slot in NODE_SLOTS if by_agent.get(nodes[slot].name)]
         if not crawling:
+            time.sleep(0.1)
             continue
         slot = rng.choice(crawling)
         nodes[slot].kill()
@@ -144,6 +177,7 @@ def test_listing_spider_loses_no_page_when_nodes_are_killed_at_random(
                f"{pages_fetched(web)} fetches, {items_never_processed(web, tmp_path)} items "
                f"never through the pipeline")
     print(summary)
+    assert SOAK or kills == MAX_KILLS, f"{summary}: a quick run kills {MAX_KILLS} times mid-crawl"
     assert missing == [], f"{summary}; first missing: {missing[:10]}"
     assert items_never_processed(web, tmp_path) == 0, summary
     # (a node restarted just as the other finished the job finds it finished: it says so, has
@@ -189,9 +223,10 @@ def test_a_spider_reaching_links_through_redirects_retries_and_errbacks_loses_no
     nodes = {"a": launch("a0"), "b": launch("b0")}
     # when one node or the other is killed with SIGKILL every 1-3 s and restarted at once
     kills = 0
+    wait_for_kill = kill_moments(rng, web, SIX_WAYS_PAGES, interval_s=(1.0, 3.0))
     try:
-        while kills < 8:
-            time.sleep(rng.uniform(1.0, 3.0))
+        while kills < MAX_KILLS:
+            wait_for_kill(kills)
             if any(node.process.poll() is not None for node in nodes.values()):
                 break
             slot = rng.choice(sorted(nodes))
@@ -212,6 +247,7 @@ def test_a_spider_reaching_links_through_redirects_retries_and_errbacks_loses_no
                f"pages never parsed {missing[:10]}, "
                f"{len(pages_fetched_twice(web))} fetched twice or more")
     print(summary)
+    assert SOAK or kills == MAX_KILLS, f"{summary}: a quick run kills {MAX_KILLS} times mid-crawl"
     assert missing == [], summary
     reasons = {node.name: node.finish_reason() for node in nodes.values()}
     late = [node.name for node in nodes.values() if "already finished at" in node.log()]

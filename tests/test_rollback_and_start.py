@@ -186,7 +186,7 @@ def test_a_node_whose_job_is_gone_closes_as_such_even_when_idle_first() -> None:
 def test_start_lost_by_a_rollback_is_run_again_when_the_node_that_ran_it_has_left(
     redis_server: RedisServer, site: SiteFactory, fault_project: Path, tmp_path: Path
 ) -> None:
-    """Node "runner" runs start() (30 pages, slowly); node "other" waits for it. Redis is saved
+    """Node "runner" runs start() (20 pages, slowly); node "other" waits for it. Redis is saved
     while start() is under way. start() ends, "runner" leaves (SIGTERM: scale-down, deploy),
     then Redis crashes and comes back from the snapshot: start_done is gone and start_claim
     names "runner". Only the node that exhausted start() itself reruns it
@@ -194,8 +194,8 @@ def test_start_lost_by_a_rollback_is_run_again_when_the_node_that_ran_it_has_lef
     (heartbeat.lua takes a dead node's claim over only for a node in wait_for_start, whose
     wait ended long ago), so the job never finishes, and start()'s pages yielded after the
     snapshot (and not crawled before the crash) are never crawled."""
-    web = site(30, delay_s=0.3)
-    settings = {"PAGES": "30", "CONCURRENT_REQUESTS": "1"}
+    web = site(20, delay_s=0.3)
+    settings = {"PAGES": "20", "CONCURRENT_REQUESTS": "1"}
     runner = start_node("runner", redis_server.url, web.start_url, tmp_path, settings,
                         project_dir=fault_project, spider="slowstart", env=node_env(tmp_path))
     wait_until(lambda: len(marks(tmp_path, "started")) >= 2, 60, "start() to be under way")
@@ -203,7 +203,7 @@ def test_start_lost_by_a_rollback_is_run_again_when_the_node_that_ran_it_has_lef
                        project_dir=fault_project, spider="slowstart", env=node_env(tmp_path))
     wait_until(lambda: len(marks(tmp_path, "started")) >= 8, 60, "start() to be under way")
     redis_server.client().save()
-    wait_until(lambda: len(marks(tmp_path, "started")) == 30, 60, "start() to be exhausted")
+    wait_until(lambda: len(marks(tmp_path, "started")) == 20, 60, "start() to be exhausted")
     wait_until(lambda: start_done(redis_server, "slowstart"), 30, "Redis to hold start() done")
     runner.process.send_signal(signal.SIGTERM)
     assert runner.wait(60) == 0
@@ -222,15 +222,15 @@ def test_start_run_again_after_a_rollback_includes_what_spider_middlewares_add(
     ``spider.start()`` directly, not the middleware chain, so after the rollback only page 0
     is yielded again; the pages the middleware yielded after the snapshot are lost, and the
     job ends "finished" without them."""
-    web = site(30, delay_s=0.3)
-    settings = {"PAGES": "30", "CONCURRENT_REQUESTS": "1",
+    web = site(20, delay_s=0.3)
+    settings = {"PAGES": "20", "CONCURRENT_REQUESTS": "1",
                 "SPIDER_MIDDLEWARES": '{"example.spiders.faults.ExtraStartUrls": 600}'}
-    env = node_env(tmp_path, SITE_BASE=web.url + "/page", PAGES="30")
+    env = node_env(tmp_path, SITE_BASE=web.url + "/page", PAGES="20")
     node = start_node("node1", redis_server.url, web.start_url, tmp_path, settings,
                       project_dir=fault_project, spider="mwstart", env=env)
     wait_until(lambda: len(marks(tmp_path, "started")) >= 8, 60, "start() to be under way")
     redis_server.client().save()
-    wait_until(lambda: len(marks(tmp_path, "started")) == 29, 60, "start() to be exhausted")
+    wait_until(lambda: len(marks(tmp_path, "started")) == 19, 60, "start() to be exhausted")
     wait_until(lambda: start_done(redis_server, "mwstart"), 30, "Redis to hold start() done")
     redis_server.restart(crash=True)
     wait_all([node], timeout_s=120)
@@ -249,13 +249,13 @@ def test_start_requests_lost_by_a_rollback_while_start_runs_are_yielded_again(
     that already includes this rollback: start_lost() never becomes true, start() is not run
     again, and the requests start() yielded between the snapshot and the crash (queued, not
     crawled yet) are gone. The job ends "finished" without those pages."""
-    web = site(30, delay_s=0.3)
+    web = site(24, delay_s=0.3)
     node = start_node("node1", redis_server.url, web.start_url, tmp_path,
-                      {"PAGES": "30", "CONCURRENT_REQUESTS": "1"}, project_dir=fault_project,
+                      {"PAGES": "24", "CONCURRENT_REQUESTS": "1"}, project_dir=fault_project,
                       spider="slowstart", env=node_env(tmp_path))
     wait_until(lambda: len(marks(tmp_path, "started")) >= 8, 60, "start() to be under way")
     redis_server.client().save()
-    wait_until(lambda: len(marks(tmp_path, "started")) >= 20, 60, "start() to go on")
+    wait_until(lambda: len(marks(tmp_path, "started")) >= 16, 60, "start() to go on")
     redis_server.restart(crash=True)
     wait_all([node], timeout_s=120)
     assert "came back older" in node.log()

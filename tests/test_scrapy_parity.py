@@ -293,6 +293,13 @@ ONE_AT_A_TIME = {"CONCURRENT_REQUESTS": "1"}
 FIFO = {"SCHEDULER_DISK_QUEUE": "scrapy.squeues.PickleFifoDiskQueue",
         "SCHEDULER_MEMORY_QUEUE": "scrapy.squeues.FifoMemoryQueue"}
 CRAWL_TIMEOUT_S = 60
+#: a one-node job closes once its node has been idle this long: no case measures it, and the
+#: wait is spent by every add-on crawl of the table
+PARITY_SETTINGS = {"CLUSTERSYNC_IDLE_CLOSE_AFTER": "0.3"}
+#: the page graph the graph spiders crawl: 20 pages of 6 links still reach every page from page 0
+#: through several parents (duplicates to filter, queries on one path, depth 2 bounded) and hold
+#: page 7 (idle_one_more) and the chain past page 5 (closespider_pagecount)
+SITE_PAGES = 20
 TREE_PAGE = re.compile(r"^/tree/([0-9.]+)\.html$")
 
 
@@ -448,7 +455,8 @@ def start_crawl(case: Case, shared: Fixtures, plain: bool) -> Node:
     name = f"{'plain' if plain else 'addon'}-{case.id}"
     workdir = shared.workdir / name
     feed = {str(workdir / "items.jsonl"): {"format": "jsonlines"}}
-    settings = {**FAST_SETTINGS, **case.settings, "USER_AGENT": name, "FEEDS": json.dumps(feed),
+    settings = {**FAST_SETTINGS, **PARITY_SETTINGS, **case.settings, "USER_AGENT": name,
+                "FEEDS": json.dumps(feed),
                 "CLUSTERSYNC_JOB": case.id, "CLUSTERSYNC_SPOOL_DIR": str(workdir / "spool")}
     env = node_env(shared.workdir, PYTHONHASHSEED="0", CLUSTERSYNC_REDIS_URL=shared.redis.url)
     if plain:
@@ -487,7 +495,7 @@ def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fixtures]:
     project = project_with_spiders(root, "parity", SPIDERS)
     with (project / "example" / "settings.py").open("a") as settings:
         settings.write(PLAIN_SCRAPY_SWITCH)
-    with TestSite(50, links_per_page=6) as site, \
+    with TestSite(SITE_PAGES, links_per_page=6) as site, \
             RedisServer(directory=root / "redis") as redis:
         yield Fixtures(site, redis, project, root)
 
