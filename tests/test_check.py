@@ -21,7 +21,7 @@ from testkit.redis_server import RedisServer
 
 from conftest import SiteFactory
 from support import (
-    CliResult,
+    CliRun,
     clustersync,
     missing_pages,
     node_env,
@@ -212,7 +212,7 @@ def test_check_and_repair_during_a_crawl_find_nothing_and_lose_nothing(
     nodes = start_nodes(2, redis_server.url, web.start_url, tmp_path,
                         settings={"CLUSTERSYNC_JOB": "shop"})
     # when check --repair runs again and again while they crawl
-    reports: list[CliResult] = []
+    reports: list[CliRun] = []
     deadline = time.monotonic() + 120
     while any(node.process.poll() is None for node in nodes) and time.monotonic() < deadline:
         reports.append(clustersync(redis_server.url, "check", "shop", "--repair", "--json"))
