@@ -19,9 +19,9 @@ from scrapy_clustersync.store.job_store import new_call_id
 from scrapy_clustersync.store.records import as_text
 from testkit.redis_server import RedisServer
 
+from cli_runner import CliRun
 from conftest import SiteFactory
 from support import (
-    CliRun,
     clustersync,
     missing_pages,
     node_env,
