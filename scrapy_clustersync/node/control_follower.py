@@ -16,7 +16,6 @@ import logging
 from typing import TYPE_CHECKING
 
 from ..store import StoreError
-from ..store.errors import AccessRefused
 from ..store.control_state import (
     PAUSED,
     RUNNING,
@@ -25,6 +24,7 @@ from ..store.control_state import (
     ControlState,
     ControlSubscription,
 )
+from ..store.errors import AccessRefused
 
 if TYPE_CHECKING:
     from ..store.control_state import ControlStore
