@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 from urllib.parse import urlsplit
 
-from . import url_secrets
+from .url_secrets import redact_url as _redact_url
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
@@ -249,7 +249,7 @@ def validate_job_name(job: str, given_as: str = "CLUSTERSYNC_JOB") -> str:
 def redact_url(url: str) -> str:
     """The URL with every secret it carries (the userinfo password, a ``?password=`` or any
     other credential in its query) replaced by ``***``, for logs and errors (url_secrets.py)."""
-    return url_secrets.redact_url(url)
+    return _redact_url(url)
 
 
 def make_node_id() -> str:
