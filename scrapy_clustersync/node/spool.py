@@ -169,6 +169,7 @@ class Spool:
             if batches:
                 _write(path, spooled)  # progress first: a crash now replays no batch twice
         path.unlink()
+        _retire(store)
         return sent
 
     def _readable(self, path: Path, epoch: str) -> SpoolFile | None:
@@ -205,6 +206,15 @@ class Spool:
         path.rename(target)
         logger.error("clustersync: spool file %s of job %r is not replayed: %s. Kept as %s.",
                      path, self.job, reason, target)
+
+
+def _retire(store: JobStore) -> None:
+    """The spooled node's writes are all in: its call record, kept without expiry while its
+    spool could come (a missing one reads as a rollback), may expire now."""
+    try:
+        store.retire_calls()
+    except StoreError as exc:  # it stays until `clustersync purge`: a few hundred bytes
+        logger.debug("clustersync: the call record of node %s kept (%s)", store.node_id, exc)
 
 
 def _acks_to_releases(batches: Batches) -> None:

@@ -309,5 +309,4 @@ local exact_entries = redis.call('SCARD', seen_key)
 local result = table.concat({pushed, filtered, acked, released, dead, BLOOM.active,
                              bloom_active_entries(), exact_entries}, ' ')
 redis.call('HSET', last_call_key, 'writes', writes + 1, 'flush_id', call_id, 'flush_result', result)
-redis.call('PEXPIRE', last_call_key, 86400000)
 return result .. ' ' .. (writes + 1)
