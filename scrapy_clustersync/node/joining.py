@@ -21,6 +21,7 @@ from ..plugin.stop_reasons import (
 from ..store import JobStore, StoreError
 from ..store.control_state import STOPPED, STOPPING, ControlState
 from ..store.errors import AccessRefused, JobUnreadable
+from ..store.join_scripts import HELD
 from ..store.script_results import FinishedRun, Joined
 from .liveness import StartUpLiveness
 from .thread_api import NodeOpened
@@ -117,7 +118,7 @@ def join_job(
             "Redis is running and reachable from this machine.", config.job, url, exc)
         return REDIS_UNREACHABLE
     if joined.finished is not None:
-        _log_finished(config.job, joined.finished)
+        _log_finished(config.job, joined.finished, held=joined.restarted == HELD)
         return JOB_FINISHED
     if joined.restarted:
         logger.info("clustersync: job %r had finished; CLUSTERSYNC_RECRAWL = %r restarts it: "
@@ -128,7 +129,10 @@ def join_job(
     return joined
 
 
-def _log_finished(job: str, run: FinishedRun) -> None:
+def _log_finished(job: str, run: FinishedRun, held: bool = False) -> None:
+    if held:
+        _log_held(job)
+        return
     at = datetime.fromtimestamp(run.at_ms / 1000, tz=timezone.utc)
     logger.error(
         "clustersync: job %r already finished at %s (%d requests done; %s); this node stops. "
@@ -136,6 +140,14 @@ def _log_finished(job: str, run: FinishedRun) -> None:
         "--forget-seen to crawl every URL again), or set CLUSTERSYNC_RECRAWL = \"keep-seen\" "
         "or \"forget-seen\" for runs that restart it themselves.",
         job, at.strftime("%Y-%m-%d %H:%M:%S UTC"), run.pages, run.why(), job)
+
+
+def _log_held(job: str) -> None:
+    logger.error(
+        "clustersync: job %r has finished, but nodes are still open on it (kept open by a "
+        "DontCloseSpider?); CLUSTERSYNC_RECRAWL = \"forget-seen\" restarts it only once no node "
+        "is left, as those nodes remember the URLs they sent and would skip them. This node "
+        "stops: close those nodes first, or use \"keep-seen\" (only URLs not seen before).", job)
 
 
 def _log_stopped(job: str, control: ControlState) -> None:
