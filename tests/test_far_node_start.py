@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from scrapy_clustersync.store import JobStore, make_client
 from testkit.redis_server import RedisServer
 
@@ -19,6 +21,7 @@ LIVENESS = {"CLUSTERSYNC_NODE_DEAD_AFTER": "1.5", "CLUSTERSYNC_HEARTBEAT_INTERVA
             "CLUSTERSYNC_LEASE_TIMEOUT": "10"}
 
 
+@pytest.mark.timing
 def test_a_node_far_from_redis_is_not_declared_dead_before_its_first_heartbeat_and_start_runs_once(
     redis_server: RedisServer, proxy_factory: ProxyFactory, site: SiteFactory, tmp_path: Path
 ) -> None:
