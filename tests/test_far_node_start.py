@@ -18,7 +18,9 @@ META = f"clustersync:{{{JOB}}}:meta"
 #: the threshold and heartbeat of the case: a far node makes about ten round trips between its
 #: join and its first heartbeat, 4 s at 0.2 s each way, longer than the threshold
 LIVENESS = {"CLUSTERSYNC_NODE_DEAD_AFTER": "1.5", "CLUSTERSYNC_HEARTBEAT_INTERVAL": "0.5",
-            "CLUSTERSYNC_LEASE_TIMEOUT": "10"}
+            "CLUSTERSYNC_LEASE_TIMEOUT": "10",
+            # a crawl of several seconds, so that the far node, slow to lease, gets its share
+            "CONCURRENT_REQUESTS": "2"}
 
 
 @pytest.mark.timing
@@ -27,7 +29,7 @@ def test_a_node_far_from_redis_is_not_declared_dead_before_its_first_heartbeat_a
 ) -> None:
     # given a local node beating every 0.5 s in a job whose start() claim a placeholder holds
     # (so that the far node is the one to claim it, as the first node of a job does)
-    web = site(40, delay_s=0.02)
+    web = site(80, delay_s=0.1)
     client = redis_server.client()
     placeholder = JobStore(make_client(redis_server.url), JOB, "placeholder")
     placeholder.join_node(ttl_ms=600_000)
