@@ -48,12 +48,14 @@ def test_a_node_far_from_redis_is_not_declared_dead_before_its_first_heartbeat_a
     # then the far node claimed start(), was never declared dead, and start() ran once: the
     # start page was fetched once, and the far node fetched pages too
     far_log, local_log = far.log(), local.log()
+    start_runs = (far_log + local_log).count("clustersync: start() of job 'site' is exhausted")
     print(f"\nfar node at 0.2 s each way: declared dead "
-          f"{(far_log + local_log).count('sent no heartbeat for')} times; start page fetched "
-          f"{web.hits().get(web.page_path(0), 0)} times; far node fetched "
-          f"{sum(web.agent_hits('far').hits.values())} of {web.pages} pages")
+          f"{(far_log + local_log).count('sent no heartbeat for')} times; start() ran "
+          f"{start_runs} times; start page fetched {web.hits().get(web.page_path(0), 0)} times; "
+          f"far node fetched {sum(web.agent_hits('far').hits.values())} of {web.pages} pages")
     assert "declared dead" not in far_log + local_log, (far_log[-3000:], local_log[-3000:])
     assert client.hlen(f"clustersync:{{{JOB}}}:dead_nodes") == 0
+    assert start_runs == 1 and "runs it now" not in local_log, local_log[-3000:]
     assert web.hits().get(web.page_path(0)) == 1, web.hits_by_agent()
     assert sum(web.agent_hits("far").hits.values()) > 0, far_log[-3000:]
     assert all(web.hits().get(path) == 1 for path in web.page_paths()), web.hits()
