@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +31,8 @@ logger = logging.getLogger(__name__)
 
 #: how often the thread asks the reactor whether it runs (a ping it answers on the queue)
 PING_INTERVAL_S = 0.25
+#: the heartbeat calls whose shortest is taken as the node's round trip (liveness.py)
+BEAT_CALLS_KEPT = 5
 
 
 class HeartbeatPart:
@@ -65,8 +68,11 @@ class HeartbeatPart:
         self._drop_asked = False
         self._reactor_seen = time.monotonic()
         self._pinged_at = 0.0
-        #: how long the last heartbeat call took (before the first: the call before the join)
-        self._last_beat_call_s = 0.0
+        #: the node's distance from Redis: the shortest of its last heartbeat calls (a busy
+        #: moment makes one call slow, never the network fast), before the first the call
+        #: before its join (liveness.py)
+        self._round_trip_s = 0.0
+        self._beat_calls: deque[float] = deque(maxlen=BEAT_CALLS_KEPT)
 
     def _ping(self, now: float) -> None:
         """Ask the reactor to say it runs, every PING_INTERVAL_S while it answers."""
@@ -91,7 +97,7 @@ class HeartbeatPart:
         beat = self.store.heartbeat(
             self.epoch,
             # the threshold, and a few of this node's own round trips (liveness.py)
-            ttl_ms=0 if leaving else heartbeat_ttl_ms(self.config, self._last_beat_call_s),
+            ttl_ms=0 if leaving else heartbeat_ttl_ms(self.config, self._round_trip_s),
             lease_ms=int(self.config.lease_timeout_s * 1000),
             info=self._node_info() | self.figures()
             | {"state": "closed" if leaving else self._state(idle)},
@@ -106,7 +112,8 @@ class HeartbeatPart:
                            2 * self.config.heartbeat_interval_s) * 1000),
             told_ms=self._death_told,
         )
-        self._last_beat_call_s = time.monotonic() - called_at
+        self._beat_calls.append(time.monotonic() - called_at)
+        self._round_trip_s = min(self._beat_calls)
         self._heard(beat, idle, leaving)
         return beat.finish_wait_ms
 

@@ -15,8 +15,9 @@ The rule, applied by the node to the liveness it asks for (no script changes):
   threshold plus ``START_UP_ROUND_TRIPS`` times the node's call before its join (at least the
   threshold once more, at most ``START_UP_MAX_S``); a spool replay renews it between batches
   (``StartUpLiveness.renew``), however long the spool;
-- every heartbeat asks for the threshold plus ``TURN_ROUND_TRIPS`` times the duration of the
-  node's previous heartbeat call (the join's call before the first), at most
+- every heartbeat asks for the threshold plus ``TURN_ROUND_TRIPS`` times the node's round
+  trip: the shortest of its last few heartbeat calls (a busy moment makes one call slow, never
+  the network fast; before the first, the call before its join), at most
   ``TURN_ALLOWANCE_MAX`` thresholds.
 
 A node near Redis (calls of a millisecond) gets the threshold, as before, from its first
@@ -45,7 +46,7 @@ START_UP_ROUND_TRIPS = 10
 START_UP_MAX_S = 30.0
 #: the round trips a turn of the Redis thread may make between two heartbeats (a flush, a
 #: lease, the control read, Bloom upkeep, a script load each the first time), counted in the
-#: duration of the node's previous heartbeat call
+#: node's round trip (its shortest recent heartbeat call)
 TURN_ROUND_TRIPS = 8
 #: the most a heartbeat's allowance may be, in thresholds (a momentarily slow Redis)
 TURN_ALLOWANCE_MAX = 3
@@ -61,13 +62,12 @@ def start_up_ttl_ms(config: ClusterConfig, measured_call_s: float) -> int:
     return int((dead_after_s + allowance_s) * 1000)
 
 
-def heartbeat_ttl_ms(config: ClusterConfig, last_call_s: float) -> int:
+def heartbeat_ttl_ms(config: ClusterConfig, round_trip_s: float) -> int:
     """The liveness a heartbeat asks for: the threshold plus ``TURN_ROUND_TRIPS`` times
-    ``last_call_s``, the duration of the node's previous heartbeat call (at most
-    ``TURN_ALLOWANCE_MAX`` thresholds)."""
+    ``round_trip_s``, the node's round trip (at most ``TURN_ALLOWANCE_MAX`` thresholds)."""
     dead_after_s = config.node_dead_after_s
     allowance_s = min(TURN_ALLOWANCE_MAX * dead_after_s,
-                      TURN_ROUND_TRIPS * max(0.0, last_call_s))
+                      TURN_ROUND_TRIPS * max(0.0, round_trip_s))
     return int((dead_after_s + allowance_s) * 1000)
 
 
