@@ -1,19 +1,15 @@
-"""``clustersync jobs``, ``status``, ``dead``, ``restart`` and ``purge``: the jobs on a Redis,
-one job's figures, and what changes a whole job."""
+"""``clustersync jobs``, ``status``, ``restart`` and ``purge``: the jobs on a Redis, one job's
+figures, and what changes a whole job (``dead`` is in dead_commands.py)."""
 
 from __future__ import annotations
 
-import base64
-from typing import Any
-
 import click
 
-from ..store import DeadLetter
 from .check_commands import needs_a_person, show_status
 from .context import CliContext, pass_cli
 from .exit_codes import JobRefused, exit_needing_a_person
-from .options import job_argument, json_option, limit_option, settings_option
-from .output import console, echo_json, when_iso
+from .options import job_argument, json_option, settings_option
+from .output import console, echo_json
 from .status_view import job_rows, print_jobs
 
 
@@ -50,32 +46,6 @@ def status(cli: CliContext, job: str | None, as_json: bool, check_health: bool) 
     show_status(report, attention, as_json)
     if attention:
         exit_needing_a_person()
-
-
-def dead_letter_dict(letter: DeadLetter) -> dict[str, Any]:
-    """A dead letter as ``dead --json`` prints it (the entry, binary, in base64)."""
-    return {"entry_id": letter.entry_id, "node": letter.node, "at_ms": letter.at_ms,
-            "at": when_iso(letter.at_ms), "reason": letter.reason,
-            "refused_write": letter.refused_write,
-            "entry_base64": base64.b64encode(letter.entry).decode("ascii")}
-
-
-@click.command()
-@job_argument
-@limit_option("dead letters")
-@json_option("the dead letters")
-@settings_option
-@pass_cli
-def dead(cli: CliContext, job: str | None, limit: int, as_json: bool) -> None:
-    """JOB's dead letters: queue entries no node could decode, with the reason."""
-    letters = cli.existing_store(job).dead_letters(limit)
-    if as_json:
-        echo_json([dead_letter_dict(letter) for letter in letters])
-        return
-    for letter in letters:
-        click.echo(f"{letter.entry_id}  node={letter.node}  reason={letter.reason}  "
-                   f"entry={letter.entry[:80]!r}")
-    click.echo(f"{len(letters)} dead letter(s) shown")
 
 
 @click.command()
