@@ -68,6 +68,12 @@ class ProjectContext:
         check_settings_object(settings)
         return settings
 
+    def in_project(self) -> bool:
+        """True when the settings come from a project or a settings module, not Scrapy's
+        defaults alone."""
+        return bool(self.settings_module or os.environ.get("SCRAPY_SETTINGS_MODULE")
+                    or inside_project())
+
     def describe_project(self) -> str:
         """Where the settings came from, for messages."""
         module = self.settings_module or os.environ.get("SCRAPY_SETTINGS_MODULE")
