@@ -82,9 +82,12 @@ def purge(cli: CliContext, job: str | None, yes: bool, as_json: bool) -> None:
 @pass_cli
 def restart(cli: CliContext, job: str | None, forget_seen: bool, force: bool, yes: bool,
             as_json: bool) -> None:
-    """Make finished (or stopped) JOB crawlable again: start() runs on the next node.
+    """Make finished (or stopped) JOB crawlable again: start() runs on the next node, and a
+    stopped (or paused) job is running again.
 
-    The queue, stats and dead letters are kept; the seen record too unless --forget-seen.
+    The queue, stats and dead letters are kept; the seen record too unless --forget-seen, so
+    only URLs not seen before are fetched, but for start requests marked dont_filter (as
+    Scrapy's start_urls are): those are fetched again.
     """
     if forget_seen and not yes:
         raise click.UsageError("--forget-seen clears what the job has seen, so that every URL is "
@@ -93,13 +96,24 @@ def restart(cli: CliContext, job: str | None, forget_seen: bool, force: bool, ye
     name = store.keys.job
     result = store.restart(force=force, forget_seen=forget_seen)
     if not result.done:
+        stopped = store.control_state().state in ("stopped", "stopping")
+        hint = (f" `clustersync resume {name}` continues its queue without running start() "
+                "again." if stopped and result.queued + result.leased else "")
         raise JobRefused(
             f"job {name!r} is not finished: {result.live_nodes} live node(s), {result.queued} "
             f"queued, {result.leased} leased. Stop its nodes and wait for their leases to run "
-            "out, or pass --force to restart it anyway.")
+            f"out, or pass --force to restart it anyway.{hint}")
     if as_json:
-        echo_json({"job": name, "restarted": True, "forgot_seen": forget_seen})
+        echo_json({"job": name, "restarted": True, "forgot_seen": forget_seen,
+                   "resumed_from": result.resumed or None})
         return
-    click.echo(f"restarted job {name!r}: start() runs again on the next node; "
-               + ("the seen record was cleared: every URL is crawled again" if forget_seen
-                  else "the seen record is kept: only URLs not seen before are crawled"))
+    click.echo(restart_summary(name, forget_seen, result.resumed))
+
+
+def restart_summary(job: str, forget_seen: bool, resumed: str) -> str:
+    """What ``restart`` did, for people."""
+    was = f"; it was {resumed} and runs again" if resumed else ""
+    seen = ("the seen record was cleared: every URL is crawled again" if forget_seen else
+            "the seen record is kept: only URLs not seen before are crawled, and start "
+            "requests marked dont_filter (start_urls) are fetched again")
+    return f"restarted job {job!r}: start() runs again on the next node{was}; {seen}"
