@@ -127,12 +127,20 @@ def setting_digests(settings: BaseSettings | None) -> dict[str, str]:
     for name, value in settings.copy_to_dict().items():
         if per_node(name):
             continue
-        text = json.dumps(canonical(value), sort_keys=True)
+        text = setting_text(value)
         if name in defaults and not name.startswith("CLUSTERSYNC_") \
-                and text == json.dumps(canonical(defaults[name]), sort_keys=True):
+                and text == setting_text(defaults[name]):
             continue
         digests[name] = value_digest(name, text)
     return digests
+
+
+def setting_text(value: Any) -> str:
+    """A setting's value as canonical text. A number or flag reads as its text, as the typed
+    getters read it: ``-s CONCURRENT_REQUESTS=16`` is the default 16, not a difference."""
+    if isinstance(value, (bool, int, float)):
+        value = str(value)
+    return json.dumps(canonical(value), sort_keys=True)
 
 
 def value_digest(name: str, text: str) -> str:

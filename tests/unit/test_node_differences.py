@@ -62,3 +62,11 @@ def test_a_record_holds_a_bounded_number_of_digests() -> None:
     assert set(bounded(files, group=lambda p: p.split("/")[0] + "/")) == {"a/", "b/"}
     many = bounded({f"S{i:04}": "0" * 64 for i in range(MAX_ITEMS * 2)}, group=None)
     assert len(many) == MAX_ITEMS and REST in many
+
+
+def test_a_number_given_as_text_with_s_is_the_same_setting() -> None:
+    # given one node with CONCURRENT_REQUESTS=16 from -s (text) and one with Scrapy's default
+    given = setting_digests(Settings({"CONCURRENT_REQUESTS": "16", "DOWNLOAD_DELAY": "0.5"}))
+    other = setting_digests(Settings({"DOWNLOAD_DELAY": 0.5}))
+    # then neither differs: 16 is the default, and 0.5 is 0.5
+    assert given == other and "CONCURRENT_REQUESTS" not in given
