@@ -76,3 +76,16 @@ def test_outside_a_project_the_callback_is_not_checked(redis_server: RedisServer
     seeded = run_cli(redis_server.url, "seed", "bare", "--create", URL, "--callback",
                      "parse_nope", "--json", cwd=tmp_path)
     assert seeded.returncode == 0 and json.loads(seeded.stdout)["seeded"] == 1, seeded.output
+
+
+def test_a_project_whose_spiders_do_not_import_seeds_and_says_the_callback_is_unchecked(
+    redis_server: RedisServer, tmp_path: Path,
+) -> None:
+    # given a project with a spider module that fails to import
+    project = project_with_spiders(tmp_path, "broken", "import no_such_module\n")
+    # when a callback is seeded there, then it is seeded, and the command says why unchecked
+    seeded = clustersync("seed", "site", "--create", URL, "--callback", "parse_nope",
+                         cwd=project, env_url=redis_server.url)
+    assert seeded.returncode == 0, seeded.output
+    assert ("--callback parse_nope not checked: the project's spiders could not be loaded "
+            "(ModuleNotFoundError") in seeded.stderr

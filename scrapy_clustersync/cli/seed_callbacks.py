@@ -29,7 +29,11 @@ def check_callback(settings: BaseSettings, job: str, callback: str) -> str | Non
     """None if ``callback`` is a method of the job's spider; a sentence saying why it could not
     be checked if the spider cannot be told; click.BadParameter (exit 2) naming the methods
     that can be callbacks if it is none of them."""
-    spiders = spiders_of_job(settings, job)
+    try:
+        spiders = spiders_of_job(settings, job)
+    except Exception as exc:  # the project's own code failed to import: say so, seed anyway
+        return (f"--callback {callback} not checked: the project's spiders could not be "
+                f"loaded ({type(exc).__name__}: {exc})")
     if not spiders:
         return (f"--callback {callback} not checked: no spider of the project runs job "
                 f"{job!r} (its {JOB_SETTING} or, without one, its name)")
