@@ -73,7 +73,7 @@ def purge(cli: CliContext, job: str | None, yes: bool, as_json: bool) -> None:
 @job_argument
 @click.option("--forget-seen", is_flag=True,
               help="Also clear the seen record: every URL is crawled again (default: only URLs "
-                   "not seen before).")
+                   "not seen before, and start requests marked dont_filter).")
 @click.option("--force", is_flag=True,
               help="Restart even with nodes alive or work queued or leased.")
 @click.option("--yes", is_flag=True, help="Confirm --forget-seen without asking.")
