@@ -13,7 +13,8 @@ from rich.live import Live
 from rich.table import Table
 
 from ..store import JobStatus, JobStore
-from ..store.consistency import Finding, JobCheck, differing_nodes
+from ..store.consistency import Finding, JobCheck
+from ..store.node_differences import node_differences
 from .context import CliContext, pass_cli
 from .exit_codes import exit_needing_a_person
 from .options import job_argument, json_option, settings_option
@@ -61,14 +62,14 @@ def _print_findings(job: str, findings: list[Finding], repair: bool, out: Consol
 
 
 def needs_a_person(store: JobStore, report: JobStatus) -> list[str]:
-    """What ``status --check`` reports: dead nodes holding work, live nodes on other code or
-    settings, dead letters."""
+    """What ``status --check`` reports: dead nodes holding work, the settings, files or versions
+    that differ between live nodes (which, and on which nodes), dead letters."""
     found = []
     held = JobCheck(store).leases_of_dead_nodes()
     for node, count in sorted(held.items()):
         found.append(f"node {node} is not alive and still holds {count} lease(s)")
     live = {n["id"]: n for n in report.nodes if n["alive"]}
-    found += [f"node {f.subject}: {f.detail}" for f in differing_nodes(live)]
+    found += [difference.line() for difference in node_differences(live)]
     if report.dead_letters:
         found.append(f"{report.dead_letters} dead letter(s): `clustersync dead` lists them")
     return found

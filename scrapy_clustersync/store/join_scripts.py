@@ -110,5 +110,7 @@ class RestartScript(JobScript):
     def run(self, force: bool, record: DedupRecord | None) -> Restarted | None:
         """What the restart did; None if the bloom hash changed since ``record`` was read
         (nothing done: read it again and retry)."""
-        done, live, queued, leased = (int(x) for x in self._call(*self.call(force, record)))
-        return None if done < 0 else Restarted(bool(done), live, queued, leased)
+        reply = self._call(*self.call(force, record))
+        done, live, queued, leased = (int(x) for x in reply[:4])
+        resumed = as_text(reply[4]) if len(reply) > 4 else ""
+        return None if done < 0 else Restarted(bool(done), live, queued, leased, resumed)

@@ -148,12 +148,15 @@ class Joined:
 
 @dataclass(frozen=True)
 class Restarted:
-    """What ``JobStore.restart`` did: whether it restarted the job, and what it found."""
+    """What ``JobStore.restart`` did: whether it restarted the job, and what it found;
+    ``resumed``: the control state it took the job out of (stopped, stopping, paused), else
+    ""."""
 
     done: bool
     live_nodes: int
     queued: int
     leased: int
+    resumed: str = ""
 
 
 @dataclass
