@@ -1,5 +1,5 @@
 -- restart: make a finished (or stopped) job crawlable again (`clustersync restart`): start()
--- runs again on the next node that joins (restart_job, in prelude.lua). The queue, the stats
+-- runs again on the next node that joins (restart_job, in prelude.lua), in the job's next run. The queue, the stats
 -- and the dead letters are kept; the seen record too unless `forget` asks to forget it, which
 -- happens in the same step (no node can join in between and crawl with the old record).
 --
@@ -9,7 +9,11 @@
 -- KEYS[2]  nodes        zset  node id -> liveness deadline (server ms)
 -- KEYS[3]  queue        zset  entry id -> -priority
 -- KEYS[4]  deadlines    zset  leased entry id -> lease deadline (server ms)
--- KEYS[5..] dedup       keys  the dedup record: seen, bloom, the bloom chunks (see
+-- KEYS[5]  stats        hash  job counters (the next run starts from them: start_run)
+-- KEYS[6]  scrapy_stats hash  the nodes' Scrapy stats, summed (pages, items)
+-- KEYS[7]  seen         set   the exact dedup set (its size: what the job has seen)
+-- KEYS[8]  bloom        hash  the Bloom filter's state (its entries: count<i>)
+-- KEYS[9..] dedup       keys  the dedup record: seen, bloom, the bloom chunks (see
 --                             dedup_unchanged in prelude.lua)
 -- ARGV[1]  force        0|1   restart even with live nodes or work queued or leased
 -- ARGV[2]  forget       0|1   also delete the dedup record (KEYS[5..])
@@ -21,7 +25,13 @@ local meta_key = KEYS[1]
 local nodes_key = KEYS[2]
 local queue_key = KEYS[3]
 local deadlines_key = KEYS[4]
-local dedup_from = 5
+local stats_key = KEYS[5]
+local scrapy_stats_key = KEYS[6]
+local seen_key = KEYS[7]
+local bloom_key = KEYS[8]
+local run_keys = {stats = stats_key, scrapy_stats = scrapy_stats_key, seen = seen_key,
+                  bloom = bloom_key}
+local dedup_from = 9
 local force = ARGV[1]
 local forget = ARGV[2]
 local bloom_field_from = 3
@@ -42,5 +52,5 @@ if forget == '1' then
   end
   forget_dedup(KEYS, dedup_from)
 end
-restart_job(meta_key, now_ms)
+restart_job(meta_key, now_ms, run_keys)
 return {1, live, queued, leased}
