@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from rich import box
 from rich.table import Table
 from rich.text import Text
 
@@ -20,8 +21,9 @@ from ..store.job_runs import RunStart
 
 #: a node dead (or silent) longer than this is summed up with the earlier runs' nodes
 LONG_DEAD_S = 600.0
-#: the table's cost per column beyond its text: a space of padding each side and a border
-COLUMN_COST = 3
+#: what a column costs beyond its text, but the first: the gap to the one before it (a table of
+#: box.SIMPLE_HEAD without edges: padding, a blank where a border would be, padding)
+COLUMN_GAP = 3
 
 
 @dataclass
@@ -141,30 +143,35 @@ def _load(node: dict[str, Any]) -> str:
     return " ".join(f"{float(x):.1f}" for x in load[:1]) if isinstance(load, list) else ""
 
 
+def _rate(node: dict[str, Any]) -> str:
+    """Pages/min over the node's last minute; "-" for a node not alive (its last figure)."""
+    return _number("pages_per_min")(node) if node.get("alive") else "-"
+
+
 #: every column of ``nodes``, in the order shown; ``status`` and ``top`` list fewer
 NODE_COLUMNS = (
     Column("node", 0, lambda node: str(node["id"])),
-    Column("alive", 12, lambda node: "yes" if node.get("alive") else "no"),
     Column("state", 1, state_text),
-    Column("host", 10, _field("host")),
-    Column("pid", 11, _field("pid")),
+    Column("pages/min", 2, _rate),
+    Column("pages", 3, _field("pages", 0)),
+    Column("held", 4, held),
+    Column("items", 5, _field("items", 0)),
+    Column("errors", 6, _field("errors")),
+    Column("buffered", 7, _field("buffered", 0)),
+    Column("inflight", 15, _field("inflight", 0)),
+    Column("prefetched", 16, _field("prefetched")),
     Column("cpu %", 8, _number("cpu_percent")),
     Column("rss MiB", 9, _number("rss_bytes", 2**20)),
     Column("load", 13, _load),
     Column("concurrency", 14, _field("concurrency")),
-    Column("inflight", 15, _field("inflight", 0)),
-    Column("held", 4, held),
-    Column("prefetched", 16, _field("prefetched")),
-    Column("buffered", 7, _field("buffered", 0)),
-    Column("pages", 3, _field("pages", 0)),
-    Column("items", 5, _field("items", 0)),
-    Column("errors", 6, _field("errors")),
-    Column("pages/min", 2, _number("pages_per_min")),
-    Column("versions", 18, versions_text),
-    Column("digest", 17, lambda node: str(node.get("digest", ""))[:12]),
+    Column("host", 10, _field("host")),
+    Column("pid", 11, _field("pid")),
+    Column("alive", 12, lambda node: "yes" if node.get("alive") else "no"),
     Column("seen ago", 12, seen_ago),
+    Column("digest", 17, lambda node: str(node.get("digest", ""))[:12]),
+    Column("versions", 18, versions_text),
 )
-STATUS_COLUMNS = ("node", "state", "pages", "pages/min", "held", "items", "buffered",
+STATUS_COLUMNS = ("node", "state", "pages/min", "pages", "held", "items", "buffered",
                   "rss MiB", "seen ago")
 #: a versions column that tells something (the nodes run different versions) ranks here
 VERSIONS_DIFFER_RANK = 5
@@ -172,15 +179,18 @@ VERSIONS_DIFFER_RANK = 5
 
 def node_table(records: Sequence[dict[str, Any]], width: int,
                names: Sequence[str] | None = None) -> Table:
-    """The table of ``records`` in ``width`` columns: the columns named (default: all) that
-    fit, by rank; the node id always. Every cell is plain text."""
-    columns = [c for c in NODE_COLUMNS if names is None or c.header in names]
+    """The table of ``records`` in ``width`` columns: the columns named (default: all, in
+    their order) that fit, by rank; the node id always. Every cell is plain text."""
+    columns = list(NODE_COLUMNS) if names is None else [
+        c for name in names for c in NODE_COLUMNS if c.header == name]
     if len({versions_text(n) for n in records}) > 1:
         columns = [Column(c.header, VERSIONS_DIFFER_RANK, c.cell) if c.header == "versions"
                    else c for c in columns]
     cells = {c.header: [c.cell(node) for node in records] for c in columns}
     chosen = fit(columns, cells, width)
-    table = Table(*(c.header for c in chosen))  # the headers are ours, not Redis text
+    # the headers are ours, not Redis text; no edges and no borders: the width is the text's
+    table = Table(*(c.header for c in chosen), box=box.SIMPLE_HEAD, show_edge=False,
+                  pad_edge=False)
     for i in range(len(records)):
         table.add_row(*(Text(cells[c.header][i]) for c in chosen))
     return table
@@ -188,10 +198,12 @@ def node_table(records: Sequence[dict[str, Any]], width: int,
 
 def fit(columns: Sequence[Column], cells: dict[str, list[str]], width: int) -> list[Column]:
     """The columns that fit in ``width``, best rank first, in their order: each costs its
-    widest cell or header plus COLUMN_COST; the first ranked is kept whatever its width."""
-    used, chosen = 1, set[str]()
+    widest cell or header, and COLUMN_GAP but the first; the first ranked is kept whatever its
+    width."""
+    used, chosen = 0, set[str]()
     for column in sorted(columns, key=lambda c: c.rank):
-        cost = max([len(column.header), *map(len, cells[column.header])]) + COLUMN_COST
+        cost = max([len(column.header), *map(len, cells[column.header])])
+        cost += COLUMN_GAP if chosen else 0
         if used + cost <= width or not chosen:
             chosen.add(column.header)
             used += cost
