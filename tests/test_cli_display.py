@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -89,7 +89,7 @@ def clustersync_argv(url: str, *args: str) -> list[str]:
 
 
 def beat_as_node(url: str, job: str, node_id: str, pages: int,
-                 extra: dict[str, object] | None = None) -> JobStore:
+                 extra: Mapping[str, object] | None = None) -> JobStore:
     """Node ``node_id`` joins ``job`` and sends one heartbeat with the record a node sends,
     crawling, ``pages`` fetched."""
     store = JobStore(make_client(url), job, node_id, DedupSettings("exact"))
