@@ -10,10 +10,21 @@ import re
 from pathlib import Path
 from typing import Any
 
+from scrapy_clustersync.store import Ack, StartDone
+from scrapy_clustersync.store.job_store import new_call_id
 from testkit.redis_server import RedisServer
 
 from conftest import SiteFactory
-from support import clustersync, pages_fetched, start_node, start_nodes, wait_all, wait_until
+from support import (
+    clustersync,
+    joined,
+    pages_fetched,
+    push_op,
+    start_node,
+    start_nodes,
+    wait_all,
+    wait_until,
+)
 
 #: no test here measures the idle close; each crawl to a job's end waits it out
 QUICK_CLOSE = {"CLUSTERSYNC_IDLE_CLOSE_AFTER": "0.3"}
@@ -61,6 +72,29 @@ def test_status_after_a_restart_shows_this_runs_figures_and_waits_for_nodes(
     assert (status["run"]["done"], status["run"]["pages"], status["run"]["seen"]) == (20, 20, 20)
     assert (status["totals"]["done"], status["totals"]["pages"]) == (40, 40)
     assert re.search(r"done\s+20\s+40\b", text), text
+
+
+def test_a_seed_into_a_finished_job_shows_it_waiting_for_nodes_not_finished(
+    redis_server: RedisServer,
+) -> None:
+    # given a job whose node did its one request, found the job finished and left
+    node, epoch = joined(redis_server, "a", job="site")
+    node.flush(epoch, [push_op("http://x/1"), StartDone()], new_call_id())
+    [entry] = node.lease(epoch, 1, 60_000, new_call_id())
+    node.flush(epoch, [Ack(entry.entry_id)], new_call_id())
+    beat: dict[str, Any] = {"lease_ms": 60_000, "idle": True, "idle_after_ms": 1, "lease_ids": []}
+    wait_until(lambda: node.heartbeat(epoch, ttl_ms=5000, info={}, **beat).finished, 10,
+               "the job is finished")
+    node.heartbeat(epoch, ttl_ms=0, info={"state": "closed"}, **beat)
+    assert status_of(redis_server.url)["state"] == "finished"
+    # when a new URL is seeded into it
+    assert clustersync(redis_server.url, "seed", "site", "http://x/2").returncode == 0
+    # then it waits for nodes, with no finish shown
+    status = status_of(redis_server.url)
+    text = clustersync(redis_server.url, "status", "site").stdout
+    assert (status["state"], status["queued"], status["finished_at"]) == (
+        "waiting for nodes", 1, None)
+    assert "state waiting for nodes" in text and "finished" not in text, text
 
 
 def test_a_three_node_job_run_twice_lists_its_three_nodes_and_sums_up_the_earlier_run(

@@ -82,14 +82,18 @@ def status_dict(report: JobStatus) -> dict[str, Any]:
     """The status as ``--json`` prints it: ``run`` has this run's figures, ``totals`` the
     job's over every run (the top-level ``done`` and ``seen`` are the job's totals too)."""
     summary = report.to_dict()
+    state = state_of(report)
+    # a finish record of a job seeded since is the end of nothing now under way
+    ended = state == "finished"
     run = run_summary(report)
     run.update(started_at=when_iso(run["started_ms"]),
-               pages_per_min=round(pages_per_min(report), 1), finished_at=finished_at(report),
-               finished_reason=finished_reason(report))
+               pages_per_min=round(pages_per_min(report), 1),
+               finished_at=finished_at(report) if ended else None,
+               finished_reason=finished_reason(report) if ended else None)
     summary.update(
-        state=state_of(report), pages_per_min=round(pages_per_min(report), 1),
-        eta_s=eta_s(report), finished_at=finished_at(report),
-        finished_reason=finished_reason(report),
+        state=state, pages_per_min=round(pages_per_min(report), 1),
+        eta_s=eta_s(report), finished_at=run["finished_at"],
+        finished_reason=run["finished_reason"],
         start_run_by=report.start_claimed_by, control=control_of(report),
         run=run, totals=totals_summary(report),
     )
@@ -122,7 +126,7 @@ def summary_lines(report: JobStatus, summary: dict[str, Any]) -> list[Text]:
     run = summary["run"]
     if run["started_at"]:
         lines.append(Text(f"  started      {run['started_at']}"))
-    if summary["finished_at"] and summary["state"] == "finished":
+    if summary["finished_at"]:
         lines.append(Text(f"  finished     {summary['finished_at']}  "
                           f"reason: {summary['finished_reason'] or 'not recorded'}"))
     if report.start_claimed_by:
