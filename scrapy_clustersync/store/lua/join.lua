@@ -30,6 +30,7 @@
 --                                  dedup record, in the same step); "join" = join it as it is
 -- ARGV[9..] bloom_field    string  with "forget-seen" only: the bloom hash as read to name its
 --                                  chunks (field, value pairs)
+-- Errors (before any change): CLUSTERSYNC_WRONG_TYPE (a figure key of another type).
 -- Returns {epoch, claimed 0|1, dedup, bloom_capacity, bloom_error, finished_ms, finished_pages,
 -- finished_nodes, finished_idle_ms, restarted}: the job's settings, not the caller's; the
 -- finished_* fields are "" unless the job is finished (then the node was not added and claimed
@@ -55,6 +56,10 @@ local bloom_capacity = ARGV[6]
 local bloom_error = ARGV[7]
 local recrawl = ARGV[8]
 local bloom_field_from = 9
+-- the keys a run starts from (start_run) are read before the first write
+local refused = wrong_type({{stats_key, 'hash'}, {scrapy_stats_key, 'hash'}, {seen_key, 'set'},
+                            {bloom_key, 'hash'}})
+if refused then return refused end
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 if redis.call('HSETNX', meta_key, 'epoch', new_epoch) == 1 then

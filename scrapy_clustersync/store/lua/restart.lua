@@ -18,6 +18,7 @@
 -- ARGV[1]  force        0|1   restart even with live nodes or work queued or leased
 -- ARGV[2]  forget       0|1   also delete the dedup record (KEYS[5..])
 -- ARGV[3..] bloom_field string the bloom hash as read to name its chunks (field, value pairs)
+-- Errors (before any change): CLUSTERSYNC_WRONG_TYPE (a figure key of another type).
 -- Returns {restarted, live nodes, queued, leased}; restarted is 1 if done, 0 when the job does
 -- not exist, or when it is not idle (live nodes, work queued or leased) and force is 0, -1 when
 -- the bloom hash changed since it was read (nothing done: read it again and retry).
@@ -35,6 +36,10 @@ local dedup_from = 9
 local force = ARGV[1]
 local forget = ARGV[2]
 local bloom_field_from = 3
+-- the keys a run starts from (start_run) are read before the first write
+local refused = wrong_type({{stats_key, 'hash'}, {scrapy_stats_key, 'hash'}, {seen_key, 'set'},
+                            {bloom_key, 'hash'}})
+if refused then return refused end
 if redis.call('HEXISTS', meta_key, 'epoch') == 0 then
   return {0, 0, 0, 0}
 end
