@@ -220,7 +220,8 @@ def _dedup_lines(dedup: dict[str, Any]) -> list[str]:
 
 
 def job_rows(client: redis.Redis) -> list[dict[str, Any]]:
-    """One summary per job on this Redis: state, queued, done (acked), live nodes."""
+    """One summary per job on this Redis: state, run, queued, done (acked: ``run_done`` in the
+    run under way, ``done`` in the job's life), live nodes."""
     rows: list[dict[str, Any]] = []
     for name in job_names(client):
         try:
@@ -230,32 +231,34 @@ def job_rows(client: redis.Redis) -> list[dict[str, Any]]:
         except StoreError as exc:  # one job's keys are not what this version reads
             rows.append({"job": name, "state": "unknown", "error": str(exc), "queued": None,
                          "leased": None, "done": None, "nodes": None, "pages_per_min": None,
-                         "finished_at": None})
+                         "finished_at": None, "run": None, "run_done": None})
             continue
         if not report.exists:  # purged between the scan and now
             continue
+        run, state = run_summary(report), state_of(report)
         rows.append({
-            "job": name, "state": state_of(report), "queued": report.queued,
+            "job": name, "state": state, "queued": report.queued,
+            "run": run["number"], "run_done": run["done"],
             "leased": report.leased, "done": report.counters.get("acked", 0),
             "nodes": sum(1 for n in report.nodes if n["alive"]),
             "pages_per_min": round(pages_per_min(report), 1),
-            "finished_at": finished_at(report),
+            "finished_at": finished_at(report) if state == "finished" else None,
         })
     return rows
 
 
 def print_jobs(rows: list[dict[str, Any]], out: Console) -> None:
-    table = Table("job", "state", "queued", "leased", "done", "live nodes", "pages/min",
-                  "finished")
+    table = Table("job", "state", "run", "queued", "leased", "done this run", "live nodes",
+                  "pages/min", "finished")
     unreadable = []
     for row in rows:
         if row["state"] == "unknown":
             unreadable.append(row)
-            table.add_row(Text(row["job"]), "unknown", *[""] * 6)
+            table.add_row(Text(row["job"]), "unknown", *[""] * 7)
             continue
-        table.add_row(Text(row["job"]), row["state"], f"{row['queued']:,}", f"{row['leased']:,}",
-                      f"{row['done']:,}", str(row["nodes"]), f"{row['pages_per_min']:.0f}",
-                      row["finished_at"] or "")
+        table.add_row(Text(row["job"]), row["state"], str(row["run"]), f"{row['queued']:,}",
+                      f"{row['leased']:,}", f"{row['run_done']:,}", str(row["nodes"]),
+                      f"{row['pages_per_min']:.0f}", row["finished_at"] or "")
     out.print(table)
     for row in unreadable:
         out.print(f"job {row['job']!r} cannot be read: {row['error']}", markup=False)
