@@ -7,8 +7,15 @@ from typing import Any
 
 from rich.console import Console
 
-from scrapy_clustersync.cli.node_view import NODE_COLUMNS, node_table
+from scrapy_clustersync.cli.node_view import (
+    NODE_COLUMNS,
+    group_nodes,
+    hidden_line,
+    node_table,
+    state_text,
+)
 from scrapy_clustersync.store.job_runs import RunStart
+from scrapy_clustersync.store.script_results import JobStatus
 
 NODE = "ip-10-0-12-34.ec2.internal:40123:a1b2c3"
 
@@ -56,3 +63,25 @@ def test_a_run_reads_back_from_meta_and_a_job_from_before_runs_is_one_more_than_
     assert (run.number, run.started_ms, run.base, run.known) == (3, 1700, {"acked": 5}, True)
     assert (old.number, old.started_ms, old.known) == (3, 1600, False)
     assert (new.number, new.started_ms, new.known) == (1, 1000, True)
+
+
+def test_nodes_of_earlier_runs_and_dead_for_long_are_summed_up_in_one_line() -> None:
+    # given run 2 started at 10,000 ms; a node last heard of before it, one dead for 11 min,
+    # one silent for 20 s, and one alive
+    nodes = [
+        record("old", alive=False, state="closed", last_beat_ms=9_000),
+        record("gone", alive=False, state="dead", last_beat_ms=20_000, silent_s=660.0),
+        record("quiet", alive=False, state="silent", last_beat_ms=20_000, silent_s=20.0),
+        record("live", last_beat_ms=700_000),
+    ]
+    report = JobStatus("site", True, 0, 0, 0, 0, {}, None, True, 700_000, nodes=nodes,
+                       meta={"run": "2", "run_started_ms": "10000"}, pruned={"nodes": 4})
+    # when they are grouped
+    groups = group_nodes(report)
+    # then the live and the silent one are listed, the others summed up
+    assert [n["id"] for n in groups.listed(False)] == ["quiet", "live"]
+    assert len(groups.listed(True)) == 4
+    assert hidden_line(groups, False) == ("+1 node(s) of earlier runs, 1 dead > 10 min: --all to "
+                                          "list; 4 older node(s) pruned "
+                                          "(CLUSTERSYNC_NODE_RETENTION)")
+    assert state_text(nodes[2]) == "silent for 20s"
