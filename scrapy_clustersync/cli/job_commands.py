@@ -8,7 +8,7 @@ import click
 from .check_commands import needs_a_person, show_status
 from .context import CliContext, pass_cli
 from .exit_codes import JobRefused, exit_needing_a_person
-from .options import job_argument, json_option, settings_option
+from .options import all_option, job_argument, json_option, settings_option
 from .output import console, echo_json
 from .status_view import job_rows, print_jobs
 
@@ -30,20 +30,23 @@ def jobs(cli: CliContext, as_json: bool) -> None:
 
 @click.command()
 @job_argument
+@all_option
 @json_option("the status")
 @click.option("--check", "check_health", is_flag=True,
               help="Exit 1 when something needs a person: dead nodes holding work, nodes on "
                    "other code or settings, dead letters (for cron and monitoring).")
 @settings_option
 @pass_cli
-def status(cli: CliContext, job: str | None, as_json: bool, check_health: bool) -> None:
-    """State, queued, leased, seen, done, rate, dead letters and nodes of JOB."""
+def status(cli: CliContext, job: str | None, every: bool, as_json: bool,
+           check_health: bool) -> None:
+    """State, figures of the run under way (and the job's totals beside them), queued, leased,
+    rate, dead letters and the nodes of this run of JOB (--all: every node)."""
     store = cli.store(job)
     report = store.status()
     if not report.exists:
         cli.not_found(store.keys.job)
     attention = needs_a_person(store, report) if check_health else None
-    show_status(report, attention, as_json)
+    show_status(report, attention, as_json, every)
     if attention:
         exit_needing_a_person()
 
