@@ -38,14 +38,19 @@ def guarded_redis(redis_factory: RedisFactory) -> RedisServer:
     return redis_factory(password=SECRET)
 
 
+@pytest.mark.parametrize("scheme", ["redis", "unix"])
 def test_a_crawl_with_the_password_in_the_query_never_logs_it(
-    guarded_redis: RedisServer, site: SiteFactory, tmp_path: Path
+    redis_factory: RedisFactory, site: SiteFactory, tmp_path: Path, scheme: str
 ) -> None:
-    # given a Redis that requires a password, given to the node as ?password=
+    # given a Redis that requires a password, given to the node as ?password= (over TCP, or
+    # over its unix socket)
+    socket = tmp_path / "redis.sock"
+    server = redis_factory(password=SECRET, extra_args=["--unixsocket", str(socket)])
+    url = (f"unix://{socket}?db=0&password={SECRET}" if scheme == "unix"
+           else query_url(server.port, SECRET))
     pages: TestSite = site(5)
     # when a node crawls the site
-    node = start_node("node1", query_url(guarded_redis.port, SECRET), pages.start_url, tmp_path,
-                      settings={"LOG_LEVEL": "DEBUG"})
+    node = start_node("node1", url, pages.start_url, tmp_path, settings={"LOG_LEVEL": "DEBUG"})
     wait_all([node], timeout_s=90)
     # then it crawled and logged where it joined, never the password
     log = node.log()
