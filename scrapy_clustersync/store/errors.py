@@ -65,17 +65,23 @@ def translate_errors(client: redis.Redis) -> Iterator[None]:
     try:
         yield
     except redis.RedisError as exc:
+        secrets = client_secrets(client)
+        _scrub_args(exc, secrets)  # it is chained below: a traceback prints it too
         if _access_refused(exc):  # never an outage: retrying cannot help
-            raise _scrubbed(AccessRefused(str(exc) or type(exc).__name__), client) from exc
-        raise _scrubbed(_translated(exc, client), client) from exc
+            raise _scrubbed(AccessRefused(str(exc) or type(exc).__name__), secrets) from exc
+        raise _scrubbed(_translated(exc, client), secrets) from exc
 
 
-def _scrubbed(error: StoreError, client: redis.Redis) -> StoreError:
+def _scrubbed(error: StoreError, secrets: list[str | bytes]) -> StoreError:
     """``error`` with the client's credentials masked in its message: a redis-py message may
     quote what it was given (a host, a URL), and the message is logged and printed."""
     text = str(error)
-    clean = scrub(text, client_secrets(client))
+    clean = scrub(text, secrets)
     return error if clean == text else type(error)(clean)
+
+
+def _scrub_args(exc: BaseException, secrets: list[str | bytes]) -> None:
+    exc.args = tuple(scrub(arg, secrets) if isinstance(arg, str) else arg for arg in exc.args)
 
 
 def client_secrets(client: object) -> list[str | bytes]:

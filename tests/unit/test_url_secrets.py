@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import pytest
+import redis
 
 from scrapy_clustersync.config import redact_url
 from scrapy_clustersync.store import make_client
-from scrapy_clustersync.store.errors import client_secrets
+from scrapy_clustersync.store.errors import StoreError, client_secrets, translate_errors
 from scrapy_clustersync.url_secrets import scrub_url_secrets
 
 
@@ -37,3 +38,17 @@ def test_a_message_quoting_the_url_loses_its_secrets() -> None:
 def test_the_client_knows_the_secrets_it_connects_with() -> None:
     client = make_client("redis://u:one@h/0?ssl_password=two")
     assert set(client_secrets(client)) >= {"one"}
+
+
+def test_a_redis_error_quoting_the_password_is_masked_in_the_error_and_its_cause() -> None:
+    # given a client whose password a redis-py error quotes
+    client = make_client("redis://h/0?password=hunter22")
+    # when the store translates it, then neither the error nor its chained cause shows it
+    try:
+        with translate_errors(client):
+            raise redis.ConnectionError("cannot connect to redis://h/0?password=hunter22")
+    except StoreError as error:
+        assert "hunter22" not in str(error) and "***" in str(error)
+        assert error.__cause__ is not None and "hunter22" not in str(error.__cause__)
+    else:
+        raise AssertionError("no StoreError")
