@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 from urllib.parse import urlsplit
 
+from .url_secrets import redact_url as _redact_url
+
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
 
@@ -268,12 +270,9 @@ def validate_job_name(job: str, given_as: str = "CLUSTERSYNC_JOB") -> str:
 
 
 def redact_url(url: str) -> str:
-    """The URL with its password replaced by ``***``, for logs and errors."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return parts._replace(netloc=netloc).geturl()
+    """The URL with every secret it carries (the userinfo password, a ``?password=`` or any
+    other credential in its query) replaced by ``***``, for logs and errors (url_secrets.py)."""
+    return _redact_url(url)
 
 
 def make_node_id() -> str:

@@ -47,6 +47,10 @@ FORGET_TRIES = 5
 T = TypeVar("T")
 
 
+#: how long a node's call record stays once the node will send nothing more (prelude.lua)
+CALL_RECORD_KEEP_MS = 86_400_000
+
+
 class JobStore:
     """The Redis side of one job, as seen by one node (or by the CLI, with ``node_id="cli"``)."""
 
@@ -87,6 +91,12 @@ class JobStore:
                          failed_keep=self.failed_keep)
         store._dedup.adopt(self._dedup.job_mode, self.dedup)
         return store
+
+    def retire_calls(self) -> None:
+        """This node will send nothing more (its spool was replayed): its call record may
+        expire, a day from now, as the leaving heartbeat lets it (prelude.lua bump_writes)."""
+        with translate_errors(self.client):
+            self.client.pexpire(self.keys.last_call(self.node_id), CALL_RECORD_KEEP_MS)
 
     def ping(self) -> None:
         with translate_errors(self.client):
@@ -272,6 +282,9 @@ class JobStore:
         with translate_errors(self.client):
             nodes = [_text(n) for n in self.client.hkeys(k.node_info)]
             names = k.shared_keys() + [k.last_call(n) for n in nodes + ["cli"]]
+            # the call records of nodes whose records were pruned, kept while they may write
+            names.extend(_text(name) for name in
+                         self.client.scan_iter(match=k.last_call("*"), count=1000))
             names.extend(DedupRecord.read(self.client, k).keys)
             # UNLINK: a huge queue or Bloom layer is freed in the background, not in the call
             return int(self.client.unlink(*dict.fromkeys(names)))

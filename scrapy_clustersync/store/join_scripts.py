@@ -18,6 +18,8 @@ from .script_results import FinishedRun, Joined, Restarted
 
 #: the answer of a script that found the bloom hash changed since it was read (nothing done)
 RETRY = "retry"
+#: join.lua's answer to "forget-seen" on a finished job that live nodes still hold open
+HELD = "held"
 
 
 @dataclass(frozen=True)

@@ -166,7 +166,8 @@ class Joined:
     runs_start: bool
     #: the job's last run finished and nothing is queued: the node did not join (None otherwise)
     finished: FinishedRun | None = None
-    #: "keep-seen" or "forget-seen" if this node restarted the finished job, else ""
+    #: "keep-seen" or "forget-seen" if this node restarted the finished job; "held" if
+    #: "forget-seen" did not, as live nodes still hold the finished job open; else ""
     restarted: str = ""
 
 

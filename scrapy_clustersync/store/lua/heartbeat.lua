@@ -12,7 +12,8 @@
 -- KEYS[5]  deadlines      zset    leased entry id -> lease deadline (server ms)
 -- KEYS[6]  leased         hash    leased entry id -> "<queue score>|<node>"
 -- KEYS[7]  queue          zset    entry id -> -priority
--- KEYS[8]  last_call      hash    this node's write counter (see flush.lua)
+-- KEYS[8]  last_call      hash    this node's write counter (see flush.lua); it expires a day
+--                                 after the node left (prelude.lua bump_writes)
 -- KEYS[9]  stats          hash    job counters (acked: requests done; reclaimed, declared_dead)
 -- KEYS[10] dead_nodes     hash    node id -> JSON record of its death (see declare_dead below)
 -- KEYS[11] node_seen      zset    node id -> server ms of its last heartbeat
@@ -148,6 +149,8 @@ redis.call('ZADD', node_seen_key, now_ms, node)
 if leaving then
   redis.call('ZREM', nodes_key, node)
   redis.call('HDEL', idle_key, node)
+  -- nothing left to send (it leaves only then): its call record may expire (prelude.lua)
+  redis.call('PEXPIRE', last_call_key, CALL_RECORD_KEEP_MS)
 else
   redis.call('ZADD', nodes_key, now_ms + ttl_ms, node)
   if idle == '2' then

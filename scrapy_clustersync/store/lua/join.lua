@@ -35,7 +35,10 @@
 -- finished_nodes, finished_idle_ms, restarted}: the job's settings, not the caller's; the
 -- finished_* fields are "" unless the job is finished (then the node was not added and claimed
 -- nothing); restarted is `recrawl` if this call restarted the job, "retry" if it did not because
--- the bloom hash changed since it was read (nothing done), else "".
+-- the bloom hash changed since it was read (nothing done), "held" if "forget-seen" found live
+-- nodes on the finished job (kept open by a DontCloseSpider: their caches of sent fingerprints
+-- would outlive the forgotten record; nothing done, the finished_* fields say when it finished),
+-- else "".
 local meta_key = KEYS[1]
 local nodes_key = KEYS[2]
 local queue_key = KEYS[3]
@@ -85,6 +88,14 @@ if ttl_ms > 0 then
     return answer(0)
   elseif record[1] and idle then
     if recrawl == 'forget-seen' then
+      if redis.call('ZCOUNT', nodes_key, now_ms, '+inf') > 0 then
+        -- nodes still open on the finished job (a DontCloseSpider) remember the fingerprints
+        -- they sent and would drop those URLs as duplicates of a record forgotten under them:
+        -- no forget-seen restart while a node is live
+        for i = 1, 4 do finished[i] = record[i] or '' end
+        restarted = 'held'
+        return answer(0)
+      end
       if not dedup_unchanged(KEYS, dedup_from, ARGV, bloom_field_from) then
         restarted = 'retry'
         return answer(0)

@@ -20,13 +20,19 @@ end
 -- bump_writes(key, expected): the node's write counter in ``key`` (its call hash), bumped by
 -- one; or nil and an error reply if it is below ``expected``, what the node last saw: Redis came
 -- back older than that (see flush.lua). -1 = do not check.
+-- The call hash never expires while the node may still send writes: a node that stopped while
+-- Redis was away left them in a spool, replayed under its id whenever a node starts there
+-- again, and a missing counter would read as a rollback (its acks turned into releases). It
+-- gets CALL_RECORD_KEEP_MS once the node is done: its leaving heartbeat (heartbeat.lua), or the
+-- replay of its spool (store/job_store.py retire_calls).
+local CALL_RECORD_KEEP_MS = 86400000  -- a day: a retried call of a node that left still finds it
+
 local function bump_writes(key, expected)
   local writes = tonumber(redis.call('HGET', key, 'writes') or '0')
   if writes < tonumber(expected) then
     return nil, redis.error_reply('CLUSTERSYNC_ROLLED_BACK ' .. writes .. ' ' .. expected)
   end
   redis.call('HSET', key, 'writes', writes + 1)
-  redis.call('PEXPIRE', key, 86400000)
   return writes + 1
 end
 
