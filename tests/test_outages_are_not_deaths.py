@@ -42,15 +42,16 @@ def stall_redis(server: RedisServer, seconds: float) -> None:
         os.kill(pid, signal.SIGCONT)
 
 
-def beat_deadlines(client: Any, job: str) -> dict[bytes, float]:
-    """Each live node's liveness deadline, which each of its heartbeats moves on."""
-    return dict(client.zrange(f"clustersync:{{{job}}}:nodes", 0, -1, withscores=True))
+def node_records(client: Any, job: str) -> dict[bytes, bytes]:
+    """Each node's record, which each of its heartbeats writes anew (its ``updated`` time);
+    not its deadline, which another node's heartbeat after a gap moves on too."""
+    return dict(client.hgetall(f"clustersync:{{{job}}}:node_info"))
 
 
-def all_beat_since(client: Any, job: str, before: dict[bytes, float]) -> bool:
-    """Every node of ``before`` has beat since (or left the job)."""
-    now = beat_deadlines(client, job)
-    return all(now.get(node, float("inf")) > deadline for node, deadline in before.items())
+def all_beat_since(client: Any, job: str, before: dict[bytes, bytes]) -> bool:
+    """Every node of ``before`` has beat since."""
+    now = node_records(client, job)
+    return all(now.get(node) != record for node, record in before.items())
 
 
 @pytest.mark.timing
@@ -164,7 +165,7 @@ def test_short_redis_outages_during_a_crawl_declare_no_node_dead_and_lose_nothin
     # once every node has beat again since the last (a stall, a failover): calls hang, fail
     # when it is back, and are retried
     for _ in range(8):
-        beats = beat_deadlines(client, "site")
+        beats = node_records(client, "site")
         proxy.cut(blackhole=True)
         time.sleep(0.75)  # the outage itself
         proxy.restore()
