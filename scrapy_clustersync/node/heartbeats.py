@@ -100,16 +100,18 @@ class HeartbeatPart:
             gap_ms=int(min(self.config.node_dead_after_s,
                            2 * self.config.heartbeat_interval_s) * 1000),
             told_ms=self._death_told,
+            retention_ms=int(self.config.node_retention_s * 1000),
         )
         self._heard(beat, idle, leaving)
         return beat.finish_wait_ms
 
     def _heard(self, beat: Heartbeat, idle: bool, leaving: bool) -> None:
-        for node, leases in beat.declared_dead:
+        for dead in beat.declared_dead:
             logger.warning(
-                "clustersync: node %s sent no heartbeat for %gs (CLUSTERSYNC_NODE_DEAD_AFTER): "
-                "declared dead; its %d leased requests are back in the queue", node,
-                self.config.node_dead_after_s, leases)
+                "clustersync: node %s sent no heartbeat for %.1fs (more than "
+                "CLUSTERSYNC_NODE_DEAD_AFTER, %gs): declared dead; its %d leased requests are back "
+                "in the queue", dead.node, dead.silent_ms / 1000, self.config.node_dead_after_s,
+                dead.leases)
         death = beat.my_death
         if death is not None and death.declared_ms != self._death_told:
             self._death_told = death.declared_ms
@@ -134,10 +136,11 @@ class HeartbeatPart:
         self._post(self._link.drop_prefetched)
         logger.warning(
             "clustersync: node %s was declared dead by node %s %.1fs ago (no heartbeat for "
-            "%gs: the process stood still or lost its network) and %d of its leases went back "
+            "%.1fs: the process stood still or lost its network) and %d of its leases went back "
             "to the queue; it drops its %d prefetched requests, lets the %d under way finish "
             "and rejoins the job", self.config.node_id, death.by,
-            max(0, now_ms - death.declared_ms) / 1000, self.config.node_dead_after_s,
+            max(0, now_ms - death.declared_ms) / 1000,
+            (death.silent_ms or self.config.node_dead_after_s * 1000) / 1000,
             death.leases_returned, len(self._unstarted),
             max(0, len(self._held) - len(self._unstarted)))
 

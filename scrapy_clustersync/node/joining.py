@@ -112,7 +112,8 @@ def join_job(store: JobStore, config: ClusterConfig) -> Joined | str:
                     "start() runs again on this node%s", config.job, joined.restarted,
                     " and every URL is crawled again (the seen record was cleared)"
                     if joined.restarted == "forget-seen" else
-                    " and only URLs not seen before are crawled")
+                    " and only URLs not seen before are crawled (and start requests marked "
+                    "dont_filter)")
     return joined
 
 
@@ -120,7 +121,8 @@ def _log_finished(job: str, run: FinishedRun) -> None:
     at = datetime.fromtimestamp(run.at_ms / 1000, tz=timezone.utc)
     logger.error(
         "clustersync: job %r already finished at %s (%d requests done; %s); this node stops. "
-        "To crawl it again: `clustersync restart %s` (only URLs not seen before; add "
+        "To crawl it again: `clustersync restart %s` (only URLs not seen before, and start "
+        "requests marked dont_filter; add "
         "--forget-seen to crawl every URL again), or set CLUSTERSYNC_RECRAWL = \"keep-seen\" "
         "or \"forget-seen\" for runs that restart it themselves.",
         job, at.strftime("%Y-%m-%d %H:%M:%S UTC"), run.pages, run.why(), job)

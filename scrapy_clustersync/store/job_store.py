@@ -219,6 +219,7 @@ class JobStore:
         grace_ms: int = 0,
         told_ms: int = 0,
         gap_ms: int = 0,
+        retention_ms: int = 0,
     ) -> Heartbeat:
         """Keep the node alive for ``ttl_ms`` (its NODE_DEAD_AFTER; 0: it leaves), renew
         leases, declare dead the nodes whose liveness ran out (their leases back in the queue:
@@ -232,11 +233,12 @@ class JobStore:
         intervals, so that an outage shorter than ``ttl_ms`` that still lets a node's deadline
         pass is pardoned too). ``Heartbeat.my_death`` is set if another node had declared this
         one dead: it is live again now, and answered the same record until a heartbeat passes
-        its ``declared_ms`` as ``told_ms``.
+        its ``declared_ms`` as ``told_ms``. ``retention_ms``: the records of nodes that left or
+        died longer ago than that are pruned, a few per call (0: never).
         """
         idle_flag = (2 if busy_since_last else 1) if idle else 0
         beat = Beat(ttl_ms, lease_ms, format_node_record(info), idle_flag, idle_after_ms,
-                    grace_ms, told_ms, gap_ms, lease_ids)
+                    grace_ms, told_ms, gap_ms, lease_ids, retention_ms)
         return self._counted(lambda writes_seen: self._heartbeat.run(epoch, beat, writes_seen))
 
     def set_control(self, action: str) -> ControlChange:
