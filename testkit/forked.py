@@ -125,6 +125,7 @@ class Zygote:
         if not Path(cwd).is_dir():
             raise FileNotFoundError(f"no directory {cwd} to start a node in")
         log_path.parent.mkdir(parents=True, exist_ok=True)
+        log_path.write_bytes(b"")  # it exists, empty, once this returns, as with Popen
         arguments = crawl_arguments(spider, spider_args, settings)
         request = {"argv": arguments, "cwd": str(cwd), "env": node_env, "log": str(log_path)}
         connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

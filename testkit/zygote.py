@@ -132,7 +132,7 @@ def become_node(request: dict[str, Any]) -> None:
     sys.path[:] = [os.getcwd(), *extra, *BASE_PATH]
     importlib.invalidate_caches()
     null = os.open(os.devnull, os.O_RDONLY)
-    log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+    log = os.open(request["log"], os.O_WRONLY | os.O_CREAT, 0o666)  # the client emptied it
     for source, target in ((null, 0), (log, 1), (log, 2)):
         os.dup2(source, target)
     os.closerange(3, _max_fd())

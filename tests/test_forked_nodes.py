@@ -115,7 +115,7 @@ def test_a_forked_node_reports_its_exit_code_and_the_signal_that_ended_it(
         facts_project: Path, tmp_path: Path) -> None:
     # given: a node that waits for a barrier
     node = start_waiting(facts_project, tmp_path, "waiting")
-    assert isinstance(node, ForkedNode)
+    assert isinstance(node, ForkedNode) and (tmp_path / "waiting.log").is_file()  # as Popen's
     # when: waited for too short, it is still running
     with pytest.raises(subprocess.TimeoutExpired):
         node.wait(0.2)
