@@ -96,9 +96,14 @@ class ForkedNode:
 
 
 class Zygote:
-    """Starts on first use a zygote child process; `start_node` forks nodes from it."""
+    """Starts on first use a zygote child process; `start_node` forks nodes from it.
 
-    def __init__(self) -> None:
+    ``options`` are ``PYTHON*`` variables the zygote's interpreter starts with (such as
+    ``PYTHONHASHSEED``): only nodes whose environment sets them alike are forked from it.
+    """
+
+    def __init__(self, options: Mapping[str, str] | None = None) -> None:
+        self._given = dict(options or {})
         self._lock = threading.Lock()
         self._process: subprocess.Popen[bytes] | None = None
         self._directory = Path()
@@ -175,6 +180,7 @@ class Zygote:
                 return
             self._directory = Path(tempfile.mkdtemp(prefix="zygote-"))
             env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+            env.update(self._given)
             with (self._directory / "zygote.log").open("wb") as log:
                 self._process = subprocess.Popen(
                     [sys.executable, str(ZYGOTE_SCRIPT), str(self._directory / "socket")],

@@ -39,8 +39,8 @@ FACT_SPIDERS = """
                 "path0": sys.path[0], "pythonpath": sys.path.index(os.environ["EXTRA_DIR"]),
                 "reactor": type(reactor).__name__, "stdin": sys.stdin.read(),
                 "stdout_tty": sys.stdout.isatty(), "flags": str(sys.flags), "signals": handlers,
-                "main": sys.modules["__main__"].__name__, "settings": os.environ.get(
-                    "SCRAPY_SETTINGS_MODULE"),
+                "main": sys.modules["__main__"].__name__, "hash": hash("clustersync"),
+                "settings": os.environ.get("SCRAPY_SETTINGS_MODULE"),
             }))
             return
             yield
@@ -73,15 +73,16 @@ def facts_project(tmp_path: Path) -> Path:
 
 
 def facts_of(start: Starter, project: Path, tmp_path: Path, name: str,
-             **settings: str) -> dict[str, object]:
+             env: dict[str, str] | None = None, **settings: str) -> dict[str, object]:
     """Start the facts spider with ``start`` and return what it marked about its process."""
     (tmp_path / "extra").mkdir(exist_ok=True)
     process = start("facts", cwd=project, log_path=tmp_path / f"{name}.log",
                     settings={**NO_ADDON, "FACTS_TO": name, **settings},
-                    env=node_env(tmp_path, GIVEN=name, EXTRA_DIR=str(tmp_path / "extra")),
+                    env=node_env(tmp_path, GIVEN=name, EXTRA_DIR=str(tmp_path / "extra"),
+                                 **(env or {})),
                     pythonpath=[tmp_path / "extra"])
     assert process.wait(60) == 0, (tmp_path / f"{name}.log").read_text()
-    return dict(json.loads(marks(tmp_path, name)[0]))
+    return {**json.loads(marks(tmp_path, name)[0]), "started_as": type(process).__name__}
 
 
 def test_a_forked_node_sees_what_a_plain_scrapy_crawl_process_sees(
@@ -90,11 +91,19 @@ def test_a_forked_node_sees_what_a_plain_scrapy_crawl_process_sees(
     plain = facts_of(nodes.start_node, facts_project, tmp_path, "plain-node")
     forked = facts_of(ZYGOTE.start_node, facts_project, tmp_path, "forked-node")
     # then: cwd, argv, sys.path, stdio, flags, signal handlers and reactor are alike
+    assert_alike(plain, forked, seeds_alike=False)
+    assert plain["reactor"] == "AsyncioSelectorReactor" and plain["path0"] == str(facts_project)
+
+
+def assert_alike(plain: dict[str, object], forked: dict[str, object], seeds_alike: bool) -> None:
+    """The facts of a "plain-node" and a "forked-node" differ only where their names do."""
     assert forked.pop("given") == "forked-node" and plain.pop("given") == "plain-node"
+    assert (plain.pop("started_as"), forked.pop("started_as")) == ("Popen", "ForkedNode")
     plain["argv"] = [str(arg).replace("plain-node", "forked-node")
                      for arg in plain["argv"]]  # type: ignore[attr-defined]
+    if not seeds_alike:
+        forked.pop("hash"), plain.pop("hash")
     assert forked == plain
-    assert plain["reactor"] == "AsyncioSelectorReactor" and plain["path0"] == str(facts_project)
 
 
 def test_a_forked_node_installs_the_reactor_its_settings_name(
@@ -149,11 +158,22 @@ def test_a_node_whose_environment_sets_interpreter_options_is_started_plain(
         facts_project: Path, tmp_path: Path) -> None:
     # when: the environment sets PYTHONHASHSEED, which acts at interpreter start-up only
     open_barrier(tmp_path, "go")
-    zygote = Zygote()
+    process = ZYGOTE.start_node("waiting", cwd=facts_project, log_path=tmp_path / "h.log",
+                                settings=NO_ADDON, env=node_env(tmp_path, PYTHONHASHSEED="0"))
+    # then: it is a plain subprocess, where the option takes effect
+    assert isinstance(process, subprocess.Popen) and process.wait(60) == 0
+
+
+def test_a_zygote_started_with_a_hash_seed_forks_nodes_that_hash_as_plain_ones_do(
+        facts_project: Path, tmp_path: Path) -> None:
+    # given: a zygote whose interpreter starts with PYTHONHASHSEED=0
+    zygote = Zygote({"PYTHONHASHSEED": "0"})
+    seeded = {"PYTHONHASHSEED": "0"}
     try:
-        process = zygote.start_node("waiting", cwd=facts_project, log_path=tmp_path / "h.log",
-                                    settings=NO_ADDON, env=node_env(tmp_path, PYTHONHASHSEED="0"))
-        # then: it is a plain subprocess, where the option takes effect
-        assert isinstance(process, subprocess.Popen) and process.wait(60) == 0
+        # when: the same spider runs plain and forked from it, both with PYTHONHASHSEED=0
+        plain = facts_of(nodes.start_node, facts_project, tmp_path, "plain-node", seeded)
+        forked = facts_of(zygote.start_node, facts_project, tmp_path, "forked-node", seeded)
     finally:
         zygote.stop()
+    # then: the forked one is alike, down to its str hashes
+    assert_alike(plain, forked, seeds_alike=True)
