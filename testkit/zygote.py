@@ -113,10 +113,10 @@ def handle(connection: socket.socket) -> dict[str, Any]:
     if node == 0:
         request["connection"] = connection
         return request
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C reaches the node, as it would
-    connection.sendall(b"pid %d\n" % node)
-    _, status = os.waitpid(node, 0)
-    try:
+    try:  # whatever happens, a handler never runs on as a zygote
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C reaches the node, as it would
+        connection.sendall(b"pid %d\n" % node)
+        _, status = os.waitpid(node, 0)
         connection.sendall(b"exit %d\n" % status)
     finally:
         os._exit(0)
