@@ -6,6 +6,8 @@ import logging
 from typing import TYPE_CHECKING
 
 from ..config import ClusterConfig, ConfigError
+from . import download_gate
+from .download_gate import DownloadGate
 from .exit_code import ExitCode
 from .job_control import JobControl
 from .node_lifecycle import NodeLifecycle
@@ -52,6 +54,9 @@ class Addon:
         settings.set("DUPEFILTER_CLASS", DUPEFILTER_PATH, priority="addon")
         settings.set_in_component_priority_dict(
             "SPIDER_MIDDLEWARES", ClusterSpiderMiddleware, ORDER
+        )
+        settings.set_in_component_priority_dict(
+            "DOWNLOADER_MIDDLEWARES", DownloadGate, download_gate.ORDER
         )
         settings.set_in_component_priority_dict("EXTENSIONS", NodeLifecycle, 0)
         settings.set_in_component_priority_dict("EXTENSIONS", ClusterProgress, 0)
