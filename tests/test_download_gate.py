@@ -115,8 +115,8 @@ def test_stop_downloads_nothing_held_closes_the_nodes_at_once_and_a_later_run_fe
     late = hits_between(web, names, returned + 1.0, time.monotonic())
     report = status(redis_server.url)
     print(f"\nstop: nodes closed {closed_s:.2f}s and exited {exited_s:.2f}s after the CLI "
-          f"returned; {len(late)} requests later than 1 s; {first_run} of {web.pages} pages fetched; {report['queued']} "
-          f"queued, {report['leased']} leased")
+          f"returned; {len(late)} requests later than 1 s; {first_run} of {web.pages} pages "
+          f"fetched; {report['queued']} queued, {report['leased']} leased")
     assert late == []
     assert closed == dict.fromkeys(names, "clustersync_stopped")
     assert closed_s < 2.0 and exited_s < 5.0
