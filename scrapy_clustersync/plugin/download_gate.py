@@ -246,22 +246,21 @@ class DownloadGate:
         """Release the lease of every held request that has one; answer the engine with it."""
         assert self.node is not None
         leases = self.node.leases
-        handed_back = 0
-        for held in self.held:
-            token = held.request.meta.get(LEASE_META_KEY)
-            if token not in leases.inflight:
-                continue
+        leased = [held for held in self.held
+                  if held.request.meta.get(LEASE_META_KEY) in leases.inflight]
+        if not leased:
+            return
+        # connected only now (every other request is scheduled without it), and before any
+        # answer: without the asyncio reactor the engine gets it at once
+        self.crawler.signals.connect(self._scheduled, signal=signals.request_scheduled)
+        for held in leased:
             self.held.remove(held)
-            leases.release(token)
+            leases.release(held.request.meta[LEASE_META_KEY])
             self._handed_back.add(held.request)
             held.turn.callback(held.request)
-            handed_back += 1
-        if handed_back:
-            # connected only now: every other request is scheduled without this handler
-            self.crawler.signals.connect(self._scheduled, signal=signals.request_scheduled)
-            self.crawler.stats.inc_value("clustersync/gate/handed_back", handed_back)
-            logger.info("clustersync: %d requests waiting for their turn were not downloaded; "
-                        "they went back to the job's queue", handed_back)
+        self.crawler.stats.inc_value("clustersync/gate/handed_back", len(leased))
+        logger.info("clustersync: %d requests waiting for their turn were not downloaded; "
+                    "they went back to the job's queue", len(leased))
 
     def _scheduled(self, request: Request, **_: Any) -> None:
         if self._handed_back and request in self._handed_back:
