@@ -6,6 +6,7 @@ the real CLI, a real redis-server)."""
 from __future__ import annotations
 
 import json
+import signal
 import time
 from datetime import datetime
 from pathlib import Path
@@ -128,4 +129,28 @@ def test_stop_downloads_nothing_held_closes_the_nodes_at_once_and_a_later_run_fe
     wait_all(later, timeout_s=60)
     # then the later run fetched every remaining page, and no page was fetched twice
     assert [node.process.returncode for node in later] == [0, 0]
+    assert pages_fetched(web) == web.pages and not pages_fetched_twice(web)
+
+
+def test_a_paused_node_told_to_shut_down_hands_back_what_it_held_and_exits(
+    redis_server: RedisServer, site: SiteFactory, tmp_path: Path
+) -> None:
+    # given a node holding requests at its gate while the job is paused
+    web = site(40)
+    (node,) = start_nodes(1, redis_server.url, web.start_url, tmp_path, POLITE)
+    wait_until(lambda: len(web.agent_hits(node.name).times) >= 3, 60, "the node to crawl")
+    assert clustersync(redis_server.url, "pause", JOB).returncode == 0
+    wait_until(lambda: "is paused" in node.log(), 30, "the node to apply the pause")
+    # when it is told to shut down (SIGTERM, as a service manager does)
+    node.process.send_signal(signal.SIGTERM)
+    node.wait(30)
+    # then it closed without waiting for a resume, and its held requests went back to the queue
+    assert node.finish_reason() == "shutdown"
+    assert "went back to the job's queue" in node.log()
+    report = status(redis_server.url)
+    assert report["leased"] == 0 and report["queued"] > 0
+    # and once the job runs again a later node fetches every remaining page, none twice
+    assert clustersync(redis_server.url, "resume", JOB).returncode == 0
+    later = start_nodes(1, redis_server.url, web.start_url, tmp_path / "later", None)
+    wait_all(later, timeout_s=60)
     assert pages_fetched(web) == web.pages and not pages_fetched_twice(web)
