@@ -27,6 +27,7 @@ lint: $(BIN)/.installed
 
 test: $(BIN)/.installed lint
 	./scripts/ensure-redis-server.sh
+	./scripts/ensure-tmux.sh
 	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=15
 
 unit: $(BIN)/.installed

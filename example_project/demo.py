@@ -32,6 +32,10 @@ NODES = ("node-1", "node-2", "node-3")
 VICTIM = "node-2"
 #: where each run keeps its nodes' logs and its Redis files (.demo/ is ignored by git)
 DEMO_RUNS = PROJECT.parent / ".demo"
+HEARTBEAT_S = 1.0
+LEASE_TIMEOUT_S = 6.0
+#: CLUSTERSYNC_NODE_DEAD_AFTER left unset: three heartbeat intervals
+DEAD_AFTER_S = 3 * HEARTBEAT_S
 console = Console(soft_wrap=True)
 
 
@@ -41,7 +45,8 @@ def start_demo_node(
     """One node of the demo's cluster; its User-Agent is ``name``, so the site counts it apart."""
     settings = {
         "USER_AGENT": name, "CLUSTERSYNC_IDLE_CLOSE_AFTER": "2",
-        "CLUSTERSYNC_LEASE_TIMEOUT": "6", "CLUSTERSYNC_HEARTBEAT_INTERVAL": "1",
+        "CLUSTERSYNC_LEASE_TIMEOUT": str(LEASE_TIMEOUT_S),
+        "CLUSTERSYNC_HEARTBEAT_INTERVAL": str(HEARTBEAT_S),
         "CLUSTERSYNC_SPOOL_DIR": str(workdir / "spool"), "LOG_LEVEL": "INFO",
     }
     return start_node(
@@ -61,8 +66,10 @@ def crawl(site: TestSite, redis_url: str, workdir: Path) -> None:
             break
     processes[VICTIM].send_signal(signal.SIGKILL)
     console.print(f"[red]kill -9 {VICTIM}[/red] after {sum(site.hits().values())} pages; "
-                  "once it misses its heartbeats, the other nodes declare it dead and "
-                  "its leased requests go back to the queue")
+                  f"after about {DEAD_AFTER_S:g}s without its heartbeat "
+                  "(CLUSTERSYNC_NODE_DEAD_AFTER: three heartbeats) the other nodes declare it "
+                  "dead, and its leased requests go back to the queue in that same step, "
+                  f"long before their {LEASE_TIMEOUT_S:g}s leases would run out")
     for process in processes.values():
         process.wait(600)
 
@@ -84,7 +91,12 @@ def summarize(site: TestSite, redis_url: str) -> bool:
                   f"[bold]lost: {len(lost)}[/bold]")
     console.print(f"Redis: done {status.counters.get('acked', 0)}, reclaimed from the killed "
                   f"node {status.counters.get('reclaimed', 0)}, queued {status.queued}, "
-                  f"leased {status.leased}")
+                  f"leased {status.leased}", markup=False)
+    for dead in status.dead_nodes:
+        console.print(f"node {dead.node} was declared dead by {dead.by} after "
+                      f"{dead.silent_ms / 1000:.1f}s without a heartbeat; its "
+                      f"{dead.leases_returned} leased requests went back to the queue then",
+                      markup=False)
     console.print("Pages fetched twice are the ones the killed node had fetched but not yet "
                   "acked: the delivery guarantee is at-least-once, never lost.")
     return not lost

@@ -221,8 +221,23 @@ class RequestCodec:
 
     # ---- decoding ------------------------------------------------------------------------
     def decode(self, blob: bytes) -> Request:
-        """Return the request in ``blob`` or raise :class:`UndecodableEntry` with the reason."""
-        return self._request_from(_request_data(blob, self._from_ext))
+        """Return the request in ``blob`` or raise :class:`UndecodableEntry` with the reason.
+
+        Decoding is capped as encoding is: an envelope over ``max_bytes`` is refused unread
+        (a msgpack map of tiny entries takes about 50 times its size in memory, so a decoded
+        entry holds at most about that; msgpack caps every length inside by the envelope's).
+        Nothing an entry holds raises anything else: what goes wrong is an UndecodableEntry, so
+        the entry goes to the dead letters with its reason and the node crawls on."""
+        if len(blob) > self.max_bytes:
+            raise UndecodableEntry(
+                f"it is {len(blob)} bytes, over this node's CLUSTERSYNC_MAX_REQUEST_BYTES "
+                f"({self.max_bytes}); it is not read")
+        try:
+            return self._request_from(_request_data(blob, self._from_ext))
+        except UndecodableEntry:
+            raise
+        except Exception as exc:  # MemoryError, RecursionError, a class that fails to build
+            raise UndecodableEntry(f"cannot be decoded: {type(exc).__name__}: {exc}") from None
 
     def _request_from(self, data: dict[str, Any]) -> Request:
         class_path = data.get("_class")
@@ -326,7 +341,9 @@ def _is_dataclass_item(value: object) -> bool:
 def _request_data(blob: bytes, ext_hook: Callable[[int, bytes], Any]) -> dict[str, Any]:
     """The request fields in the envelope ``blob``, or :class:`UndecodableEntry` saying why not.
 
-    ``ext_hook`` builds each extension value (msgpack's ``ext_hook``).
+    ``ext_hook`` builds each extension value (msgpack's ``ext_hook``). msgpack caps every
+    length inside by the length of the buffer it reads, so the caller's cap on ``blob`` bounds
+    them all.
     """
     try:
         envelope = msgpack.unpackb(blob, raw=False, strict_map_key=False, ext_hook=ext_hook)

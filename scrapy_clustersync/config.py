@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 from urllib.parse import urlsplit
 
+from .url_secrets import redact_url as _redact_url
+
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
 
@@ -27,6 +29,7 @@ DEFAULTS: dict[str, str | int | float | bool] = {
     "CLUSTERSYNC_LEASE_TIMEOUT": 60.0,
     "CLUSTERSYNC_HEARTBEAT_INTERVAL": 1.0,
     "CLUSTERSYNC_NODE_DEAD_AFTER": 0.0,  # 0 = three heartbeat intervals
+    "CLUSTERSYNC_NODE_RETENTION": 86_400.0,  # 0 = keep every node's record
     "CLUSTERSYNC_BATCH_SIZE": 200,
     "CLUSTERSYNC_PREFETCH": 0,  # 0 = twice CONCURRENT_REQUESTS
     "CLUSTERSYNC_BUFFER_LIMIT": 100_000,
@@ -51,6 +54,9 @@ FAILED_KEEP_MAX = 1_000_000
 DEDUP_MODES = ("bloom", "exact")
 #: CLUSTERSYNC_NODE_DEAD_AFTER when unset: this many heartbeat intervals without one
 DEAD_AFTER_HEARTBEATS = 3
+#: the shortest CLUSTERSYNC_NODE_RETENTION (but 0, keep all): a node's record must outlive its
+#: death long enough for `clustersync status` to show it, and for the node to hear of it
+NODE_RETENTION_MIN_S = 60.0
 #: what the first node of a new run does with a finished job: "" stop (exit non-zero),
 #: "keep-seen" restart it (only URLs not seen before are crawled), "forget-seen" restart it
 #: and forget the seen record (every URL is crawled again)
@@ -125,6 +131,8 @@ class ClusterConfig:
     failed_keep: int = 1000
     #: a node whose heartbeats stopped this long is declared dead and its leases go back
     node_dead_after_s: float = 3.0
+    #: the records of nodes that left or died longer ago than this are pruned (0: never)
+    node_retention_s: float = 86_400.0
 
     @classmethod
     def from_settings(cls, settings: BaseSettings, spider_name: str) -> ClusterConfig:
@@ -170,6 +178,8 @@ class ClusterConfig:
             recrawl=validate_recrawl(settings.get("CLUSTERSYNC_RECRAWL") or ""),
             failed_keep=validate_failed_keep(settings),
             node_dead_after_s=dead_after,
+            node_retention_s=validate_node_retention(
+                _number(settings, "CLUSTERSYNC_NODE_RETENTION", float, minimum=0.0), dead_after),
         )
 
 
@@ -187,6 +197,21 @@ def validate_dead_after(dead_after_s: float, heartbeat_s: float) -> float:
             f"({DEAD_AFTER_HEARTBEATS * heartbeat_s:g}s)."
         )
     return dead_after_s
+
+
+def validate_node_retention(retention_s: float, dead_after_s: float) -> float:
+    """``CLUSTERSYNC_NODE_RETENTION`` in seconds (0: never prune); raise ConfigError if it is
+    shorter than NODE_RETENTION_MIN_S or than ten NODE_DEAD_AFTER: a dead node's record (which
+    tells it, should it come back, that its leases went back to the queue) must outlive a pause
+    of the node by far."""
+    shortest = max(NODE_RETENTION_MIN_S, 10 * dead_after_s)
+    if retention_s != 0 and retention_s < shortest:
+        raise ConfigError(
+            f"CLUSTERSYNC_NODE_RETENTION ({retention_s:g}s) must be 0 (keep every node's record) "
+            f"or at least {shortest:g}s (60s, and ten CLUSTERSYNC_NODE_DEAD_AFTER); the default "
+            f"is {DEFAULTS['CLUSTERSYNC_NODE_RETENTION']:g}s (a day)."
+        )
+    return retention_s
 
 
 def validate_redis_url(url: str, given_as: str = "CLUSTERSYNC_REDIS_URL") -> str:
@@ -245,12 +270,9 @@ def validate_job_name(job: str, given_as: str = "CLUSTERSYNC_JOB") -> str:
 
 
 def redact_url(url: str) -> str:
-    """The URL with its password replaced by ``***``, for logs and errors."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return parts._replace(netloc=netloc).geturl()
+    """The URL with every secret it carries (the userinfo password, a ``?password=`` or any
+    other credential in its query) replaced by ``***``, for logs and errors (url_secrets.py)."""
+    return _redact_url(url)
 
 
 def make_node_id() -> str:

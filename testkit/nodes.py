@@ -21,6 +21,7 @@ def start_node(
     env: Mapping[str, str] | None = None,
     pythonpath: Sequence[Path] = (),
     python: Path | None = None,
+    options: Sequence[str] = (),
 ) -> subprocess.Popen[bytes]:
     """Start ``python -m scrapy crawl SPIDER`` in ``cwd`` and return the running process.
 
@@ -31,14 +32,15 @@ def start_node(
     process's environment updated with ``env``, and ``pythonpath`` ahead of any ``PYTHONPATH``
     it would inherit. Its stdout and stderr go to ``log_path`` (its directory is created); it
     reads no stdin. ``python`` runs it instead of this interpreter (another virtualenv, e.g. an
-    older version of the package for an A/B bench). Waiting for it, or killing it, is the
-    caller's job.
+    older version of the package for an A/B bench). ``options`` go on the command line as they
+    are (``-o items.jsonl``). Waiting for it, or killing it, is the caller's job.
     """
     command = [str(python or sys.executable), "-m", "scrapy", "crawl", spider]
     for key, value in (spider_args or {}).items():
         command += ["-a", f"{key}={value}"]
     for key, value in (settings or {}).items():
         command += ["-s", f"{key}={value}"]
+    command += list(options)
     node_env = {**os.environ, **(env or {})}
     if pythonpath:
         inherited = [node_env["PYTHONPATH"]] if node_env.get("PYTHONPATH") else []

@@ -53,10 +53,12 @@ def run_cli(redis_url: str | None, *args: str, input: str | None = None,  # noqa
 
     ``input``: its stdin; ``cwd``: the directory it runs in (a Scrapy project there is read
     as the command reads it); ``env``: variables to set (None unsets one) on top of an
-    environment without CLUSTERSYNC_REDIS_URL and SCRAPY_SETTINGS_MODULE.
+    environment without SCRAPY_SETTINGS_MODULE and any CLUSTERSYNC_* variable.
     """
     argv = (["--redis-url", redis_url] if redis_url is not None else []) + list(args)
     run_env: dict[str, str | None] = dict.fromkeys(ISOLATED_ENV)
+    # the test kit's own CLUSTERSYNC_CHAOS_* variables are no settings: the command refuses them
+    run_env.update(dict.fromkeys(n for n in os.environ if n.startswith("CLUSTERSYNC_")))
     run_env.update(env or {})
     with _in_directory(cwd):
         result = CliRunner().invoke(main, argv, input=input, env=run_env,

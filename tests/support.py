@@ -83,14 +83,17 @@ def start_node(
     project_dir: Path = EXAMPLE_PROJECT,
     spider: str = "site",
     env: Mapping[str, str] | None = None,
+    options: tuple[str, ...] = (),
 ) -> Node:
-    """Start ``scrapy crawl`` as a cluster node; its User-Agent is ``name`` (the site counts it)."""
+    """Start ``scrapy crawl`` as a cluster node; its User-Agent is ``name`` (the site counts it)
+    unless ``settings`` say otherwise; ``options``: more of the command line (``-o FILE``)."""
     merged = {**FAST_SETTINGS, "USER_AGENT": name,
               "CLUSTERSYNC_SPOOL_DIR": str(workdir / "spool"), **(settings or {})}
     log_path = workdir / f"{name}.log"
     process = nodes.start_node(
         spider, cwd=project_dir, log_path=log_path, spider_args={"start_url": start_url},
         settings=merged, env={"CLUSTERSYNC_REDIS_URL": redis_url, **(env or {})},
+        options=options,
     )
     STARTED.append(process)
     return Node(name, process, log_path)

@@ -160,19 +160,27 @@ def test_check_finds_each_broken_invariant_and_repair_mends_it(
 def test_nodes_on_other_code_are_flagged_by_check_and_status_check(
     redis_server: RedisServer,
 ) -> None:
-    # given three live nodes, one of them with another digest of code and settings
+    # given three live nodes, the third with another DOWNLOAD_DELAY and another spider file
     store, client, _, _ = job_with_leases(redis_server.url)
-    for node, digest in (("n1", "aaa"), ("n2", "aaa"), ("n3", "bbb")):
+    for node, delay, spider in (("n1", None, "aaaa0000"), ("n2", None, "aaaa0000"),
+                                ("n3", "22222222", "bbbb1111")):
+        settings = {"BOT_NAME": "0f0f0f0f", **({"DOWNLOAD_DELAY": delay} if delay else {})}
         client.zadd(store.keys.nodes, {node: 2**50})
         client.hset(store.keys.node_info, node, json.dumps(
-            {"digest": digest, "versions": {"scrapy": "2.19"}, "updated": 0}))
+            {"digest": node, "setting_digests": settings,
+             "file_digests": {"spiders/site.py": spider}, "versions": {"scrapy": "2.19"},
+             "updated": 0}))
     # when the job is checked, and its status checked
     code, found = findings(redis_server.url)
     status = clustersync(redis_server.url, "status", "shop", "--check")
-    # then the odd node is named in both, and both exit 1
-    assert code == 1 and [(f["kind"], f["subject"]) for f in found] == [("nodes_differ", "n3")]
+    # then the setting and the file are named, with which node has what, and both exit 1
+    assert code == 1 and [(f["kind"], f["subject"]) for f in found] == [
+        ("nodes_differ", "DOWNLOAD_DELAY"), ("nodes_differ", "file spiders/site.py")]
     assert status.returncode == 1
-    assert "needs attention: node n3: digest 'bbb' differs" in status.stdout
+    assert ("needs attention: DOWNLOAD_DELAY differs: nodes n1, n2 Scrapy's default; node n3 "
+            "22222222: the nodes crawl differently") in status.stdout
+    assert ("needs attention: file spiders/site.py differs: nodes n1, n2 aaaa0000; node n3 "
+            "bbbb1111: the nodes run different code") in status.stdout
 
 
 def test_status_check_names_a_dead_node_holding_work_and_dead_letters(
@@ -260,10 +268,14 @@ def test_a_node_started_with_other_settings_is_flagged_by_status_check_and_check
     records = {n["pid"]: n["id"] for n in json.loads(status.stdout)["nodes"]}
     odd_id = records[odd.process.pid]
     assert status.returncode == 1
-    digest_lines = [line for line in json.loads(status.stdout)["needs_attention"]
-                    if "digest" in line]
-    assert len(digest_lines) == 1 and digest_lines[0].startswith(f"node {odd_id}: digest")
+    others = ", ".join(sorted(i for i in records.values() if i != odd_id))
+    odd_delay = next(n for n in json.loads(status.stdout)["nodes"]
+                     if n["id"] == odd_id)["setting_digests"]["DOWNLOAD_DELAY"]
+    assert [line for line in json.loads(status.stdout)["needs_attention"]
+            if "differs" in line] == [
+        f"DOWNLOAD_DELAY differs: nodes {others} Scrapy's default; node {odd_id} {odd_delay}: "
+        "the nodes crawl differently"]
     found = json.loads(checked.stdout)["findings"]
     assert checked.returncode == 1
     assert [(f["kind"], f["subject"]) for f in found if f["kind"] == "nodes_differ"] == [
-        ("nodes_differ", odd_id)]
+        ("nodes_differ", "DOWNLOAD_DELAY")]

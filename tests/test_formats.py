@@ -127,7 +127,9 @@ def test_the_node_record_a_heartbeat_stores_parses_back_to_what_the_node_sent(
     # then it is what the node sent, and status shows it with the node's liveness
     assert parse_node_record(raw) == info
     [node] = store.status().nodes
-    assert node == info | {"id": "n1", "alive": True, "idle": False, "stats": {}}
+    assert node == info | {"id": "n1", "alive": True, "idle": False, "stats": {},
+                           "last_beat_ms": node["last_beat_ms"], "silent_s": node["silent_s"]}
+    assert node["silent_s"] < 5
 
 
 # ---- the formats on their own ------------------------------------------------------------------

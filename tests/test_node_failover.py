@@ -24,6 +24,7 @@ from scrapy_clustersync.store import Ack, JobStore, StartDone, make_client
 from scrapy_clustersync.store.consistency import JobCheck
 from scrapy_clustersync.store.job_store import new_call_id
 from scrapy_clustersync.store.records import as_text
+from scrapy_clustersync.store.script_results import Declared
 from testkit.redis_server import RedisServer
 from testkit.site import TestSite
 
@@ -91,7 +92,7 @@ def test_a_silent_node_is_declared_dead_with_its_leases_back_in_the_queue_in_the
     time.sleep(0.4)
     answer = beat(b, epoch)
     # then b declared a dead in that call, and a's two leases are queued again, first in line
-    assert answer.declared_dead == (("a", 2),)
+    assert [(d.node, d.leases) for d in answer.declared_dead] == [("a", 2)]
     assert [entry.entry_id for entry in b.lease(epoch, 5, 60_000, new_call_id())] == held
     status = b.status()
     [dead] = status.dead_nodes
@@ -146,11 +147,11 @@ def test_no_node_is_declared_dead_for_a_gap_in_which_no_heartbeat_reached_redis(
     assert beat(a, epoch, ttl_ms=300, grace_ms=1000).declared_dead == ()
     graced_at = time.monotonic()
     # and a node that stays silent past the grace, while a beats on, is declared dead then
-    declared: tuple[tuple[str, int], ...] = ()
+    declared: tuple[Declared, ...] = ()
     while not declared and time.monotonic() < graced_at + 3:
         time.sleep(0.1)
         declared = beat(a, epoch, ttl_ms=300, grace_ms=1000).declared_dead
-    assert declared == (("b", 0),)
+    assert [(d.node, d.leases) for d in declared] == [("b", 0)]
     assert time.monotonic() - graced_at >= 1.2
 
 
@@ -167,7 +168,8 @@ def test_a_dead_start_owner_hands_start_over_in_the_call_that_declares_it_dead(
     time.sleep(0.4)
     answer = beat(b, epoch)
     # then b's heartbeat declared a dead and took start() over, and b can finish it
-    assert (answer.declared_dead, answer.start) == ((("a", 0),), "mine")
+    assert ([(d.node, d.leases) for d in answer.declared_dead], answer.start) == (
+        [("a", 0)], "mine")
     b.flush(epoch, [StartDone()], new_call_id())
     assert beat(b, epoch).start == "done"
 
@@ -343,7 +345,7 @@ def test_a_node_back_from_the_dead_hands_out_only_entries_redis_has_leased_to_it
     # when it stands still past its dead-after, node b declares it dead (its 8 leases go back
     # to the queue), and then its Redis thread runs on
     time.sleep(0.7)
-    assert beat(other, epoch).declared_dead == ((config.node_id, 8),)
+    assert [(d.node, d.leases) for d in beat(other, epoch).declared_dead] == [(config.node_id, 8)]
     for _ in range(12):
         worker._receive(time.monotonic())
         worker._turn(time.monotonic())

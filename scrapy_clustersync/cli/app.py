@@ -1,10 +1,11 @@
 """``clustersync``: see and steer the jobs of a cluster from any machine that reaches Redis.
 
 The group and its options; each command lives in the module of its kind (job_commands,
-seed_commands, check_commands, control_commands, task_commands). Inside a Scrapy project (or
-with ``--settings MODULE`` / ``-s NAME=VALUE``) the commands read ``CLUSTERSYNC_REDIS_URL``,
-``CLUSTERSYNC_JOB`` and the request fingerprinter from the project's settings, as ``scrapy``
-commands do (project.py). Also ``scrapy clustersync ...`` (scrapy_command.py).
+seed_commands, check_commands, top_command, control_commands, task_commands, dead_commands).
+Inside a Scrapy project (or with ``--settings MODULE`` / ``-s NAME=VALUE``) the commands read
+``CLUSTERSYNC_REDIS_URL``, ``CLUSTERSYNC_JOB`` and the request fingerprinter from the
+project's settings, as ``scrapy`` commands do (project.py). Also ``scrapy clustersync ...``
+(scrapy_command.py).
 """
 
 from __future__ import annotations
@@ -13,15 +14,17 @@ import sys
 
 import click
 
-from .check_commands import check, nodes, top
+from .check_commands import check, nodes
 from .cluster_group import ClusterGroup
 from .context import CliContext, pass_cli
 from .control_commands import pause, resume, stop
+from .dead_commands import dead
 from .exit_codes import EXIT_CODES_HELP
-from .job_commands import dead, jobs, purge, restart, status
+from .job_commands import jobs, purge, restart, status
 from .options import settings_option
 from .seed_commands import seed
 from .task_commands import failed, task, tasks
+from .top_command import top
 
 
 @click.group("clustersync", cls=ClusterGroup, epilog=EXIT_CODES_HELP,

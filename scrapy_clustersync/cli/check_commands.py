@@ -1,24 +1,20 @@
-"""``clustersync check``, ``nodes`` and ``top``, and what ``status --check`` finds: the job's
+"""``clustersync check`` and ``nodes``, and what ``status --check`` finds: the job's
 invariants and its nodes, for people and for cron and monitoring."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Iterator
-from typing import Any
-
 import click
-from rich.console import Console, Group
-from rich.live import Live
-from rich.table import Table
+from rich.console import Console
 
 from ..store import JobStatus, JobStore
-from ..store.consistency import Finding, JobCheck, differing_nodes
+from ..store.consistency import Finding, JobCheck
+from ..store.node_differences import node_differences
 from .context import CliContext, pass_cli
 from .exit_codes import exit_needing_a_person
-from .options import job_argument, json_option, settings_option
+from .node_view import group_nodes, hidden_line, node_table
+from .options import all_option, job_argument, json_option, settings_option
 from .output import console, echo_json
-from .status_view import print_status, status_dict, summary_lines
+from .status_view import print_status, status_dict
 
 
 @click.command()
@@ -61,22 +57,23 @@ def _print_findings(job: str, findings: list[Finding], repair: bool, out: Consol
 
 
 def needs_a_person(store: JobStore, report: JobStatus) -> list[str]:
-    """What ``status --check`` reports: dead nodes holding work, live nodes on other code or
-    settings, dead letters."""
+    """What ``status --check`` reports: dead nodes holding work, the settings, files or versions
+    that differ between live nodes (which, and on which nodes), dead letters."""
     found = []
     held = JobCheck(store).leases_of_dead_nodes()
     for node, count in sorted(held.items()):
         found.append(f"node {node} is not alive and still holds {count} lease(s)")
     live = {n["id"]: n for n in report.nodes if n["alive"]}
-    found += [f"node {f.subject}: {f.detail}" for f in differing_nodes(live)]
+    found += [difference.line() for difference in node_differences(live)]
     if report.dead_letters:
         found.append(f"{report.dead_letters} dead letter(s): `clustersync dead` lists them")
     return found
 
 
-def show_status(report: JobStatus, attention: list[str] | None, as_json: bool) -> None:
+def show_status(report: JobStatus, attention: list[str] | None, as_json: bool,
+                every: bool = False) -> None:
     """The status; with ``attention`` (``status --check``) what needs a person, or that
-    nothing does."""
+    nothing does; ``every``: list every node (``--all``)."""
     if as_json:
         summary = status_dict(report)
         if attention is not None:
@@ -84,7 +81,7 @@ def show_status(report: JobStatus, attention: list[str] | None, as_json: bool) -
         echo_json(summary)
         return
     out = console()
-    print_status(report, out)
+    print_status(report, out, every)
     for line in attention or []:
         out.print(f"needs attention: {line}", markup=False)
     if attention == []:
@@ -93,86 +90,22 @@ def show_status(report: JobStatus, attention: list[str] | None, as_json: bool) -
 
 @click.command()
 @job_argument
+@all_option
 @json_option("the node records")
 @settings_option
 @pass_cli
-def nodes(cli: CliContext, job: str | None, as_json: bool) -> None:
-    """JOB's nodes: live and dead, state, resources, load, work held, versions."""
+def nodes(cli: CliContext, job: str | None, every: bool, as_json: bool) -> None:
+    """JOB's nodes of the run under way: state, resources, load, work held, versions; the
+    nodes of earlier runs and those dead for long are summed up in a line (--all lists them).
+    The columns that fit the terminal are shown, the node, state, pages/min, pages and work held
+    first; piped, all of them."""
     report = cli.existing_store(job).status()
-    if as_json:
-        echo_json(report.nodes)
-    else:
-        console().print(nodes_table(report.nodes))
-
-
-def nodes_table(records: list[dict[str, Any]]) -> Table:
-    table = Table("node", "alive", "state", "host", "pid", "cpu %", "rss MiB", "load",
-                  "concurrency", "inflight", "leased", "prefetched", "buffered", "pages",
-                  "items", "errors", "pages/min", "versions", "digest", "seen ago")
-    for node in records:
-        load = node.get("load_avg") or []
-        versions = node.get("versions") or {}
-        table.add_row(
-            str(node["id"]), "yes" if node.get("alive") else "no", str(node.get("state", "?")),
-            str(node.get("host", "")), str(node.get("pid", "")),
-            f"{float(node.get('cpu_percent', 0)):.0f}",
-            f"{int(node.get('rss_bytes', 0)) / 2**20:.0f}",
-            " ".join(f"{float(x):.1f}" for x in load[:1]),
-            str(node.get("concurrency", "")), str(node.get("inflight", 0)),
-            str(node.get("leased", "")), str(node.get("prefetched", "")),
-            str(node.get("buffered", 0)), str(node.get("pages", 0)), str(node.get("items", 0)),
-            str(node.get("errors", "")), f"{float(node.get('pages_per_min', 0)):.0f}",
-            " ".join(f"{k} {v}" for k, v in sorted(versions.items())),
-            str(node.get("digest", ""))[:12],
-            f"{time.time() - float(node.get('updated', time.time())):.0f}s",
-        )
-    return table
-
-
-@click.command()
-@job_argument
-@click.option("--interval", default=2.0, show_default=True, help="Seconds between refreshes.")
-@click.option("-n", "--count", "count", type=click.IntRange(min=1), default=None,
-              help="Stop after this many refreshes (default: until Ctrl-C).")
-@json_option("the status, one line per refresh,")
-@settings_option
-@pass_cli
-def top(cli: CliContext, job: str | None, interval: float, count: int | None,
-        as_json: bool) -> None:
-    """JOB's status and nodes, refreshed live like `top` (Ctrl-C to leave)."""
-    store = cli.existing_store(job)
-    try:
-        if as_json:
-            _top_lines(store, interval, count)
-        else:
-            _top_live(store, interval, count)
-    except KeyboardInterrupt:
-        pass
-
-
-def _refreshes(interval: float, count: int | None) -> Iterator[int]:
-    """0, 1, 2 ... (``count`` of them, or forever), ``interval`` seconds apart."""
-    shown = 0
-    while count is None or shown < count:
-        if shown:
-            time.sleep(interval)
-        yield shown
-        shown += 1
-
-
-def _top_live(store: JobStore, interval: float, count: int | None) -> None:
-    with Live(console=console(), auto_refresh=False) as live:
-        for _ in _refreshes(interval, count):
-            live.update(_top_view(store), refresh=True)
-
-
-def _top_lines(store: JobStore, interval: float, count: int | None) -> None:
-    """One JSON document per refresh, a line each (for ``jq`` and log shippers)."""
-    for _ in _refreshes(interval, count):
-        echo_json(status_dict(store.status()), one_line=True)
-
-
-def _top_view(store: JobStore) -> Group:
-    report = store.status()
-    summary = status_dict(report)
-    return Group(*summary_lines(report, summary), nodes_table(report.nodes))
+    groups = group_nodes(report)
+    if as_json:  # every node, each with its group: scripts choose
+        echo_json(groups.tagged())
+        return
+    out = console()
+    out.print(node_table(groups.listed(every), out.width))
+    hidden = hidden_line(groups, every)
+    if hidden:
+        out.print(hidden, markup=False, highlight=False)

@@ -1,19 +1,15 @@
-"""``clustersync jobs``, ``status``, ``dead``, ``restart`` and ``purge``: the jobs on a Redis,
-one job's figures, and what changes a whole job."""
+"""``clustersync jobs``, ``status``, ``restart`` and ``purge``: the jobs on a Redis, one job's
+figures, and what changes a whole job (``dead`` is in dead_commands.py)."""
 
 from __future__ import annotations
 
-import base64
-from typing import Any
-
 import click
 
-from ..store import DeadLetter
 from .check_commands import needs_a_person, show_status
 from .context import CliContext, pass_cli
 from .exit_codes import JobRefused, exit_needing_a_person
-from .options import job_argument, json_option, limit_option, settings_option
-from .output import console, echo_json, when_iso
+from .options import all_option, job_argument, json_option, settings_option
+from .output import console, echo_json
 from .status_view import job_rows, print_jobs
 
 
@@ -34,48 +30,25 @@ def jobs(cli: CliContext, as_json: bool) -> None:
 
 @click.command()
 @job_argument
+@all_option
 @json_option("the status")
 @click.option("--check", "check_health", is_flag=True,
               help="Exit 1 when something needs a person: dead nodes holding work, nodes on "
                    "other code or settings, dead letters (for cron and monitoring).")
 @settings_option
 @pass_cli
-def status(cli: CliContext, job: str | None, as_json: bool, check_health: bool) -> None:
-    """State, queued, leased, seen, done, rate, dead letters and nodes of JOB."""
+def status(cli: CliContext, job: str | None, every: bool, as_json: bool,
+           check_health: bool) -> None:
+    """State, figures of the run under way (and the job's totals beside them), queued, leased,
+    rate, dead letters and the nodes of this run of JOB (--all: every node)."""
     store = cli.store(job)
     report = store.status()
     if not report.exists:
         cli.not_found(store.keys.job)
     attention = needs_a_person(store, report) if check_health else None
-    show_status(report, attention, as_json)
+    show_status(report, attention, as_json, every)
     if attention:
         exit_needing_a_person()
-
-
-def dead_letter_dict(letter: DeadLetter) -> dict[str, Any]:
-    """A dead letter as ``dead --json`` prints it (the entry, binary, in base64)."""
-    return {"entry_id": letter.entry_id, "node": letter.node, "at_ms": letter.at_ms,
-            "at": when_iso(letter.at_ms), "reason": letter.reason,
-            "refused_write": letter.refused_write,
-            "entry_base64": base64.b64encode(letter.entry).decode("ascii")}
-
-
-@click.command()
-@job_argument
-@limit_option("dead letters")
-@json_option("the dead letters")
-@settings_option
-@pass_cli
-def dead(cli: CliContext, job: str | None, limit: int, as_json: bool) -> None:
-    """JOB's dead letters: queue entries no node could decode, with the reason."""
-    letters = cli.existing_store(job).dead_letters(limit)
-    if as_json:
-        echo_json([dead_letter_dict(letter) for letter in letters])
-        return
-    for letter in letters:
-        click.echo(f"{letter.entry_id}  node={letter.node}  reason={letter.reason}  "
-                   f"entry={letter.entry[:80]!r}")
-    click.echo(f"{len(letters)} dead letter(s) shown")
 
 
 @click.command()
@@ -103,7 +76,7 @@ def purge(cli: CliContext, job: str | None, yes: bool, as_json: bool) -> None:
 @job_argument
 @click.option("--forget-seen", is_flag=True,
               help="Also clear the seen record: every URL is crawled again (default: only URLs "
-                   "not seen before).")
+                   "not seen before, and start requests marked dont_filter).")
 @click.option("--force", is_flag=True,
               help="Restart even with nodes alive or work queued or leased.")
 @click.option("--yes", is_flag=True, help="Confirm --forget-seen without asking.")
@@ -112,9 +85,12 @@ def purge(cli: CliContext, job: str | None, yes: bool, as_json: bool) -> None:
 @pass_cli
 def restart(cli: CliContext, job: str | None, forget_seen: bool, force: bool, yes: bool,
             as_json: bool) -> None:
-    """Make finished (or stopped) JOB crawlable again: start() runs on the next node.
+    """Make finished (or stopped) JOB crawlable again: start() runs on the next node, and a
+    stopped (or paused) job is running again.
 
-    The queue, stats and dead letters are kept; the seen record too unless --forget-seen.
+    The queue, stats and dead letters are kept; the seen record too unless --forget-seen, so
+    only URLs not seen before are fetched, but for start requests marked dont_filter (as
+    Scrapy's start_urls are): those are fetched again.
     """
     if forget_seen and not yes:
         raise click.UsageError("--forget-seen clears what the job has seen, so that every URL is "
@@ -123,13 +99,24 @@ def restart(cli: CliContext, job: str | None, forget_seen: bool, force: bool, ye
     name = store.keys.job
     result = store.restart(force=force, forget_seen=forget_seen)
     if not result.done:
+        stopped = store.control_state().state in ("stopped", "stopping")
+        hint = (f" `clustersync resume {name}` continues its queue without running start() "
+                "again." if stopped and result.queued + result.leased else "")
         raise JobRefused(
             f"job {name!r} is not finished: {result.live_nodes} live node(s), {result.queued} "
             f"queued, {result.leased} leased. Stop its nodes and wait for their leases to run "
-            "out, or pass --force to restart it anyway.")
+            f"out, or pass --force to restart it anyway.{hint}")
     if as_json:
-        echo_json({"job": name, "restarted": True, "forgot_seen": forget_seen})
+        echo_json({"job": name, "restarted": True, "forgot_seen": forget_seen,
+                   "resumed_from": result.resumed or None})
         return
-    click.echo(f"restarted job {name!r}: start() runs again on the next node; "
-               + ("the seen record was cleared: every URL is crawled again" if forget_seen
-                  else "the seen record is kept: only URLs not seen before are crawled"))
+    click.echo(restart_summary(name, forget_seen, result.resumed))
+
+
+def restart_summary(job: str, forget_seen: bool, resumed: str) -> str:
+    """What ``restart`` did, for people."""
+    was = f"; it was {resumed} and runs again" if resumed else ""
+    seen = ("the seen record was cleared: every URL is crawled again" if forget_seen else
+            "the seen record is kept: only URLs not seen before are crawled, and start "
+            "requests marked dont_filter (start_urls) are fetched again")
+    return f"restarted job {job!r}: start() runs again on the next node{was}; {seen}"

@@ -1,5 +1,5 @@
 """Options and arguments several ``clustersync`` commands take, spelled once so that they
-read the same everywhere: ``[JOB]``, ``--json``, ``--limit`` and ``-s NAME=VALUE``."""
+read the same everywhere: ``[JOB]``, ``--json``, ``--limit``, ``--all`` and ``-s NAME=VALUE``."""
 
 from __future__ import annotations
 
@@ -50,3 +50,10 @@ def settings_option(function: F) -> F:
         "-s", "--set", "overrides", multiple=True, metavar="NAME=VALUE", expose_value=False,
         callback=_apply_overrides,
         help="Set a Scrapy setting, as `scrapy -s` does (may be repeated).")(function)
+
+
+def all_option(function: F) -> F:
+    """``--all``: list every node, those of earlier runs and those dead for long too."""
+    return click.option("--all", "every", is_flag=True,
+                        help="List every node: those of earlier runs and those dead for more "
+                             "than 10 minutes too (summed up in one line otherwise).")(function)

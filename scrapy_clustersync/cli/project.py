@@ -17,6 +17,7 @@ from scrapy.settings import Settings
 from scrapy.utils.project import get_project_settings, inside_project
 
 from ..config import DEFAULTS, ConfigError, DedupSettings, validate_job_name, validate_redis_url
+from ..setting_names import PREFIX, check_setting_names, check_settings_object
 
 if TYPE_CHECKING:
     from scrapy.utils.request import RequestFingerprinterProtocol
@@ -64,7 +65,14 @@ class ProjectContext:
         else:
             settings = get_project_settings()
         settings.setdict(self.overrides, priority="cmdline")
+        check_settings_object(settings)
         return settings
+
+    def in_project(self) -> bool:
+        """True when the settings come from a project or a settings module, not Scrapy's
+        defaults alone."""
+        return bool(self.settings_module or os.environ.get("SCRAPY_SETTINGS_MODULE")
+                    or inside_project())
 
     def describe_project(self) -> str:
         """Where the settings came from, for messages."""
@@ -85,6 +93,7 @@ class ProjectContext:
             return self.redis_url_flag, "--redis-url"
         if self.overrides.get(URL_SETTING):
             return self.overrides[URL_SETTING], f"-s {URL_SETTING}"
+        check_environment()
         if os.environ.get(URL_SETTING):
             return os.environ[URL_SETTING], f"the environment variable {URL_SETTING}"
         from_project = self.settings.get(URL_SETTING)
@@ -110,8 +119,10 @@ class ProjectContext:
 
     def add_overrides(self, pairs: tuple[str, ...]) -> None:
         """Apply ``-s NAME=VALUE`` options (given before or after the subcommand) on top of the
-        settings; ConfigError naming a pair without ``=``."""
-        self.overrides.update(parse_overrides(pairs))
+        settings; ConfigError naming a pair without ``=`` or an unknown ``CLUSTERSYNC_*`` name."""
+        overrides = parse_overrides(pairs)
+        check_setting_names(overrides, dict.fromkeys(overrides, "set with -s"))
+        self.overrides.update(overrides)
         self._settings = None  # built again, with these on top, when next read
 
     def dedup(self) -> DedupSettings:
@@ -142,6 +153,13 @@ class ProjectContext:
         cls: Any = load_object(crawler.settings["REQUEST_FINGERPRINTER_CLASS"])
         fingerprinter: RequestFingerprinterProtocol = build_from_crawler(cls, crawler)
         return fingerprinter
+
+
+def check_environment() -> None:
+    """ConfigError naming an environment variable ``CLUSTERSYNC_*`` that is no setting (the
+    command reads ``CLUSTERSYNC_REDIS_URL`` there, so a misspelled one would go unseen)."""
+    names = [name for name in os.environ if name.startswith(PREFIX)]
+    check_setting_names(names, dict.fromkeys(names, "an environment variable"))
 
 
 def parse_overrides(pairs: tuple[str, ...]) -> dict[str, str]:

@@ -10,6 +10,7 @@ from ..store.job_store import new_call_id
 from .context import CliContext, pass_cli
 from .options import json_option, settings_option
 from .output import echo_json
+from .seed_callbacks import check_callback
 from .seed_urls import (
     BadSeed,
     SeedEncoder,
@@ -29,14 +30,16 @@ from .seed_urls import (
 @click.option("--create", is_flag=True,
               help="Create JOB if it does not exist (with the project's dedup settings).")
 @click.option("--priority", default=0, show_default=True, help="Priority of the seeded requests.")
-@click.option("--callback", default=None, help="Spider method to call (default: parse).")
+@click.option("--callback", default=None,
+              help="Spider method to call (default: parse); inside a project, checked against "
+                   "the job's spider.")
 @json_option("the counts")
 @settings_option
 @pass_cli
 def seed(cli: CliContext, args: tuple[str, ...], url_file: str | None, create: bool,
          priority: int, callback: str | None, as_json: bool) -> None:
     """Add URLs to JOB's queue (already-seen URLs are skipped). Every URL is checked before
-    anything is written."""
+    anything is written, and inside a project --callback too (a method of the job's spider)."""
     job, urls = job_and_urls(args)
     seeds = read_seeds(urls, url_file)
     encoder = SeedEncoder(cli.project.fingerprinter(), priority, callback)
@@ -46,6 +49,10 @@ def seed(cli: CliContext, args: tuple[str, ...], url_file: str | None, create: b
             seeds.check(crawlable_schemes(cli.project.settings))
         except BadSeed as exc:
             raise click.BadParameter(str(exc), param_hint="URL") from None
+        if callback and cli.project.in_project():
+            unchecked = check_callback(cli.project.settings, cli.job_name(job), callback)
+            if unchecked:
+                click.echo(f"clustersync: {unchecked}", err=True)
         store = _seed_store(cli, job, create)
         epoch = store.ensure_job()
         for ops in batches:

@@ -1,20 +1,25 @@
 """What ``clustersync status`` and ``clustersync jobs`` show: for people (a table that is never
-cut, piped or not) and for scripts (``--json``)."""
+cut, piped or not) and for scripts (``--json``). The figures are the run's under way, beside the
+job's totals (store/job_runs.py); the nodes are listed by node_view.py. Text read from Redis is
+never rich markup: it is printed as ``Text``."""
 
 from __future__ import annotations
 
-import time
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from ..store import JobStatus, JobStore, StoreError, StoreUnavailable
 from ..store.control_state import RUNNING, STOPPED, STOPPING, ControlState
 from ..store.errors import AccessRefused
 from ..store.job_list import job_names
+from ..store.job_runs import run_summary, totals_summary
 from ..store.script_results import FinishedRun
+from .node_view import STATUS_COLUMNS, group_nodes, hidden_line, node_table
+from .output import when_iso
 
 if TYPE_CHECKING:
     import redis
@@ -74,36 +79,86 @@ def state_of(report: JobStatus) -> str:
 
 
 def status_dict(report: JobStatus) -> dict[str, Any]:
-    """The status as ``--json`` prints it."""
+    """The status as ``--json`` prints it: ``run`` has this run's figures, ``totals`` the
+    job's over every run (the top-level ``done`` and ``seen`` are the job's totals too)."""
     summary = report.to_dict()
+    state = state_of(report)
+    # a finish record of a job seeded since is the end of nothing now under way
+    ended = state == "finished"
+    run = run_summary(report)
+    run.update(started_at=when_iso(run["started_ms"]),
+               pages_per_min=round(pages_per_min(report), 1),
+               finished_at=finished_at(report) if ended else None,
+               finished_reason=finished_reason(report) if ended else None)
     summary.update(
-        state=state_of(report), pages_per_min=round(pages_per_min(report), 1),
-        eta_s=eta_s(report), finished_at=finished_at(report),
-        finished_reason=finished_reason(report),
+        state=state, pages_per_min=round(pages_per_min(report), 1),
+        eta_s=eta_s(report), finished_at=run["finished_at"],
+        finished_reason=run["finished_reason"],
         start_run_by=report.start_claimed_by, control=control_of(report),
+        run=run, totals=totals_summary(report),
     )
     return summary
 
 
-def print_status(report: JobStatus, out: Console) -> None:
+def print_status(report: JobStatus, out: Console, every: bool = False) -> None:
+    """The status for people: the summary, then the nodes of this run (``every``: all)."""
     for line in summary_lines(report, status_dict(report)):
         out.print(line)
-    out.print(_nodes_table(report))
+    groups = group_nodes(report)
+    out.print(node_table(groups.listed(every), out.width, STATUS_COLUMNS))
+    hidden = hidden_line(groups, every)
+    if hidden:
+        out.print(hidden, markup=False, highlight=False)
 
 
-def summary_lines(report: JobStatus, summary: dict[str, Any]) -> list[str]:
-    """The status above the nodes table, a line each (rich markup)."""
-    lines = [f"[bold]job[/bold] {report.job}  [bold]state[/bold] {summary['state']}"]
+def headline(report: JobStatus, summary: dict[str, Any]) -> Text:
+    """"job NAME  state STATE  run N", the job's name as plain text."""
+    line = Text.assemble(("job", "bold"), " ", report.job, "  ", ("state", "bold"), " ",
+                         str(summary["state"]))
+    if summary["run"]["number"] > 1:
+        line.append_text(Text.assemble("  ", ("run", "bold"), f" {summary['run']['number']}"))
+    return line
+
+
+def summary_lines(report: JobStatus, summary: dict[str, Any]) -> list[Text]:
+    """The status above the nodes table, a line each (plain text but the headline's labels)."""
+    lines = [headline(report, summary)]
+    run = summary["run"]
+    if run["started_at"]:
+        lines.append(Text(f"  started      {run['started_at']}"))
     if summary["finished_at"]:
-        lines.append(f"  finished     {summary['finished_at']}  "
-                     f"reason: {summary['finished_reason'] or 'not recorded'}")
+        lines.append(Text(f"  finished     {summary['finished_at']}  "
+                          f"reason: {summary['finished_reason'] or 'not recorded'}"))
     if report.start_claimed_by:
         done = "done" if report.start_done else "running"
-        lines.append(f"  start()      run by {report.start_claimed_by} ({done})")
-    for name in ("queued", "leased", "seen", "done", "dead_letters"):
-        lines.append(f"  {name:<13}{summary[name]:>12,}")
-    lines.append(f"  pages/min    {summary['pages_per_min']:>12,.1f}"
-                 + _eta_text(summary["eta_s"]))
+        lines.append(Text(f"  start()      run by {report.start_claimed_by} ({done})"))
+    lines += [Text(line) for line in figure_lines(report, summary)]
+    for name in ("queued", "leased", "dead_letters"):
+        lines.append(Text(f"  {name:<13}{summary[name]:>12,}"))
+    lines.append(Text(f"  pages/min    {summary['pages_per_min']:>12,.1f}"
+                      + _eta_text(summary["eta_s"])))
+    return lines + [Text(line) for line in _more_lines(report)]
+
+
+def figure_lines(report: JobStatus, summary: dict[str, Any]) -> list[str]:
+    """pages, items, done and seen: this run's, and the job's over every run beside them once
+    there was more than one run."""
+    run, totals = summary["run"], summary["totals"]
+    several = run["number"] > 1
+    lines = [f"  {'':<13}{'this run':>12}  all {run['number']} runs"] if several else []
+    for name in ("pages", "items", "done", "seen"):
+        line = f"  {name:<13}{run[name]:>12,}"
+        if several:
+            line += f"  {totals[name]:>12,}"
+        lines.append(line)
+    if several and not run["known"]:
+        lines.append("  (this run's figures are not recorded: the job was restarted by an "
+                     "older version; they include earlier runs)")
+    return lines
+
+
+def _more_lines(report: JobStatus) -> list[str]:
+    lines = []
     if report.unserializable:
         lines.append(f"  kept local   {report.unserializable:>12,}  requests refused at enqueue "
                      "(cannot be encoded), crawled on the node that made them (not crash-safe)")
@@ -134,10 +189,10 @@ def _stats_lines(stats: dict[str, int]) -> list[str]:
 def _eta_text(eta: float | None) -> str:
     if eta is None:
         return ""
-    return f"  ETA of the queue now waiting, at this rate: {_duration(eta)}"
+    return f"  ETA of the queue now waiting, at this rate: {duration(eta)}"
 
 
-def _duration(seconds: float) -> str:
+def duration(seconds: float) -> str:
     minutes, secs = divmod(int(seconds), 60)
     hours, minutes = divmod(minutes, 60)
     return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
@@ -164,22 +219,9 @@ def _dedup_lines(dedup: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _nodes_table(report: JobStatus) -> Table:
-    table = Table("node", "alive", "state", "pages", "pages/min", "items", "inflight",
-                  "buffered", "rss MiB", "seen ago")
-    for node in report.nodes:
-        age = time.time() - float(node.get("updated", 0))
-        table.add_row(
-            node["id"], "yes" if node["alive"] else "no", str(node.get("state", "?")),
-            str(node.get("pages", 0)), f"{float(node.get('pages_per_min', 0)):.0f}",
-            str(node.get("items", 0)), str(node.get("inflight", 0)),
-            str(node.get("buffered", 0)), f"{node.get('rss_bytes', 0) / 2**20:.0f}", f"{age:.0f}s",
-        )
-    return table
-
-
 def job_rows(client: redis.Redis) -> list[dict[str, Any]]:
-    """One summary per job on this Redis: state, queued, done (acked), live nodes."""
+    """One summary per job on this Redis: state, run, queued, done (acked: ``run_done`` in the
+    run under way, ``done`` in the job's life), live nodes."""
     rows: list[dict[str, Any]] = []
     for name in job_names(client):
         try:
@@ -189,32 +231,34 @@ def job_rows(client: redis.Redis) -> list[dict[str, Any]]:
         except StoreError as exc:  # one job's keys are not what this version reads
             rows.append({"job": name, "state": "unknown", "error": str(exc), "queued": None,
                          "leased": None, "done": None, "nodes": None, "pages_per_min": None,
-                         "finished_at": None})
+                         "finished_at": None, "run": None, "run_done": None})
             continue
         if not report.exists:  # purged between the scan and now
             continue
+        run, state = run_summary(report), state_of(report)
         rows.append({
-            "job": name, "state": state_of(report), "queued": report.queued,
+            "job": name, "state": state, "queued": report.queued,
+            "run": run["number"], "run_done": run["done"],
             "leased": report.leased, "done": report.counters.get("acked", 0),
             "nodes": sum(1 for n in report.nodes if n["alive"]),
             "pages_per_min": round(pages_per_min(report), 1),
-            "finished_at": finished_at(report),
+            "finished_at": finished_at(report) if state == "finished" else None,
         })
     return rows
 
 
 def print_jobs(rows: list[dict[str, Any]], out: Console) -> None:
-    table = Table("job", "state", "queued", "leased", "done", "live nodes", "pages/min",
-                  "finished")
+    table = Table("job", "state", "run", "queued", "leased", "done this run", "live nodes",
+                  "pages/min", "finished")
     unreadable = []
     for row in rows:
         if row["state"] == "unknown":
             unreadable.append(row)
-            table.add_row(row["job"], "unknown", *[""] * 6)
+            table.add_row(Text(row["job"]), "unknown", *[""] * 7)
             continue
-        table.add_row(row["job"], row["state"], f"{row['queued']:,}", f"{row['leased']:,}",
-                      f"{row['done']:,}", str(row["nodes"]), f"{row['pages_per_min']:.0f}",
-                      row["finished_at"] or "")
+        table.add_row(Text(row["job"]), row["state"], str(row["run"]), f"{row['queued']:,}",
+                      f"{row['leased']:,}", f"{row['run_done']:,}", str(row["nodes"]),
+                      f"{row['pages_per_min']:.0f}", row["finished_at"] or "")
     out.print(table)
     for row in unreadable:
         out.print(f"job {row['job']!r} cannot be read: {row['error']}", markup=False)

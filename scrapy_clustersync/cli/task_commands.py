@@ -1,5 +1,6 @@
 """``clustersync task``, ``tasks`` and ``failed``: for people (a table) and for scripts
-(``--json``). The reads are store/task_records.py's."""
+(``--json``). The reads are store/task_records.py's. Task ids, URLs and errors are Redis text:
+printed as ``Text``, never as rich markup."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Any
 import click
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from ..store.task_records import (
     TASK_STATES,
@@ -39,6 +41,11 @@ def failure_text(failure: dict[str, Any] | None) -> str:
     return " ".join(parts)
 
 
+def plain(*values: object) -> list[Text]:
+    """Table cells that show ``values`` as they are: text from Redis is never rich markup."""
+    return [Text(str(value)) for value in values]
+
+
 def print_task(record: TaskRecord, control: str | None, out: Console) -> None:
     """One task, a line per field."""
     rows = [("task", record.task), ("state", record.shown_state(control)),
@@ -58,18 +65,18 @@ def print_task(record: TaskRecord, control: str | None, out: Console) -> None:
 def print_tasks(records: list[TaskRecord], control: str | None, out: Console) -> None:
     table = Table("task", "state", "requests", "open", "failed", "ended", "failure")
     for record in records:
-        table.add_row(record.task, record.shown_state(control), str(record.requests),
-                      str(record.open), str(record.failed), when(record.ended_ms),
-                      failure_text(record.failure))
+        table.add_row(*plain(record.task, record.shown_state(control), record.requests,
+                             record.open, record.failed, when(record.ended_ms),
+                             failure_text(record.failure)))
     out.print(table)
 
 
 def print_failed(failed: list[FailedRequest], out: Console) -> None:
     table = Table("when", "url", "status", "error", "attempts", "errback", "task", "node")
     for each in failed:
-        table.add_row(when(each.at_ms), each.url, str(each.status or ""), each.error,
-                      str(each.attempts or ""), "yes" if each.errback else "no",
-                      each.task or "", each.node)
+        table.add_row(*plain(when(each.at_ms), each.url, each.status or "", each.error,
+                             each.attempts or "", "yes" if each.errback else "no",
+                             each.task or "", each.node))
     out.print(table)
 
 

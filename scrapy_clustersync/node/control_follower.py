@@ -24,6 +24,7 @@ from ..store.control_state import (
     ControlState,
     ControlSubscription,
 )
+from ..store.errors import AccessRefused
 
 if TYPE_CHECKING:
     from ..store.control_state import ControlStore
@@ -54,12 +55,13 @@ class ControlFollower:
         self._subscription: ControlSubscription | None = None
         self._next_read = 0.0
         self._subscribe_at = 0.0
+        self._channel_refused = False  # NOPERM on SUBSCRIBE: follow by re-reading only
 
     def follow(self, now: float) -> None:
         """Apply what the channel said since the last call and re-read the state when due.
         Never raises: Redis away, it tries again after ``RECONNECT_S``."""
         try:
-            self._listen(now)
+            self._listen_if_allowed(now)
             if now >= self._next_read:
                 self._next_read = now + self._reread_s
                 self.state = self._control.read().state
@@ -71,6 +73,20 @@ class ControlFollower:
             logger.warning("clustersync: unexpected error following the control state of "
                            "job %r; retrying", self.job, exc_info=True)
             self._drop(now)
+
+    def _listen_if_allowed(self, now: float) -> None:
+        """Listen on the channel, unless this client may not subscribe (an ACL user without
+        pub/sub permission): then the node follows by re-reading alone, within REREAD_S."""
+        if self._channel_refused:
+            return
+        try:
+            self._listen(now)
+        except AccessRefused as exc:
+            self._channel_refused = True
+            self.close()
+            logger.info("clustersync: this node may not subscribe to the control channel of job "
+                        "%r (%s); it reads the job's control state every %gs instead",
+                        self.job, exc, self._reread_s)
 
     def _listen(self, now: float) -> None:
         if self._subscription is None:

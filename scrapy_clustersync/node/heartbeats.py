@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..config import ClusterConfig
 from ..store import JobStore
 from ..store.script_results import DeadNode, Heartbeat
+from .liveness import heartbeat_ttl_ms
 from .outages import OUTAGE_BACKOFF_MAX_S
 from .thread_api import StartState
 
@@ -29,6 +31,8 @@ logger = logging.getLogger(__name__)
 
 #: how often the thread asks the reactor whether it runs (a ping it answers on the queue)
 PING_INTERVAL_S = 0.25
+#: the heartbeat calls whose shortest is taken as the node's round trip (liveness.py)
+BEAT_CALLS_KEPT = 5
 
 
 class HeartbeatPart:
@@ -64,6 +68,11 @@ class HeartbeatPart:
         self._drop_asked = False
         self._reactor_seen = time.monotonic()
         self._pinged_at = 0.0
+        #: the node's distance from Redis: the shortest of its last heartbeat calls (a busy
+        #: moment makes one call slow, never the network fast), before the first the call
+        #: before its join (liveness.py)
+        self._round_trip_s = 0.0
+        self._beat_calls: deque[float] = deque(maxlen=BEAT_CALLS_KEPT)
 
     def _ping(self, now: float) -> None:
         """Ask the reactor to say it runs, every PING_INTERVAL_S while it answers."""
@@ -84,9 +93,11 @@ class HeartbeatPart:
         if not leaving and self._reactor_stuck():
             return -1
         idle = self._node_idle and self._quiet
+        called_at = time.monotonic()
         beat = self.store.heartbeat(
             self.epoch,
-            ttl_ms=0 if leaving else int(self.config.node_dead_after_s * 1000),
+            # the threshold, and a few of this node's own round trips (liveness.py)
+            ttl_ms=0 if leaving else heartbeat_ttl_ms(self.config, self._round_trip_s),
             lease_ms=int(self.config.lease_timeout_s * 1000),
             info=self._node_info() | self.figures()
             | {"state": "closed" if leaving else self._state(idle)},
@@ -100,16 +111,20 @@ class HeartbeatPart:
             gap_ms=int(min(self.config.node_dead_after_s,
                            2 * self.config.heartbeat_interval_s) * 1000),
             told_ms=self._death_told,
+            retention_ms=int(self.config.node_retention_s * 1000),
         )
+        self._beat_calls.append(time.monotonic() - called_at)
+        self._round_trip_s = min(self._beat_calls)
         self._heard(beat, idle, leaving)
         return beat.finish_wait_ms
 
     def _heard(self, beat: Heartbeat, idle: bool, leaving: bool) -> None:
-        for node, leases in beat.declared_dead:
+        for dead in beat.declared_dead:
             logger.warning(
-                "clustersync: node %s sent no heartbeat for %gs (CLUSTERSYNC_NODE_DEAD_AFTER): "
-                "declared dead; its %d leased requests are back in the queue", node,
-                self.config.node_dead_after_s, leases)
+                "clustersync: node %s sent no heartbeat for %.1fs (more than "
+                "CLUSTERSYNC_NODE_DEAD_AFTER, %gs): declared dead; its %d leased requests are back "
+                "in the queue", dead.node, dead.silent_ms / 1000, self.config.node_dead_after_s,
+                dead.leases)
         death = beat.my_death
         if death is not None and death.declared_ms != self._death_told:
             self._death_told = death.declared_ms
@@ -134,15 +149,21 @@ class HeartbeatPart:
         self._post(self._link.drop_prefetched)
         logger.warning(
             "clustersync: node %s was declared dead by node %s %.1fs ago (no heartbeat for "
-            "%gs: the process stood still or lost its network) and %d of its leases went back "
+            "%.1fs: the process stood still or lost its network) and %d of its leases went back "
             "to the queue; it drops its %d prefetched requests, lets the %d under way finish "
             "and rejoins the job", self.config.node_id, death.by,
-            max(0, now_ms - death.declared_ms) / 1000, self.config.node_dead_after_s,
+            max(0, now_ms - death.declared_ms) / 1000,
+            (death.silent_ms or self.config.node_dead_after_s * 1000) / 1000,
             death.leases_returned, len(self._unstarted),
             max(0, len(self._held) - len(self._unstarted)))
 
     def _reactor_stuck(self) -> bool:
-        stuck_s = time.monotonic() - self._reactor_seen
+        # stuck: a ping has waited for its answer that long. Not the time since the last answer:
+        # no ping is sent while the node opens (a far node's start-up takes seconds), and the
+        # first heartbeat must not be held back for that
+        if self._pinged_at <= self._reactor_seen:
+            return False
+        stuck_s = time.monotonic() - self._pinged_at
         if stuck_s < self.config.lease_timeout_s / 2:
             return False
         self._log_once(logging.WARNING, "clustersync: this node's reactor has not run for half "

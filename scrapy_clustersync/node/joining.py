@@ -6,6 +6,7 @@ a Redis the delivery guarantee does not hold on, and its own dedup settings agai
 from __future__ import annotations
 
 import logging
+import time
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
@@ -20,7 +21,9 @@ from ..plugin.stop_reasons import (
 from ..store import JobStore, StoreError
 from ..store.control_state import STOPPED, STOPPING, ControlState
 from ..store.errors import AccessRefused, JobUnreadable
+from ..store.join_scripts import HELD
 from ..store.script_results import FinishedRun, Joined
+from .liveness import StartUpLiveness
 from .thread_api import NodeOpened
 
 if TYPE_CHECKING:
@@ -34,17 +37,18 @@ MIN_REDIS_VERSION = (7, 0)
 def open_node(store: JobStore, config: ClusterConfig, spool: Spool) -> NodeOpened | str:
     """Join the job, warn of risks and replay the spool (see spool.py), on the node's Redis
     thread; returns what the node joined as, or the reason it must stop with (``join_job``)."""
-    joined = join_job(store, config)
+    alive = StartUpLiveness(store, config)
+    joined = join_job(store, config, alive)
     if isinstance(joined, str):
         return joined
     warn_of_risks(store, config)
     try:
-        replayed = spool.replay(joined.epoch, store.as_node)
+        replayed = spool.replay(joined.epoch, store.as_node, keep_alive=alive.renew)
     except Exception:  # a spool that cannot be read must not keep the node from its job
         logger.exception("clustersync: the spool of job %r could not be replayed; its files "
                          "are kept for the next node", config.job)
         replayed = 0
-    return NodeOpened(joined.epoch, joined.runs_start, replayed)
+    return NodeOpened(joined.epoch, joined.runs_start, replayed, call_s=alive.call_s)
 
 
 def warn_of_risks(store: JobStore, config: ClusterConfig) -> None:
@@ -77,19 +81,28 @@ def warn_of_risks(store: JobStore, config: ClusterConfig) -> None:
         )
 
 
-def join_job(store: JobStore, config: ClusterConfig) -> Joined | str:
+def join_job(
+    store: JobStore, config: ClusterConfig, liveness: StartUpLiveness | None = None
+) -> Joined | str:
     """Join the job as a node; returns what the join answered, or, with one ERROR line logged,
     the reason the node must stop with (stop_reasons.py): Redis unreachable or refusing this
     client, the job stopped by ``clustersync stop`` (it is not joined: the node holds nothing
     and claims no start()), or the job finished (unless ``CLUSTERSYNC_RECRAWL`` restarts it).
-    A paused job is joined: the node waits (the control extension says so)."""
+    A paused job is joined: the node waits (the control extension says so). The join's
+    liveness covers the node's start-up (liveness.py; ``liveness`` keeps it)."""
+    liveness = liveness or StartUpLiveness(store, config)
     url = redact_url(config.redis_url)
     try:
+        asked = time.monotonic()
         control = store.control_state()
+        # the join is the node's first heartbeat: its deadline covers the start-up
+        ttl_ms = liveness.measured(time.monotonic() - asked)
+        logger.debug("clustersync: node %s joins with a start-up liveness of %d ms",
+                     config.node_id, ttl_ms)
         if control.state in (STOPPING, STOPPED):
             _log_stopped(config.job, control)
             return JOB_STOPPED
-        joined = store.join_node(int(config.node_dead_after_s * 1000), recrawl=config.recrawl)
+        joined = store.join_node(ttl_ms, recrawl=config.recrawl)
     except AccessRefused as exc:
         logger.error(
             "clustersync: Redis at %s refused this node (%s): check the user and password in "
@@ -105,25 +118,38 @@ def join_job(store: JobStore, config: ClusterConfig) -> Joined | str:
             "Redis is running and reachable from this machine.", config.job, url, exc)
         return REDIS_UNREACHABLE
     if joined.finished is not None:
-        _log_finished(config.job, joined.finished)
+        _log_finished(config.job, joined.finished, held=joined.restarted == HELD)
         return JOB_FINISHED
     if joined.restarted:
         logger.info("clustersync: job %r had finished; CLUSTERSYNC_RECRAWL = %r restarts it: "
                     "start() runs again on this node%s", config.job, joined.restarted,
                     " and every URL is crawled again (the seen record was cleared)"
                     if joined.restarted == "forget-seen" else
-                    " and only URLs not seen before are crawled")
+                    " and only URLs not seen before are crawled (and start requests marked "
+                    "dont_filter)")
     return joined
 
 
-def _log_finished(job: str, run: FinishedRun) -> None:
+def _log_finished(job: str, run: FinishedRun, held: bool = False) -> None:
+    if held:
+        _log_held(job)
+        return
     at = datetime.fromtimestamp(run.at_ms / 1000, tz=timezone.utc)
     logger.error(
         "clustersync: job %r already finished at %s (%d requests done; %s); this node stops. "
-        "To crawl it again: `clustersync restart %s` (only URLs not seen before; add "
+        "To crawl it again: `clustersync restart %s` (only URLs not seen before, and start "
+        "requests marked dont_filter; add "
         "--forget-seen to crawl every URL again), or set CLUSTERSYNC_RECRAWL = \"keep-seen\" "
         "or \"forget-seen\" for runs that restart it themselves.",
         job, at.strftime("%Y-%m-%d %H:%M:%S UTC"), run.pages, run.why(), job)
+
+
+def _log_held(job: str) -> None:
+    logger.error(
+        "clustersync: job %r has finished, but nodes are still open on it (kept open by a "
+        "DontCloseSpider?); CLUSTERSYNC_RECRAWL = \"forget-seen\" restarts it only once no node "
+        "is left, as those nodes remember the URLs they sent and would skip them. This node "
+        "stops: close those nodes first, or use \"keep-seen\" (only URLs not seen before).", job)
 
 
 def _log_stopped(job: str, control: ControlState) -> None:

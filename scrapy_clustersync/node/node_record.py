@@ -5,8 +5,9 @@ read them, each as optional): node, host, ip, pid, started, updated (Unix second
 runs_start, concurrency (CONCURRENT_REQUESTS), inflight, pages, items, errors (spider
 exceptions and download errors), pages_per_min, unserializable, cpu_percent, rss_bytes,
 load_avg (1, 5, 15 min), settings_version (None until shared settings exist), versions
-(clustersync, scrapy, python) and digest (project_digest.py). The Redis thread adds its own figures
-(leased, prefetched, buffered) and the state (heartbeats.py ``_state``).
+(clustersync, scrapy, python), digest, setting_digests and file_digests (project_digest.py). The
+Redis thread adds its own figures (leased, prefetched, buffered) and the state (heartbeats.py
+``_state``).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from urllib.parse import urlsplit
 import psutil
 import scrapy
 
-from .project_digest import project_digest
+from .project_digest import project_digests
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
@@ -64,12 +65,14 @@ class NodeInfo:
         self.inflight = inflight
         self.node_id = node_id
         self.concurrency = settings.getint("CONCURRENT_REQUESTS", 16) if settings else None
+        digests = project_digests(settings, spider_cls)
         #: what does not change while the node runs, computed once
         self.fixed: dict[str, Any] = {
             "node": node_id, "host": socket.gethostname(),
             "pid": os.getpid(), "spider": spider_name, "runs_start": runs_start,
             "concurrency": self.concurrency, "settings_version": None,
-            "versions": versions(), "digest": project_digest(settings, spider_cls),
+            "versions": versions(), "digest": digests.digest,
+            "setting_digests": digests.settings, "file_digests": digests.files,
         }
         self.redis_url = redis_url
         self.process = psutil.Process(os.getpid())

@@ -166,6 +166,7 @@ class SyncWorker(HeartbeatPart, OutagePart):
             return False
         self.epoch = opened.epoch
         self._runs_start = opened.runs_start
+        self._round_trip_s = opened.call_s  # the first heartbeat's allowance (liveness.py)
         self._start_state = StartState("mine" if opened.runs_start else "other")
         self._follow(time.monotonic())  # the control state before any lease
         self._post(self._link.opened, dataclasses.replace(opened, control=self._control))

@@ -106,15 +106,18 @@ class Spool:
         _write(path, SpoolFile(self.job, node_id, epoch, undelivered.writes_seen, batches))
         return path
 
-    def replay(self, epoch: str, store_for: Callable[[str, int], JobStore]) -> int:
+    def replay(self, epoch: str, store_for: Callable[[str, int], JobStore],
+               keep_alive: Callable[[], None] = lambda: None) -> int:
         """Send every spooled batch of the job; returns how many writes were sent.
 
         ``store_for(node_id, writes_seen)`` gives a store acting as the node that wrote a file.
         A file Redis cannot take now (unreachable) is handed back for the next node.
+        ``keep_alive()`` is called before each batch: the replaying node is starting up, and
+        a long replay must not get it declared dead (node/liveness.py).
         """
         sent = 0
         for path in self._claim_all():
-            sent += self._replay_file(path, epoch, store_for)
+            sent += self._replay_file(path, epoch, store_for, keep_alive)
         return sent
 
     def _claim_all(self) -> list[Path]:
@@ -134,7 +137,8 @@ class Spool:
         return claimed
 
     def _replay_file(
-        self, path: Path, epoch: str, store_for: Callable[[str, int], JobStore]
+        self, path: Path, epoch: str, store_for: Callable[[str, int], JobStore],
+        keep_alive: Callable[[], None],
     ) -> int:
         spooled = self._readable(path, epoch)
         if spooled is None:
@@ -147,6 +151,7 @@ class Spool:
         while batches:
             call_id, ops = batches[0]
             try:
+                keep_alive()
                 store.flush(epoch, ops, call_id)
             except RolledBack:
                 _acks_to_releases(batches)  # see SyncWorker._rolled_back
@@ -164,6 +169,7 @@ class Spool:
             if batches:
                 _write(path, spooled)  # progress first: a crash now replays no batch twice
         path.unlink()
+        _retire(store)
         return sent
 
     def _readable(self, path: Path, epoch: str) -> SpoolFile | None:
@@ -200,6 +206,15 @@ class Spool:
         path.rename(target)
         logger.error("clustersync: spool file %s of job %r is not replayed: %s. Kept as %s.",
                      path, self.job, reason, target)
+
+
+def _retire(store: JobStore) -> None:
+    """The spooled node's writes are all in: its call record, kept without expiry while its
+    spool could come (a missing one reads as a rollback), may expire now."""
+    try:
+        store.retire_calls()
+    except StoreError as exc:  # it stays until `clustersync purge`: a few hundred bytes
+        logger.debug("clustersync: the call record of node %s kept (%s)", store.node_id, exc)
 
 
 def _acks_to_releases(batches: Batches) -> None:

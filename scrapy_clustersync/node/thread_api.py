@@ -155,6 +155,8 @@ class NodeOpened:
     spool_replayed: int = 0
     #: the job's control state as read right after the join (None: it could not be read)
     control: str | None = None
+    #: how long the node's call before its join took: its distance from Redis (liveness.py)
+    call_s: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from ..config import ClusterConfig, ConfigError
+from ..setting_names import check_settings_object
 from . import download_gate
 from .download_gate import DownloadGate
 from .exit_code import ExitCode
@@ -44,6 +45,7 @@ class Addon:
         # every setting is checked now, before Scrapy starts anything: a bad value stops the
         # node with one clear error and a non-zero exit (stop_reasons.py), without a traceback
         try:
+            check_settings_object(settings)
             ClusterConfig.from_settings(settings, spider_name=self.spider_name)
         except ConfigError as exc:
             logger.error("clustersync: %s The node stops.", exc)

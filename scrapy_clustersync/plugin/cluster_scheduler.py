@@ -37,7 +37,7 @@ from .cluster_dupefilter import ClusterDupeFilter, NodeDedup, project_dupefilter
 from .crawl_order import QueueOrder
 from .crawler_parts import CrawlerFingerprinter, started_part
 from .lease_tracker import LeaseTracker
-from .request_tasks import push_of
+from .request_tasks import filtered_here, push_of
 from .signals import node_opened
 from .stats_sender import StatsSender
 from .stop_reasons import StopWhenOpened
@@ -281,6 +281,9 @@ class ClusterScheduler:
             self.dedup.forget_sent()
         fingerprint = self.dedup.fingerprint_if_new(request)
         if fingerprint is None:
+            counted = filtered_here(request)  # a task is counted wherever it is filtered
+            if counted is not None:
+                io.submit(counted)
             return False, None
         if fingerprint:  # a second copy is a duplicate, whether this one travels or stays here
             self.dupefilter.sent(fingerprint)

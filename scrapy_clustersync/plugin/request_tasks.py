@@ -29,7 +29,14 @@ from scrapy.exceptions import IgnoreRequest
 from scrapy.http import Response
 from scrapy.spidermiddlewares.httperror import HttpError
 
-from ..store.write_ops import REASON_MAX_CHARS, TASK_ID_MAX_CHARS, Failed, Push, TaskPush
+from ..store.write_ops import (
+    REASON_MAX_CHARS,
+    TASK_ID_MAX_CHARS,
+    Failed,
+    Push,
+    TaskFiltered,
+    TaskPush,
+)
 
 if TYPE_CHECKING:
     from twisted.python.failure import Failure
@@ -67,6 +74,13 @@ def push_of(request: Request, fingerprint: bytes, priority: int, blob: bytes,
     if task is None:
         return Push(fingerprint, priority, blob, flags)
     return TaskPush(fingerprint, priority, blob, flags, task)
+
+
+def filtered_here(request: Request) -> TaskFiltered | None:
+    """The op that counts ``request``, dropped as a duplicate on this node, in its task's
+    record; None if it belongs to no task (nothing to count)."""
+    task = task_of(request)
+    return None if task is None else TaskFiltered(task)
 
 
 def inherit_task(parent: Request, output: Any) -> None:

@@ -7,7 +7,8 @@ What must hold (docs/architecture.md, "Check and repair"):
   queued or leased; the lease record and the lease deadline of an entry go together;
 - the counts add up: entries = queued + leased, and pushed - acked - dead <= entries <=
   pushed - acked (every entry was pushed once and leaves by an ack or a dead letter);
-- the live nodes run the same code and settings (their records' ``digest`` and ``versions``).
+- the live nodes run the same code and settings (their records' digests and ``versions``:
+  node_differences.py says which settings or files differ, on which nodes).
 
 Reads are cheap and not one snapshot (scans of the queue and entries, so that a big job never
 blocks Redis), so each entry suspect is confirmed by ``lua/check.lua``, atomically, before it
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from ..codec import UndecodableEntry, _request_data
 from .check_script import CheckScript, Suspect
 from .errors import translate_errors
+from .node_differences import node_differences
 from .records import FormatError, LeaseValue, parse_node_record
 from .records import as_text as _text
 
@@ -217,19 +219,10 @@ def node_findings(snap: Snapshot) -> list[Finding]:
 
 
 def differing_nodes(live: dict[str, dict[str, Any]]) -> list[Finding]:
-    """A finding per live node whose ``digest`` or ``versions`` differ from the most common."""
-    findings = []
-    for field in ("digest", "versions"):
-        values = {node: repr(record.get(field)) for node, record in live.items()
-                  if record.get(field) is not None}
-        if len(set(values.values())) < 2:
-            continue
-        common = max(set(values.values()), key=list(values.values()).count)
-        for node, value in sorted(values.items()):
-            if value != common:
-                findings.append(Finding("nodes_differ", node, f"{field} {value} differs from "
-                                        f"the other nodes' {common}"))
-    return findings
+    """A finding per setting, file or versions not the same on every live node, naming which
+    nodes have what (node_differences.py)."""
+    return [Finding("nodes_differ", d.subject, d.detail if d.groups else d.note)
+            for d in node_differences(live)]
 
 
 def queue_score_of(blob: bytes) -> str:

@@ -8,6 +8,7 @@ from contextlib import contextmanager
 
 import redis
 
+from ..url_secrets import scrub
 from .outage_replies import drop_connections, not_serving
 
 
@@ -64,9 +65,36 @@ def translate_errors(client: redis.Redis) -> Iterator[None]:
     try:
         yield
     except redis.RedisError as exc:
+        secrets = client_secrets(client)
+        _scrub_args(exc, secrets)  # it is chained below: a traceback prints it too
         if _access_refused(exc):  # never an outage: retrying cannot help
-            raise AccessRefused(str(exc) or type(exc).__name__) from exc
-        raise _translated(exc, client) from exc
+            raise _scrubbed(AccessRefused(str(exc) or type(exc).__name__), secrets) from exc
+        raise _scrubbed(_translated(exc, client), secrets) from exc
+
+
+def _scrubbed(error: StoreError, secrets: list[str | bytes]) -> StoreError:
+    """``error`` with the client's credentials masked in its message: a redis-py message may
+    quote what it was given (a host, a URL), and the message is logged and printed."""
+    text = str(error)
+    clean = scrub(text, secrets)
+    return error if clean == text else type(error)(clean)
+
+
+def _scrub_args(exc: BaseException, secrets: list[str | bytes]) -> None:
+    exc.args = tuple(scrub(arg, secrets) if isinstance(arg, str) else arg for arg in exc.args)
+
+
+def client_secrets(client: object) -> list[str | bytes]:
+    """The credentials ``client`` (a redis-py client) connects with: its password and any
+    other connection keyword that names a secret (from the URL's query too)."""
+    pool = getattr(client, "connection_pool", None)
+    kwargs = getattr(pool, "connection_kwargs", None) or {}
+    return [value for name, value in kwargs.items()
+            if isinstance(value, (str, bytes)) and _SECRET_NAME.search(name)]
+
+
+#: connection keywords whose value is a credential
+_SECRET_NAME = re.compile(r"pass|secret|token|cred|auth", re.IGNORECASE)
 
 
 def _translated(exc: redis.RedisError, client: redis.Redis) -> StoreError:

@@ -32,6 +32,8 @@ class Beat:
     told_ms: int
     gap_ms: int
     lease_ids: Sequence[str]
+    #: nodes that left or died longer ago than this are pruned (0: never)
+    retention_ms: int = 0
 
 
 class HeartbeatScript(JobScript):
@@ -39,9 +41,9 @@ class HeartbeatScript(JobScript):
 
     FILE = "heartbeat"
     KEYS = ("meta", "nodes", "node_info", "idle", "deadlines", "leased", "queue", "last_call",
-            "stats", "dead_nodes")
+            "stats", "dead_nodes", "node_seen", "node_stats", "scrapy_stats", "pruned")
     ARGV = ("epoch", "node", "ttl_ms", "lease_ms", "info", "idle", "idle_after_ms",
-            "writes_seen", "grace_ms", "told_ms", "gap_ms")
+            "writes_seen", "grace_ms", "told_ms", "gap_ms", "retention_ms")
     ARGV_TAIL = "lease_id"
 
     def __init__(self, client: redis.Redis, keys: JobKeys, node_id: str) -> None:
@@ -51,10 +53,11 @@ class HeartbeatScript(JobScript):
     def call(self, epoch: str, beat: Beat, writes_seen: int) -> tuple[list[str], list[Any]]:
         k = self.keys
         keys = [k.meta, k.nodes, k.node_info, k.idle, k.deadlines, k.leased, k.queue,
-                k.last_call(self.node_id), k.stats, k.dead_nodes]
+                k.last_call(self.node_id), k.stats, k.dead_nodes, k.node_seen, k.node_stats,
+                k.scrapy_stats, k.pruned]
         args: list[Any] = [epoch, self.node_id, beat.ttl_ms, beat.lease_ms, beat.info, beat.idle,
                            beat.idle_after_ms, writes_seen, beat.grace_ms, beat.told_ms,
-                           beat.gap_ms, *beat.lease_ids]
+                           beat.gap_ms, beat.retention_ms, *beat.lease_ids]
         return keys, args
 
     def run(self, epoch: str, beat: Beat, writes_seen: int) -> tuple[Heartbeat, int]:

@@ -33,14 +33,19 @@ def read_status(client: redis.Redis, keys: JobKeys) -> JobStatus:
         pipe.time()
         pipe.hgetall(k.scrapy_stats)
         pipe.hgetall(k.node_stats)
+        pipe.zrange(k.node_seen, 0, -1, withscores=True)
+        pipe.hgetall(k.pruned)
         (meta, queued, leased, seen, stats, dead, live, info, idle, bloom, deaths, now,
-         summed, per_node) = pipe.execute()
+         summed, per_node, beats, pruned) = pipe.execute()
     server_ms = int(now[0]) * 1000 + int(now[1]) // 1000
     alive = {_text(n): score >= server_ms for n, score in live}
     # a node back from the dead is live again (listed dead until its next heartbeat)
     dead_nodes = sorted((DeadNode.parse(_text(n), v) for n, v in deaths.items()
                          if not alive.get(_text(n))), key=lambda d: (d.declared_ms, d.node))
+    last_beats = {_text(n): int(score) for n, score in beats}
     nodes = node_records(info, alive, idle, stats_by_node(per_node), dead_nodes)
+    for record in nodes:
+        mark_silence(record, last_beats.get(record["id"]), server_ms)
     meta_t = {_text(a): _text(b) for a, b in meta.items()}
     dedup = dedup_status(meta_t, {_text(a): _text(b) for a, b in bloom.items()}, int(seen))
     return JobStatus(
@@ -50,6 +55,7 @@ def read_status(client: redis.Redis, keys: JobKeys) -> JobStatus:
         start_claimed_by=meta_t.get("start_claim"), start_done="start_done" in meta_t,
         server_ms=server_ms, nodes=nodes, dedup=dedup, meta=meta_t, dead_nodes=dead_nodes,
         scrapy_stats={_text(a): int(b) for a, b in summed.items()},
+        pruned={_text(a): int(b) for a, b in pruned.items()},
     )
 
 
@@ -70,6 +76,21 @@ def node_records(info: dict[Any, Any], alive: dict[str, bool], idle: dict[Any, A
             record["state"] = "dead"
         nodes.append(record)
     return nodes
+
+
+def mark_silence(record: dict[str, Any], last_beat_ms: int | None, server_ms: int) -> None:
+    """Add to a node's record its last heartbeat (``last_beat_ms``, server ms, None if not
+    kept) and ``silent_s``, how long ago that was on the Redis clock; a node that is not alive,
+    did not leave ("closed") and was not declared dead ("dead") gets the state "silent": it went
+    without a word (killed, cut off) and no live node has declared it dead yet."""
+    record["last_beat_ms"] = last_beat_ms
+    if last_beat_ms is None:  # a record from before last beats were kept: the node's clock
+        updated = float(record.get("updated") or 0)
+        record["silent_s"] = round(max(0.0, server_ms / 1000 - updated), 1) if updated else None
+    else:
+        record["silent_s"] = round(max(0, server_ms - last_beat_ms) / 1000, 1)
+    if not record["alive"] and record.get("state") not in ("closed", "dead"):
+        record["state"] = "silent"
 
 
 def stats_by_node(flat: dict[Any, Any]) -> dict[str, dict[str, int]]:

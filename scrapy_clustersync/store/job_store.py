@@ -47,6 +47,10 @@ FORGET_TRIES = 5
 T = TypeVar("T")
 
 
+#: how long a node's call record stays once the node will send nothing more (prelude.lua)
+CALL_RECORD_KEEP_MS = 86_400_000
+
+
 class JobStore:
     """The Redis side of one job, as seen by one node (or by the CLI, with ``node_id="cli"``)."""
 
@@ -87,6 +91,12 @@ class JobStore:
                          failed_keep=self.failed_keep)
         store._dedup.adopt(self._dedup.job_mode, self.dedup)
         return store
+
+    def retire_calls(self) -> None:
+        """This node will send nothing more (its spool was replayed): its call record may
+        expire, a day from now, as the leaving heartbeat lets it (prelude.lua bump_writes)."""
+        with translate_errors(self.client):
+            self.client.pexpire(self.keys.last_call(self.node_id), CALL_RECORD_KEEP_MS)
 
     def ping(self) -> None:
         with translate_errors(self.client):
@@ -219,6 +229,7 @@ class JobStore:
         grace_ms: int = 0,
         told_ms: int = 0,
         gap_ms: int = 0,
+        retention_ms: int = 0,
     ) -> Heartbeat:
         """Keep the node alive for ``ttl_ms`` (its NODE_DEAD_AFTER; 0: it leaves), renew
         leases, declare dead the nodes whose liveness ran out (their leases back in the queue:
@@ -232,11 +243,12 @@ class JobStore:
         intervals, so that an outage shorter than ``ttl_ms`` that still lets a node's deadline
         pass is pardoned too). ``Heartbeat.my_death`` is set if another node had declared this
         one dead: it is live again now, and answered the same record until a heartbeat passes
-        its ``declared_ms`` as ``told_ms``.
+        its ``declared_ms`` as ``told_ms``. ``retention_ms``: the records of nodes that left or
+        died longer ago than that are pruned, a few per call (0: never).
         """
         idle_flag = (2 if busy_since_last else 1) if idle else 0
         beat = Beat(ttl_ms, lease_ms, format_node_record(info), idle_flag, idle_after_ms,
-                    grace_ms, told_ms, gap_ms, lease_ids)
+                    grace_ms, told_ms, gap_ms, lease_ids, retention_ms)
         return self._counted(lambda writes_seen: self._heartbeat.run(epoch, beat, writes_seen))
 
     def set_control(self, action: str) -> ControlChange:
@@ -270,6 +282,9 @@ class JobStore:
         with translate_errors(self.client):
             nodes = [_text(n) for n in self.client.hkeys(k.node_info)]
             names = k.shared_keys() + [k.last_call(n) for n in nodes + ["cli"]]
+            # the call records of nodes whose records were pruned, kept while they may write
+            names.extend(_text(name) for name in
+                         self.client.scan_iter(match=k.last_call("*"), count=1000))
             names.extend(DedupRecord.read(self.client, k).keys)
             # UNLINK: a huge queue or Bloom layer is freed in the background, not in the call
             return int(self.client.unlink(*dict.fromkeys(names)))

@@ -18,6 +18,8 @@ from .script_results import FinishedRun, Joined, Restarted
 
 #: the answer of a script that found the bloom hash changed since it was read (nothing done)
 RETRY = "retry"
+#: join.lua's answer to "forget-seen" on a finished job that live nodes still hold open
+HELD = "held"
 
 
 @dataclass(frozen=True)
@@ -55,11 +57,17 @@ class JoinRequest:
     recrawl: str
 
 
+def run_keys(k: JobKeys) -> list[str]:
+    """The fixed KEYS of join.lua and restart.lua: what a join reads and what a run starts from
+    (prelude.lua ``start_run``)."""
+    return [k.meta, k.nodes, k.queue, k.deadlines, k.stats, k.scrapy_stats, k.seen, k.bloom]
+
+
 class JoinScript(JobScript):
     """join.lua: ``run`` answers what the join did and the dedup settings the job stores."""
 
     FILE = "join"
-    KEYS = ("meta", "nodes", "queue", "deadlines")
+    KEYS = ("meta", "nodes", "queue", "deadlines", "stats", "scrapy_stats", "seen", "bloom")
     KEYS_TAIL = "dedup"
     ARGV = ("node", "new_epoch", "ttl_ms", "claim", "dedup_mode", "bloom_capacity",
             "bloom_error", "recrawl")
@@ -67,7 +75,7 @@ class JoinScript(JobScript):
 
     def call(self, ask: JoinRequest, record: DedupRecord) -> tuple[list[str], list[Any]]:
         k = self.keys
-        keys = [k.meta, k.nodes, k.queue, k.deadlines, *record.keys]
+        keys = [*run_keys(k), *record.keys]
         args: list[Any] = [ask.node, ask.new_epoch, ask.ttl_ms, int(ask.claim), ask.dedup_mode,
                            ask.dedup.bloom_capacity, repr(ask.dedup.bloom_error_rate),
                            ask.recrawl, *record.bloom_fields]
@@ -95,7 +103,7 @@ class RestartScript(JobScript):
     """restart.lua: ``run`` restarts the job, or says why not."""
 
     FILE = "restart"
-    KEYS = ("meta", "nodes", "queue", "deadlines")
+    KEYS = ("meta", "nodes", "queue", "deadlines", "stats", "scrapy_stats", "seen", "bloom")
     KEYS_TAIL = "dedup"
     ARGV = ("force", "forget")
     ARGV_TAIL = "bloom_field"
@@ -104,11 +112,13 @@ class RestartScript(JobScript):
         """``record``: the dedup record to forget, None to keep it."""
         k, forget = self.keys, record is not None
         record = record or DedupRecord()
-        return ([k.meta, k.nodes, k.queue, k.deadlines, *record.keys],
+        return ([*run_keys(k), *record.keys],
                 [int(force), int(forget), *record.bloom_fields])
 
     def run(self, force: bool, record: DedupRecord | None) -> Restarted | None:
         """What the restart did; None if the bloom hash changed since ``record`` was read
         (nothing done: read it again and retry)."""
-        done, live, queued, leased = (int(x) for x in self._call(*self.call(force, record)))
-        return None if done < 0 else Restarted(bool(done), live, queued, leased)
+        reply = self._call(*self.call(force, record))
+        done, live, queued, leased = (int(x) for x in reply[:4])
+        resumed = as_text(reply[4]) if len(reply) > 4 else ""
+        return None if done < 0 else Restarted(bool(done), live, queued, leased, resumed)

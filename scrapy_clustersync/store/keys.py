@@ -48,6 +48,14 @@ class JobKeys:
     - ``scrapy_stats`` hash: the nodes' Scrapy stats (pages, items, errors, responses by
       status, retries, bytes: plugin/stats_sender.py SUMMED), summed over every node of the job
     - ``node_stats`` hash: "<node id>\t<stat>" -> the same, per node
+    - ``node_seen`` sorted set: node id -> server ms of its last heartbeat (heartbeat.lua), for
+      every node with a record: how long a silent node has been silent, which run a node was
+      of, and when a node that left or died is old enough to be pruned
+    - ``pruned``   hash: what the job keeps of the nodes pruned after CLUSTERSYNC_NODE_RETENTION
+      (prelude.lua ``prune_nodes``): nodes, closed, dead (how many) and "stat\t<name>" (their
+      summed node stats)
+    - ``meta`` also holds the job's run (prelude.lua ``start_run``): ``run`` (its number),
+      ``run_started_ms`` and ``run_base`` (JSON: the job's figures when the run started)
     - ``call:<node>`` hash: the node's write counter (``writes``, see flush.lua) and its last
       flush and lease call ids with their results (a retried call changes nothing more)
     """
@@ -126,6 +134,14 @@ class JobKeys:
         return self._key("node_stats")
 
     @property
+    def node_seen(self) -> str:
+        return self._key("node_seen")
+
+    @property
+    def pruned(self) -> str:
+        return self._key("pruned")
+
+    @property
     def bloom(self) -> str:
         return self._key("bloom")
 
@@ -149,5 +165,5 @@ class JobKeys:
             self.meta, self.queue, self.entries, self.deadlines, self.leased,
             self.seen, self.stats, self.nodes, self.node_info, self.idle, self.dead, self.bloom,
             self.failed, self.tasks, self.task_of, self.scrapy_stats, self.node_stats,
-            self.dead_nodes,
+            self.dead_nodes, self.node_seen, self.pruned,
         ]

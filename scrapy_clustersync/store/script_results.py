@@ -50,17 +50,31 @@ class Heartbeat:
     finish_wait_ms: int = -1
     #: requests the job's nodes acked (done) in the job's whole life
     done: int = 0
-    #: the nodes this heartbeat declared dead: (node id, leases it returned to the queue)
-    declared_dead: tuple[tuple[str, int], ...] = ()
+    #: the nodes this heartbeat declared dead
+    declared_dead: tuple[Declared, ...] = ()
     #: this node's own death record if another node had declared it dead (it came back after
     #: a long pause or a network cut; see DeadNode), else None
     my_death: DeadNode | None = None
 
 
-def parse_declared(text: str) -> tuple[tuple[str, int], ...]:
-    """The nodes a heartbeat declared dead, from its "<leases>\\t<node>" lines."""
-    pairs = (line.split("\t", 1) for line in text.splitlines() if "\t" in line)
-    return tuple((node, int(count)) for count, node in pairs)
+class Declared(NamedTuple):
+    """A node a heartbeat declared dead: its id, the leases it returned to the queue, and how
+    long it had been silent (server ms since its last heartbeat)."""
+
+    node: str
+    leases: int
+    silent_ms: int
+
+
+def parse_declared(text: str) -> tuple[Declared, ...]:
+    """The nodes a heartbeat declared dead, from its "<leases>\\t<silent ms>\\t<node>" lines."""
+    found = []
+    for line in text.splitlines():
+        parts = line.split("\t", 2)
+        if len(parts) == 3:
+            count, silent, node = parts
+            found.append(Declared(node, int(count), int(float(silent))))
+    return tuple(found)
 
 
 @dataclass(frozen=True)
@@ -82,6 +96,13 @@ class DeadNode:
     leases_returned: int
     #: its last node record (node/node_record.py): what it held then (leased, prefetched...)
     record: dict[str, Any] = field(default_factory=dict)
+    #: server ms of its last heartbeat (0 in a record written before it was kept)
+    last_beat_ms: int = 0
+
+    @property
+    def silent_ms(self) -> int:
+        """How long it had been silent when it was declared dead (0 if unknown)."""
+        return self.declared_ms - self.last_beat_ms if self.last_beat_ms else 0
 
     @classmethod
     def parse(cls, node: str, value: str | bytes) -> DeadNode:
@@ -93,7 +114,8 @@ class DeadNode:
         record = data.get("record")
         return cls(node, int(data.get("declared_ms") or 0), str(data.get("by") or ""),
                    int(data.get("deadline_ms") or 0), int(data.get("leases_returned") or 0),
-                   record if isinstance(record, dict) else {})
+                   record if isinstance(record, dict) else {},
+                   int(data.get("last_beat_ms") or 0))
 
     def to_dict(self) -> dict[str, Any]:
         """As ``status --json`` lists it; ``held``: what its last record said it held."""
@@ -102,7 +124,9 @@ class DeadNode:
         declared_at = datetime.fromtimestamp(self.declared_ms / 1000, timezone.utc)
         return {"node": self.node, "declared_ms": self.declared_ms,
                 "declared_at": declared_at.isoformat(timespec="seconds"), "by": self.by,
-                "deadline_ms": self.deadline_ms, "leases_returned": self.leases_returned,
+                "deadline_ms": self.deadline_ms, "last_beat_ms": self.last_beat_ms,
+                "silent_s": round(self.silent_ms / 1000, 1),
+                "leases_returned": self.leases_returned,
                 "held": held, "record": self.record}
 
 
@@ -142,18 +166,22 @@ class Joined:
     runs_start: bool
     #: the job's last run finished and nothing is queued: the node did not join (None otherwise)
     finished: FinishedRun | None = None
-    #: "keep-seen" or "forget-seen" if this node restarted the finished job, else ""
+    #: "keep-seen" or "forget-seen" if this node restarted the finished job; "held" if
+    #: "forget-seen" did not, as live nodes still hold the finished job open; else ""
     restarted: str = ""
 
 
 @dataclass(frozen=True)
 class Restarted:
-    """What ``JobStore.restart`` did: whether it restarted the job, and what it found."""
+    """What ``JobStore.restart`` did: whether it restarted the job, and what it found;
+    ``resumed``: the control state it took the job out of (stopped, stopping, paused), else
+    ""."""
 
     done: bool
     live_nodes: int
     queued: int
     leased: int
+    resumed: str = ""
 
 
 @dataclass
@@ -178,6 +206,8 @@ class JobStatus:
     scrapy_stats: dict[str, int] = field(default_factory=dict)
     #: the nodes declared dead and not come back, oldest death first
     dead_nodes: list[DeadNode] = field(default_factory=list)
+    #: what is kept of the nodes pruned after CLUSTERSYNC_NODE_RETENTION (keys.py ``pruned``)
+    pruned: dict[str, int] = field(default_factory=dict)
 
     @property
     def state(self) -> str:
@@ -189,6 +219,9 @@ class JobStatus:
             return "waiting for nodes" if not any(n["alive"] for n in self.nodes) else "running"
         if any(node["alive"] for node in self.nodes):
             return "idle"
+        if not self.start_done and not self.meta.get(FinishedRun.META_FIELDS[0]):
+            # a new run (created, restarted) whose start() runs on the next node to join
+            return "waiting for nodes"
         return "finished" if self.counters.get("acked") else "seeded"
 
     @property

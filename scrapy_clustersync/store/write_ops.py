@@ -249,12 +249,34 @@ class StatsCounts(_WriteOp):
         return f"stats counts ({self.counts.count(chr(10)) + 1} stats)"[:DESCRIBE_MAX_CHARS]
 
 
+@dataclass(frozen=True)
+class TaskFiltered(_WriteOp):
+    """A request of the user's task ``task`` was dropped as a duplicate on the node (its
+    sent-fingerprint cache, or the project's ``DUPEFILTER_CLASS``), so it never travels: count
+    it filtered in the task's record (opcode ``K``), which it creates if the task has none, as
+    a push that Redis's dedup drops does. The task is counted from its first request wherever
+    that request is filtered."""
+
+    OPCODE: ClassVar[str] = "K"
+    task: str
+
+    def __post_init__(self) -> None:
+        if not self.task:
+            raise ValueError("a filtered task request needs its task id")
+
+    def args(self) -> list[Arg]:
+        return [self.OPCODE, self.task]
+
+    def describe(self) -> str:
+        return f"a request of task {self.task!r} filtered on the node"[:DESCRIBE_MAX_CHARS]
+
+
 #: one buffered write
 Op: TypeAlias = (Push | TaskPush | Ack | Failed | Release | DeadLetterEntry | DeadLetterWrite
-                 | StartDone | StatsCounts)
+                 | StartDone | StatsCounts | TaskFiltered)
 OP_KINDS: dict[str, type[Op]] = {
     kind.OPCODE: kind for kind in (Push, TaskPush, Ack, Failed, Release, DeadLetterEntry,
-                                   DeadLetterWrite, StartDone, StatsCounts)
+                                   DeadLetterWrite, StartDone, StatsCounts, TaskFiltered)
 }
 
 

@@ -24,6 +24,8 @@ def test_defaults_need_no_tuning() -> None:
     assert cfg.job == "spider" and cfg.idle_close_after_s == 0.5 and cfg.prefetch == 32
     assert cfg.failed_keep == 1000
     assert config(CLUSTERSYNC_FAILED_KEEP="0").failed_keep == 0
+    assert cfg.node_retention_s == 86_400 and config(
+        CLUSTERSYNC_NODE_RETENTION="0").node_retention_s == 0
 
 
 @pytest.mark.parametrize(
@@ -41,6 +43,12 @@ def test_defaults_need_no_tuning() -> None:
         ({"CLUSTERSYNC_FAILED_KEEP": "many"}, "CLUSTERSYNC_FAILED_KEEP = 'many' is not"),
         ({"CLUSTERSYNC_FAILED_KEEP": 2.5}, "CLUSTERSYNC_FAILED_KEEP = 2.5 is not"),
         ({"CLUSTERSYNC_FAILED_KEEP": 10**7}, "to 1,000,000; the default is 1000"),
+        ({"CLUSTERSYNC_NODE_RETENTION": 30}, r"CLUSTERSYNC_NODE_RETENTION (30s\) must be 0"),
+        ({"CLUSTERSYNC_NODE_RETENTION": 30}, "or at least 60s"),
+        ({"CLUSTERSYNC_NODE_RETENTION": 100, "CLUSTERSYNC_NODE_DEAD_AFTER": 20},
+         "or at least 200s"),
+        ({"CLUSTERSYNC_NODE_RETENTION": "a day"}, "CLUSTERSYNC_NODE_RETENTION = 'a day' is not"),
+        ({"CLUSTERSYNC_NODE_RETENTION": -1}, "CLUSTERSYNC_NODE_RETENTION = -1 is too small"),
     ],
 )
 def test_bad_settings_are_refused_by_name(settings: dict[str, object], message: str) -> None:

@@ -20,6 +20,7 @@ from scrapy_clustersync.config import DedupSettings
 from scrapy_clustersync.store.bloom_scripts import BloomPrepareScript, DedupMigrateScript
 from scrapy_clustersync.store.check_script import CheckScript
 from scrapy_clustersync.store.control_state import ControlScript
+from scrapy_clustersync.store.dead_requeue import RequeueScript
 from scrapy_clustersync.store.dedup import LayersDescribed
 from scrapy_clustersync.store.flush_script import FlushDedup, FlushScript
 from scrapy_clustersync.store.heartbeat_script import Beat, HeartbeatScript
@@ -63,6 +64,7 @@ def sample_calls() -> list[Call]:
     join, restart = JoinScript(CLIENT, KEYS), RestartScript(CLIENT, KEYS)
     control, check = ControlScript(CLIENT, KEYS), CheckScript(CLIENT, KEYS)
     prepare, migrate = BloomPrepareScript(CLIENT, KEYS), DedupMigrateScript(CLIENT, KEYS)
+    requeue = RequeueScript(CLIENT, KEYS)
     ask = JoinRequest(NODE, "e", 1, True, "exact", DedupSettings(), "forget-seen")
     return [
         (flush, flush.call("e", "c", 0, FlushDedup("set-then-bloom", 9, TWO_LAYERS),
@@ -75,6 +77,7 @@ def sample_calls() -> list[Call]:
         (check, check.call([("k", "id", ""), ("k", "id2", "1")], True), 0, 6),
         (prepare, prepare.call("e", 1, 2, 64, 8), 0, 0),
         (migrate, migrate.call("e", 200, TWO_LAYERS), 3, 10),
+        (requeue, requeue.call([(b"l\n", "id", "0"), (b"m\n", "id2", "-1")]), 0, 6),
     ]
 
 

@@ -3,6 +3,9 @@
 -- `control_ms`, the server time of its last change. A change is PUBLISHed on the job's control
 -- channel (`channel`), so that nodes apply it at once; nodes also re-read the field every
 -- fraction of a second (node/control_follower.py), so one that missed the message converges.
+-- The PUBLISH is best effort (redis.pcall): an ACL user without pub/sub permission (Redis 7's
+-- default for a new user) still changes the state, which the nodes then read within REREAD_S;
+-- a PUBLISH refused after the state was written must not report the change as failed.
 --
 -- (store/control_state.py ControlScript builds the call and reads the answer.)
 --
@@ -32,7 +35,7 @@ if not redis.call('HGET', meta_key, 'epoch') then
 end
 local function set_state(state)
   redis.call('HSET', meta_key, 'control', state, 'control_ms', now_ms)
-  redis.call('PUBLISH', channel, state)
+  redis.pcall('PUBLISH', channel, state)  -- best effort: see the header
 end
 local state = redis.call('HGET', meta_key, 'control') or 'running'
 if state == 'stopping' and redis.call('ZCOUNT', nodes_key, now_ms, '+inf') == 0 then

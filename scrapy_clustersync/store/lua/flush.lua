@@ -47,6 +47,8 @@
 --   X reason record                                dead-letter a write no script could apply
 --   S                                              the job's start() is exhausted
 --   C counts                                       add Scrapy stats: "<name>\t<int>" lines
+--   K task                                         a request of task `task` the node filtered
+--                                                  (counted filtered in the task's record)
 -- Returns "pushed filtered acked released dead active_bloom_layers active_layer_entries
 -- exact_entries writes" (exact_entries: fingerprints in the set).
 -- Every check runs before the first write, so an error never leaves a batch half applied:
@@ -130,7 +132,7 @@ local function dead_letter(id, reason, blob)
 end
 
 -- ---- the op table: opcode -> how many fields follow it (store/write_ops.py: the same counts) --
-local OP_FIELDS = {P = 4, T = 5, A = 1, F = 6, N = 1, D = 2, X = 2, S = 0, C = 1}
+local OP_FIELDS = {P = 4, T = 5, A = 1, F = 6, N = 1, D = 2, X = 2, S = 0, C = 1, K = 1}
 local first_op = layout_from + #LAYOUT * described
 
 -- Calls visit(opcode, ARGV index of the op's first field, op number) for each op of the batch,
@@ -202,6 +204,8 @@ local function check_op(op, f, number)
       return bad_op(number, 'priority is not a finite number')
     end
     if op == 'T' and ARGV[f + 4] == '' then return bad_op(number, 'empty task id') end
+  elseif op == 'K' and ARGV[f] == '' then
+    return bad_op(number, 'empty task id')
   elseif (op == 'A' or op == 'F' or op == 'N' or op == 'D') and ARGV[f] == '' then
     return bad_op(number, 'empty entry id')
   end
@@ -283,6 +287,8 @@ local function apply_op(op, f)
     dead_letter('-', ARGV[f], ARGV[f + 1])
   elseif op == 'S' then
     redis.call('HSET', meta_key, 'start_done', node)
+  elseif op == 'K' then
+    task_pushed(ARGV[f], nil)  -- filtered on the node: counted as a push dedup dropped
   elseif op == 'C' then
     for name, value in string.gmatch(ARGV[f], '([^\t\n]+)\t(%-?%d+)') do
       redis.call('HINCRBY', scrapy_stats_key, name, value)
@@ -303,5 +309,4 @@ local exact_entries = redis.call('SCARD', seen_key)
 local result = table.concat({pushed, filtered, acked, released, dead, BLOOM.active,
                              bloom_active_entries(), exact_entries}, ' ')
 redis.call('HSET', last_call_key, 'writes', writes + 1, 'flush_id', call_id, 'flush_result', result)
-redis.call('PEXPIRE', last_call_key, 86400000)
 return result .. ' ' .. (writes + 1)

@@ -12,9 +12,14 @@
 -- KEYS[5]  deadlines      zset    leased entry id -> lease deadline (server ms)
 -- KEYS[6]  leased         hash    leased entry id -> "<queue score>|<node>"
 -- KEYS[7]  queue          zset    entry id -> -priority
--- KEYS[8]  last_call      hash    this node's write counter (see flush.lua)
+-- KEYS[8]  last_call      hash    this node's write counter (see flush.lua); it expires a day
+--                                 after the node left (prelude.lua bump_writes)
 -- KEYS[9]  stats          hash    job counters (acked: requests done; reclaimed, declared_dead)
 -- KEYS[10] dead_nodes     hash    node id -> JSON record of its death (see declare_dead below)
+-- KEYS[11] node_seen      zset    node id -> server ms of its last heartbeat
+-- KEYS[12] node_stats     hash    "<node>\t<stat>" -> int (pruned with the node)
+-- KEYS[13] scrapy_stats   hash    the nodes' stats summed (their names: prune_nodes, prelude)
+-- KEYS[14] pruned         hash    the summary of the pruned nodes (prune_nodes, prelude)
 -- ARGV[1]  epoch          string  the job epoch the node joined
 -- ARGV[2]  node           string  node id
 -- ARGV[3]  ttl_ms         int     liveness duration (CLUSTERSYNC_NODE_DEAD_AFTER); 0 = the
@@ -36,7 +41,9 @@
 --                                 ttl_ms). Shorter than ttl_ms (the worker passes two
 --                                 heartbeat intervals): an outage of less than ttl_ms still
 --                                 lets the deadline of a node that beat a little before it pass
--- ARGV[12..] lease_id     string  lease ids this node holds, to renew
+-- ARGV[12] retention_ms   int     nodes that left or were declared dead longer ago than this
+--                                 are pruned, PRUNE_PER_BEAT per call (0: never)
+-- ARGV[13..] lease_id     string  lease ids this node holds, to renew
 -- A node that does not leave takes the start() claim over if its holder is no longer alive
 -- (every node waits for start() to be done).
 -- Returns {finished 0|1, queued, leased, live nodes, server ms, writes, start, finish_wait, done,
@@ -45,8 +52,9 @@
 -- over), "other" (another live node runs it) or "none" (nobody claimed it); finish_wait is
 -- how many ms from now the job is finished if nothing changes (0: it is), -1 if it cannot be
 -- by waiting (work is queued or leased, start() runs, a live node is busy); done is how many
--- requests the job's nodes acked in its whole life; declared is one line "<leases>\t<node>" per
--- node this call declared dead ("" if none); my_death is this node's own dead_nodes record if
+-- requests the job's nodes acked in its whole life; declared is one line
+-- "<leases>\t<silent ms>\t<node>" per node this call declared dead ("" if none), silent ms
+-- being how long since its last heartbeat; my_death is this node's own dead_nodes record if
 -- another node had declared it dead ("" if not): the node has come back (a long pause, a cut
 -- network), is live again from this call on and must not use what it held (prefetched
 -- entries are back in the queue). The record is answered until a heartbeat says, in told_ms,
@@ -54,8 +62,8 @@
 -- Death: a node whose liveness deadline passed is declared dead by the next heartbeat of any node
 -- that does not leave, in this one atomic step: its leases go back to the queue with their old
 -- score (as lease.lua's reclaim; they skip dedup), it leaves the live set and the idle hash, and a
--- record {declared_ms, by, deadline_ms, leases_returned, record} goes to dead_nodes, record being
--- the node's last node_info JSON. Finding its leases scans the leased hash once (O(leased),
+-- record {declared_ms, by, deadline_ms, last_beat_ms, leases_returned, record} goes to dead_nodes,
+-- record being the node's last node_info JSON. Finding its leases scans the leased hash once (O(leased),
 -- HGETALL) per heartbeat that finds a death: a rare event, and leased is bounded by the nodes'
 -- prefetch and concurrency; at most DEATHS_PER_BEAT nodes per call. Lease deadlines stay the
 -- backstop (lease.lua).
@@ -77,6 +85,13 @@ local queue_key = KEYS[7]
 local last_call_key = KEYS[8]
 local stats_key = KEYS[9]
 local dead_nodes_key = KEYS[10]
+local node_seen_key = KEYS[11]
+local node_stats_key = KEYS[12]
+local scrapy_stats_key = KEYS[13]
+local pruned_key = KEYS[14]
+local prune_keys = {node_seen = node_seen_key, nodes = nodes_key, node_info = node_info_key,
+                    node_stats = node_stats_key, scrapy_stats = scrapy_stats_key,
+                    idle = idle_key, dead_nodes = dead_nodes_key, pruned = pruned_key}
 local epoch = ARGV[1]
 local node = ARGV[2]
 local ttl_ms = tonumber(ARGV[3])
@@ -88,13 +103,16 @@ local writes_seen = ARGV[8]
 local grace_ms = tonumber(ARGV[9])
 local told_ms = ARGV[10]
 local gap_ms = tonumber(ARGV[11])
-local lease_id_from = 12
+local retention_ms = tonumber(ARGV[12])
+local lease_id_from = 13
 if redis.call('HGET', meta_key, 'epoch') ~= epoch then
   return redis.error_reply('CLUSTERSYNC_STATE_LOST job epoch missing or changed')
 end
 local refused = wrong_type({{nodes_key, 'zset'}, {node_info_key, 'hash'}, {idle_key, 'hash'},
                             {deadlines_key, 'zset'}, {leased_key, 'hash'}, {queue_key, 'zset'},
-                            {last_call_key, 'hash'}, {stats_key, 'hash'}, {dead_nodes_key, 'hash'}})
+                            {last_call_key, 'hash'}, {stats_key, 'hash'}, {dead_nodes_key, 'hash'},
+                            {node_seen_key, 'zset'}, {node_stats_key, 'hash'},
+                            {pruned_key, 'hash'}})
 if refused then return refused end
 local writes, rolled_back = bump_writes(last_call_key, writes_seen)
 if not writes then return rolled_back end
@@ -102,6 +120,7 @@ local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local leaving = ttl_ms == 0
 local DEATHS_PER_BEAT = 100
+local PRUNE_PER_BEAT = 10
 
 -- a gap with no heartbeat at all is Redis's absence (or the whole cluster's), not a death
 local last_beat = tonumber(redis.call('HGET', meta_key, 'beat_ms') or '0')
@@ -126,9 +145,12 @@ if my_death ~= '' and string.match(my_death, '^{"declared_ms":(%d+),') == told_m
 end
 
 redis.call('HSET', node_info_key, node, info)
+redis.call('ZADD', node_seen_key, now_ms, node)
 if leaving then
   redis.call('ZREM', nodes_key, node)
   redis.call('HDEL', idle_key, node)
+  -- nothing left to send (it leaves only then): its call record may expire (prelude.lua)
+  redis.call('PEXPIRE', last_call_key, CALL_RECORD_KEEP_MS)
 else
   redis.call('ZADD', nodes_key, now_ms + ttl_ms, node)
   if idle == '2' then
@@ -163,13 +185,15 @@ local function declare_dead()
   local lines, total = {}, 0
   for _, other in ipairs(dead) do
     local record = redis.call('HGET', node_info_key, other) or 'null'
+    local last_beat_ms = redis.call('ZSCORE', node_seen_key, other) or (deadline[other] - ttl_ms)
     redis.call('HSET', dead_nodes_key, other, '{"declared_ms":' .. now_ms .. ',"by":' ..
                cjson.encode(node) .. ',"deadline_ms":' .. deadline[other] ..
+               ',"last_beat_ms":' .. last_beat_ms ..
                ',"leases_returned":' .. returned[other] .. ',"record":' .. record .. '}')
     redis.call('ZREM', nodes_key, other)
     redis.call('HDEL', idle_key, other)
     total = total + returned[other]
-    lines[#lines + 1] = returned[other] .. '\t' .. other
+    lines[#lines + 1] = returned[other] .. '\t' .. (now_ms - last_beat_ms) .. '\t' .. other
   end
   if total > 0 then redis.call('HINCRBY', stats_key, 'reclaimed', total) end
   redis.call('HINCRBY', stats_key, 'declared_dead', #dead)
@@ -178,7 +202,10 @@ end
 -- a leaving node declares nobody dead: it cannot give the outage grace (it has no liveness),
 -- and the next heartbeat of a live node does it, with the grace if a gap calls for it
 local declared = ''
-if not leaving then declared = declare_dead() end
+if not leaving then
+  declared = declare_dead()
+  prune_nodes(prune_keys, now_ms, retention_ms, PRUNE_PER_BEAT)
+end
 
 local lease_deadline = now_ms + lease_ms
 for j = lease_id_from, #ARGV do

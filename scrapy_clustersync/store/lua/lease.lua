@@ -97,5 +97,4 @@ if #ids > 0 then
   redis.call('HINCRBY', stats_key, 'leased', #ids)
 end
 redis.call('HSET', last_call_key, 'lease_id', call_id, 'lease_result', table.concat(ids, ' '))
-redis.call('PEXPIRE', last_call_key, 86400000)
 return out

@@ -20,13 +20,19 @@ end
 -- bump_writes(key, expected): the node's write counter in ``key`` (its call hash), bumped by
 -- one; or nil and an error reply if it is below ``expected``, what the node last saw: Redis came
 -- back older than that (see flush.lua). -1 = do not check.
+-- The call hash never expires while the node may still send writes: a node that stopped while
+-- Redis was away left them in a spool, replayed under its id whenever a node starts there
+-- again, and a missing counter would read as a rollback (its acks turned into releases). It
+-- gets CALL_RECORD_KEEP_MS once the node is done: its leaving heartbeat (heartbeat.lua), or the
+-- replay of its spool (store/job_store.py retire_calls).
+local CALL_RECORD_KEEP_MS = 86400000  -- a day: a retried call of a node that left still finds it
+
 local function bump_writes(key, expected)
   local writes = tonumber(redis.call('HGET', key, 'writes') or '0')
   if writes < tonumber(expected) then
     return nil, redis.error_reply('CLUSTERSYNC_ROLLED_BACK ' .. writes .. ' ' .. expected)
   end
   redis.call('HSET', key, 'writes', writes + 1)
-  redis.call('PEXPIRE', key, 86400000)
   return writes + 1
 end
 
@@ -45,9 +51,10 @@ local function parse_lease(value)
 end
 
 -- The fields of the meta hash that say how the job's last run ended (heartbeat.lua writes them
--- when it first finds the job finished) and who runs start(); restart_job(meta, now_ms) clears
--- them, so that start() runs again on the next node: what `clustersync restart` and
--- CLUSTERSYNC_RECRAWL do (the queue, stats and dedup record are left alone).
+-- when it first finds the job finished) and who runs start(); restart_job(meta, now_ms, run)
+-- clears them and starts the next run (see Runs below), so that start() runs again on the next
+-- node: what `clustersync restart` and CLUSTERSYNC_RECRAWL do (the queue, stats and dedup
+-- record are left alone).
 local FINISH_FIELDS = {'finished_ms', 'finished_pages', 'finished_nodes', 'finished_idle_ms'}
 
 -- The job's dedup record, which a script that may forget it gets as its KEYS from `first` on:
@@ -72,8 +79,73 @@ local function forget_dedup(keys, first)
   redis.call('UNLINK', unpack(keys, first))
 end
 
-local function restart_job(meta, now_ms)
+-- Runs: a job's run starts when the job is created (start_run, run 1) and at each restart
+-- (restart_job, the next run). The meta hash holds the run's number ('run'), its start
+-- ('run_started_ms', server ms) and the job's figures as they were then ('run_base', JSON:
+-- the stats counters, pages, items, seen), so that `clustersync status` shows this run's figures
+-- beside the job's totals (store/job_runs.py reads them). ``run`` takes the job's figure keys:
+-- {stats=, scrapy_stats=, seen=, bloom=}; it is called after a forgotten dedup record is gone.
+local function start_run(meta, now_ms, run, number)
+  local base = {}
+  local counters = redis.call('HGETALL', run.stats)  -- a handful of counters
+  for i = 1, #counters, 2 do base[counters[i]] = tonumber(counters[i + 1]) end
+  local summed = redis.call('HMGET', run.scrapy_stats, 'response_received_count',
+                            'item_scraped_count')
+  base['pages'] = tonumber(summed[1] or '0')
+  base['items'] = tonumber(summed[2] or '0')
+  local seen = redis.call('SCARD', run.seen)
+  local layers = tonumber(redis.call('HGET', run.bloom, 'layers') or '0')
+  for i = 0, layers - 1 do  -- a filter has a few layers
+    seen = seen + tonumber(redis.call('HGET', run.bloom, 'count' .. i) or '0')
+  end
+  base['seen'] = seen
+  redis.call('HSET', meta, 'run', number, 'run_started_ms', now_ms, 'run_base', cjson.encode(base))
+end
+
+local function restart_job(meta, now_ms, run)
   redis.call('HDEL', meta, 'start_done', 'start_claim', FINISH_FIELDS[1], FINISH_FIELDS[2], FINISH_FIELDS[3], FINISH_FIELDS[4])
-  redis.call('HINCRBY', meta, 'restarts', 1)
+  local restarts = redis.call('HINCRBY', meta, 'restarts', 1)
   redis.call('HSET', meta, 'restarted_ms', now_ms)
+  -- a job created before runs were numbered: its run is one more than its restarts
+  local number = tonumber(redis.call('HGET', meta, 'run') or restarts) + 1
+  start_run(meta, now_ms, run, number)
+end
+
+-- prune_nodes(k, now_ms, retention_ms, limit): forget at most ``limit`` nodes whose last
+-- heartbeat (k.node_seen, server ms) is older than retention_ms and that are no longer live
+-- (they left, or were declared dead): their node_info, node_stats, idle and dead_nodes entries
+-- go, and k.pruned keeps a summary (nodes, closed, dead: how many; "stat\t<name>": their
+-- summed node stats, so that the job's totals stay whole). A node's stat fields are
+-- "<node>\t<name>" for the names of k.scrapy_stats (flush.lua adds to both). ``k``:
+-- {node_seen=, nodes=, node_info=, node_stats=, scrapy_stats=, idle=, dead_nodes=, pruned=}.
+-- Returns how many were pruned (0 when retention_ms <= 0).
+local function prune_nodes(k, now_ms, retention_ms, limit)
+  if retention_ms <= 0 then return 0 end
+  local old = redis.call('ZRANGEBYSCORE', k.node_seen, '-inf', '(' .. (now_ms - retention_ms),
+                         'LIMIT', 0, limit)
+  if #old == 0 then return 0 end
+  -- the stats' names, a few dozen (lower case: the helpers' code never names KEYS)
+  local names = redis.call('hkeys', k.scrapy_stats)
+  local pruned = 0
+  for _, other in ipairs(old) do
+    if not redis.call('ZSCORE', k.nodes, other) then
+      local kind = 'closed'
+      if redis.call('HDEL', k.dead_nodes, other) == 1 then kind = 'dead' end
+      for _, name in ipairs(names) do
+        local field = other .. '\t' .. name
+        local value = redis.call('HGET', k.node_stats, field)
+        if value then
+          redis.call('HINCRBY', k.pruned, 'stat\t' .. name, value)
+          redis.call('HDEL', k.node_stats, field)
+        end
+      end
+      redis.call('HDEL', k.node_info, other)
+      redis.call('HDEL', k.idle, other)
+      redis.call('ZREM', k.node_seen, other)
+      redis.call('HINCRBY', k.pruned, 'nodes', 1)
+      redis.call('HINCRBY', k.pruned, kind, 1)
+      pruned = pruned + 1
+    end
+  end
+  return pruned
 end
