@@ -3,8 +3,8 @@
 Part of ``redis_thread.SyncWorker`` (a mixin over its state, on the Redis thread only):
 
 - Redis away (``StoreUnavailable``): the node keeps every op, leases nothing, retries the same
-  call (same call id, so nothing is applied twice) with backoff, and logs the outage and the
-  recovery once each.
+  call (same call id, so nothing is applied twice), at once and then with backoff, each try
+  beginning with the heartbeat, and logs the outage and the recovery once each.
 - The job gone from Redis (``StateLost``): the node stops (``clustersync_state_lost``).
 - Redis came back older than the node saw it (``RolledBack``): acks of requests whose children
   may be among the lost writes become releases (the requests are crawled again), and the
@@ -50,7 +50,12 @@ class OutagePart:
         self._state_lost: str | None = None
 
     def _outage_backoff_s(self) -> float:
-        return min(OUTAGE_BACKOFF_MAX_S, 0.25 * 2.0 ** min(5, self._outage_tries))
+        """The wait before the next try: none after the first failure (a dropped connection
+        may find Redis back at once, and the heartbeat must not come later than the other
+        nodes' for a backoff), then 0.5 s, doubling up to OUTAGE_BACKOFF_MAX_S."""
+        if self._outage_tries <= 1:
+            return 0.0
+        return min(OUTAGE_BACKOFF_MAX_S, 0.25 * 2.0 ** min(5, self._outage_tries - 1))
 
     def _guard(self, action: Callable[[], Any]) -> Any:
         """Run ``action``; every failure becomes the node's reaction to it, never a dead thread."""
@@ -94,6 +99,7 @@ class OutagePart:
 
     def _went_away(self, exc: Exception) -> None:
         self._outage_tries += 1
+        self._next_heartbeat = 0.0  # each try starts with the heartbeat, not a retried write
         if self._away_since is None:
             self._away_since = time.monotonic()
             logger.warning(

@@ -40,7 +40,12 @@
 -- ARGV[11] gap_ms         int     how long a gap with no heartbeat must be to give the grace (0:
 --                                 ttl_ms). Shorter than ttl_ms (the worker passes two
 --                                 heartbeat intervals): an outage of less than ttl_ms still
---                                 lets the deadline of a node that beat a little before it pass
+--                                 lets the deadline of a node that beat a little before it pass.
+--                                 A shorter gap that is longer than half of it (one heartbeat
+--                                 interval: a live node beats at least that often) moves the
+--                                 deadlines of the nodes alive before it on by what it lasted
+--                                 beyond that half: the outage counts for nobody's death, even
+--                                 when one node beats again sooner than another after it
 -- ARGV[12] retention_ms   int     nodes that left or were declared dead longer ago than this
 --                                 are pruned, PRUNE_PER_BEAT per call (0: never)
 -- ARGV[13..] lease_id     string  lease ids this node holds, to renew
@@ -122,14 +127,20 @@ local leaving = ttl_ms == 0
 local DEATHS_PER_BEAT = 100
 local PRUNE_PER_BEAT = 10
 
--- a gap with no heartbeat at all is Redis's absence (or the whole cluster's), not a death
+-- a gap with no heartbeat at all is Redis's absence (or the whole cluster's), not a death: a
+-- long one gives the nodes alive before it the grace; a shorter one, longer than a heartbeat
+-- interval, moves their deadlines on by its excess (a node whose first heartbeat after an
+-- outage comes later than another's is not dead for the outage)
 local last_beat = tonumber(redis.call('HGET', meta_key, 'beat_ms') or '0')
 if gap_ms <= 0 then gap_ms = ttl_ms end
-if last_beat > 0 and now_ms - last_beat > gap_ms and not leaving then
-  local grace = now_ms + ttl_ms + grace_ms
-  local alive_then = redis.call('ZRANGEBYSCORE', nodes_key, last_beat, '+inf', 'LIMIT', 0, 100000)
-  for _, other in ipairs(alive_then) do
-    redis.call('ZADD', nodes_key, 'GT', grace, other)
+local gap, interval_ms = now_ms - last_beat, math.floor(gap_ms / 2)
+if last_beat > 0 and gap > interval_ms and not leaving then
+  local alive_then = redis.call('ZRANGEBYSCORE', nodes_key, last_beat, '+inf', 'WITHSCORES',
+                                'LIMIT', 0, 100000)
+  for i = 1, #alive_then, 2 do
+    local moved_on = tonumber(alive_then[i + 1]) + gap - interval_ms
+    if gap > gap_ms then moved_on = now_ms + ttl_ms + grace_ms end
+    redis.call('ZADD', nodes_key, 'GT', moved_on, alive_then[i])
   end
 end
 if not leaving then  -- a leaving node's beat must not hide the gap from the next one
