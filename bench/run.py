@@ -141,7 +141,8 @@ def _progress_line(r: RunResult, step: str) -> str:
     per_node = "+".join(str(n) for n in r.node_responses)
     return (
         f"[{step}] {r.variant:<24} {r.pages_per_s:5.0f} pages/s (steady "
-        f"{r.steady_pages_per_s:.0f}, first page {r.to_first_page_s:.2f}s)  fetched {r.fetched}/{r.pages}"
+        f"{r.steady_pages_per_s:.0f}, first page {r.to_first_page_s:.2f}s)  fetched "
+        f"{r.fetched}/{r.pages}"
         f" ({per_node})  twice {r.fetched_twice}  {what} {per_page}  wall {r.wall_s:.1f}s"
         f"{'  CAPPED' if r.capped else ''}  {','.join(r.finish_reasons)}"
     )

@@ -51,6 +51,9 @@ FAILED_KEEP_MAX = 1_000_000
 DEDUP_MODES = ("bloom", "exact")
 #: CLUSTERSYNC_NODE_DEAD_AFTER when unset: this many heartbeat intervals without one
 DEAD_AFTER_HEARTBEATS = 3
+#: a prefetch sized from what the node can start holds at most this many times
+#: CONCURRENT_REQUESTS
+SIZED_PREFETCH_MAX = 8
 #: what the first node of a new run does with a finished job: "" stop (exit non-zero),
 #: "keep-seen" restart it (only URLs not seen before are crawled), "forget-seen" restart it
 #: and forget the seen record (every URL is crawled again)
@@ -102,6 +105,16 @@ class DedupSettings:
             )
 
 
+def new_site_room(settings: BaseSettings) -> int:
+    """What a site the node has not fetched from yet can put on the wire at once: one request
+    with a ``DOWNLOAD_DELAY``, else its per-IP or per-domain concurrency."""
+    if settings.getfloat("DOWNLOAD_DELAY") > 0:
+        return 1
+    per_site = (settings.getint("CONCURRENT_REQUESTS_PER_IP")
+                or settings.getint("CONCURRENT_REQUESTS_PER_DOMAIN", 8))
+    return max(1, min(per_site, settings.getint("CONCURRENT_REQUESTS", 16)))
+
+
 @dataclass(frozen=True)
 class ClusterConfig:
     """The validated settings of one node."""
@@ -125,6 +138,11 @@ class ClusterConfig:
     failed_keep: int = 1000
     #: a node whose heartbeats stopped this long is declared dead and its leases go back
     node_dead_after_s: float = 3.0
+    #: True: the prefetch is sized from what the node can start, up to ``prefetch``
+    #: (CLUSTERSYNC_PREFETCH = 0); False: ``prefetch`` is its fixed size
+    prefetch_sized: bool = False
+    #: a sized prefetch's size before the node measured anything (``new_site_room``)
+    prefetch_start: int = 1
 
     @classmethod
     def from_settings(cls, settings: BaseSettings, spider_name: str) -> ClusterConfig:
@@ -141,8 +159,9 @@ class ClusterConfig:
         dead_after = validate_dead_after(
             _number(settings, "CLUSTERSYNC_NODE_DEAD_AFTER", float, minimum=0.0), heartbeat)
         prefetch = _number(settings, "CLUSTERSYNC_PREFETCH", int, minimum=0)
-        if prefetch == 0:
-            prefetch = 2 * max(1, settings.getint("CONCURRENT_REQUESTS", 16))
+        sized = prefetch == 0  # sized from what the node can start (node/lease_sizing.py)
+        if sized:
+            prefetch = SIZED_PREFETCH_MAX * max(1, settings.getint("CONCURRENT_REQUESTS", 16))
         return cls(
             redis_url=url,
             job=job,
@@ -152,6 +171,8 @@ class ClusterConfig:
             heartbeat_interval_s=heartbeat,
             batch_size=_number(settings, "CLUSTERSYNC_BATCH_SIZE", int, minimum=1, maximum=5000),
             prefetch=prefetch,
+            prefetch_sized=sized,
+            prefetch_start=new_site_room(settings) if sized else prefetch,
             buffer_limit=_number(settings, "CLUSTERSYNC_BUFFER_LIMIT", int, minimum=100),
             max_request_bytes=_number(settings, "CLUSTERSYNC_MAX_REQUEST_BYTES", int, minimum=1024),
             local_seen_cache=_number(settings, "CLUSTERSYNC_LOCAL_SEEN_CACHE", int, minimum=0),
