@@ -11,6 +11,7 @@ sizes its target from it.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -23,6 +24,8 @@ from ..store.job_store import new_call_id
 if TYPE_CHECKING:
     from .reactor_link import NodeLink
     from .write_stream import WriteStream
+
+logger = logging.getLogger(__name__)
 
 EMPTY_QUEUE_BACKOFF_MAX_S = 1.0
 #: the weight of the last lease call's time in the round trip's average
@@ -95,6 +98,9 @@ class LeasingPart:
         started = time.monotonic()
         entries = self.store.lease(self.epoch, count, lease_ms, call_id)
         self._measured(time.monotonic() - started)
+        logger.debug("clustersync: leased %d of %d (target %d, %d not taken, round trip %.1f ms)",
+                     len(entries), count, self._demand, len(self._unstarted),
+                     self._round_trip_s * 1000)
         self._pending_lease = None
         self._took_lease(entries, covered)
         if not entries:
