@@ -4,7 +4,7 @@
 
 Starts its own redis-server with a MONITOR attached, and one node (the bench's project, the
 example spider) on a one-page site; lists every command the node sent, in order, up to its
-first lease call, and how many connections it opened before then. Each command there is a
+first page fetch, and how many connections it opened before then. Each command there is a
 round trip (the node pipelines none of them), and each connection one more (its TCP
 handshake): far from Redis, each costs the node that long before its first page.
 ``--baseline REV`` counts the package at git revision REV too (bench/baseline.py).
@@ -18,6 +18,7 @@ import socket
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -29,7 +30,7 @@ from testkit.nodes import start_node
 from testkit.redis_server import RedisServer
 from testkit.site import TestSite
 
-LINE = re.compile(rb'^\+?[0-9.]+ \[\d+ ([^\]]+)\] "([^"]+)"(.*)$')
+LINE = re.compile(rb'^\+?([0-9.]+) \[\d+ ([^\]]+)\] "([^"]+)"(.*)$')
 #: a call of lease.lua (its first keys), whatever the version of its text
 LEASE_CALL = re.compile(rb'"9" "[^"]*:meta" "[^"]*:queue" "[^"]*:entries" "[^"]*:deadlines"')
 
@@ -62,29 +63,33 @@ def count(python: Path | None, label: str) -> None:
         node = start_node(
             "site", cwd=Path(work), log_path=Path(work) / "node.log",
             spider_args={"start_url": site.start_url},
-            settings={"CLUSTERSYNC_REDIS_URL": server.url, "CLUSTERSYNC_IDLE_CLOSE_AFTER": "0.2"},
+            settings={"CLUSTERSYNC_REDIS_URL": server.url, "CLUSTERSYNC_IDLE_CLOSE_AFTER": "0.2",
+                      "USER_AGENT": "round-trips"},
             env={"SCRAPY_SETTINGS_MODULE": "benchproj.settings_clustersync"},
             pythonpath=[BENCH_DIR, EXAMPLE_PROJECT], python=python)
         node.wait(120)
         stop.set()
         server.stop()
-    report(label, lines)
+        first = site.agent_hits("round-trips").first
+    fetched_at = (first or 0.0) + time.time() - time.monotonic()  # the site's clock is monotonic
+    report(label, lines, fetched_at)
 
 
-def report(label: str, lines: list[bytes]) -> None:
+def report(label: str, lines: list[bytes], fetched_at: float) -> None:
     sent: list[str] = []
     clients: list[bytes] = []
     for line in lines:
         match = LINE.match(line)
-        if match is None or match.group(1) == b"lua":
+        if match is None or match.group(2) == b"lua":
             continue
-        client, name, rest = match.groups()
+        at, client, name, rest = match.groups()
+        if float(at) > fetched_at:
+            break
         if client not in clients:
             clients.append(client)
-        sent.append(f"{name.decode()}{rest.decode(errors='replace')[:60]}")
-        if name.lower() in (b"evalsha", b"eval") and LEASE_CALL.search(rest):
-            break
-    print(f"{label}: {len(sent)} commands and {len(clients)} connections up to the first lease")
+        kind = " (lease)" if LEASE_CALL.search(rest) else ""
+        sent.append(f"{name.decode()}{rest.decode(errors='replace')[:60]}{kind}")
+    print(f"{label}: {len(sent)} commands and {len(clients)} connections before the first page")
     for command in sent:
         print(f"  {command}")
 

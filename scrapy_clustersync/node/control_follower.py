@@ -72,6 +72,13 @@ class ControlFollower:
                            "job %r; retrying", self.job, exc_info=True)
             self._drop(now)
 
+    def joined(self, state: str, now: float) -> None:
+        """The join read the state (``state``) just now: use it, read it again in
+        ``REREAD_S`` and subscribe then, not before the node's first writes and lease (a
+        change published meanwhile is read then)."""
+        self.state = state
+        self._next_read = self._subscribe_at = now + self._reread_s
+
     def _listen(self, now: float) -> None:
         if self._subscription is None:
             if now < self._subscribe_at:

@@ -34,7 +34,8 @@ MIN_REDIS_VERSION = (7, 0)
 def open_node(store: JobStore, config: ClusterConfig, spool: Spool) -> NodeOpened | str:
     """Join the job, warn of risks and replay the spool (see spool.py), on the node's Redis
     thread; returns what the node joined as, or the reason it must stop with (``join_job``)."""
-    joined = join_job(store, config)
+    controlled: list[str] = []
+    joined = join_job(store, config, controlled)
     if isinstance(joined, str):
         return joined
     warn_of_risks(store, config)
@@ -44,7 +45,8 @@ def open_node(store: JobStore, config: ClusterConfig, spool: Spool) -> NodeOpene
         logger.exception("clustersync: the spool of job %r could not be replayed; its files "
                          "are kept for the next node", config.job)
         replayed = 0
-    return NodeOpened(joined.epoch, joined.runs_start, replayed)
+    return NodeOpened(joined.epoch, joined.runs_start, replayed,
+                      control=controlled[0] if controlled else None)
 
 
 def warn_of_risks(store: JobStore, config: ClusterConfig) -> None:
@@ -77,19 +79,18 @@ def warn_of_risks(store: JobStore, config: ClusterConfig) -> None:
         )
 
 
-def join_job(store: JobStore, config: ClusterConfig) -> Joined | str:
+def join_job(store: JobStore, config: ClusterConfig,
+             controlled: list[str] | None = None) -> Joined | str:
     """Join the job as a node; returns what the join answered, or, with one ERROR line logged,
     the reason the node must stop with (stop_reasons.py): Redis unreachable or refusing this
     client, the job stopped by ``clustersync stop`` (it is not joined: the node holds nothing
     and claims no start()), or the job finished (unless ``CLUSTERSYNC_RECRAWL`` restarts it).
-    A paused job is joined: the node waits (the control extension says so)."""
+    A paused job is joined: the node waits (the control extension says so). The control
+    state read before the join is appended to ``controlled``, if given (the node follows the
+    state from it)."""
     url = redact_url(config.redis_url)
     try:
-        control = store.control_state()
-        if control.state in (STOPPING, STOPPED):
-            _log_stopped(config.job, control)
-            return JOB_STOPPED
-        joined = store.join_node(int(config.node_dead_after_s * 1000), recrawl=config.recrawl)
+        joined = _join_unless_stopped(store, config, controlled)
     except AccessRefused as exc:
         logger.error(
             "clustersync: Redis at %s refused this node (%s): check the user and password in "
@@ -104,6 +105,8 @@ def join_job(store: JobStore, config: ClusterConfig) -> Joined | str:
             "clustersync: cannot join job %r at %s: %s. Check CLUSTERSYNC_REDIS_URL and that "
             "Redis is running and reachable from this machine.", config.job, url, exc)
         return REDIS_UNREACHABLE
+    if isinstance(joined, str):
+        return joined
     if joined.finished is not None:
         _log_finished(config.job, joined.finished)
         return JOB_FINISHED
@@ -114,6 +117,17 @@ def join_job(store: JobStore, config: ClusterConfig) -> Joined | str:
                     if joined.restarted == "forget-seen" else
                     " and only URLs not seen before are crawled")
     return joined
+
+
+def _join_unless_stopped(store: JobStore, config: ClusterConfig,
+                         controlled: list[str] | None) -> Joined | str:
+    control = store.control_state()
+    if controlled is not None:
+        controlled.append(control.state)
+    if control.state in (STOPPING, STOPPED):
+        _log_stopped(config.job, control)
+        return JOB_STOPPED
+    return store.join_node(int(config.node_dead_after_s * 1000), recrawl=config.recrawl)
 
 
 def _log_finished(job: str, run: FinishedRun) -> None:

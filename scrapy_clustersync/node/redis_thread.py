@@ -53,6 +53,8 @@ logger = logging.getLogger(__name__)
 MIN_SLEEP_S = 0.001
 MAX_SLEEP_S = 0.5
 CLOSE_TIMEOUT_S = 15.0
+#: the first heartbeat comes this long after the join (at most one interval)
+FIRST_BEAT_AFTER_S = 0.25
 
 #: schedules a call on the reactor from this thread (``reactor.callFromThread``)
 Post = Callable[..., object]
@@ -164,7 +166,14 @@ class SyncWorker(HeartbeatPart, LeasingPart, OutagePart):
         self.epoch = opened.epoch
         self._runs_start = opened.runs_start
         self._start_state = StartState("mine" if opened.runs_start else "other")
-        self._follow(time.monotonic())  # the control state before any lease
+        now = time.monotonic()
+        if opened.control is not None:  # the join read it: subscribe after the first lease
+            self._follower.joined(opened.control, now)
+        self._follow(now)  # the control state before any lease
+        # the join made the node live: its first heartbeat need not hold up its first lease
+        self._next_heartbeat = now + min(FIRST_BEAT_AFTER_S, self.config.heartbeat_interval_s)
+        if opened.runs_start:  # its queue is empty until start() pushes: its want_lease leases
+            self._next_lease = now + FIRST_BEAT_AFTER_S
         self._post(self._link.opened, dataclasses.replace(opened, control=self._control))
         return True
 
