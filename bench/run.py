@@ -79,6 +79,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="800 pages, 2 runs per variant, 20 s cap: about 2 minutes")
     parser.add_argument("--only", nargs="+", metavar="KEY",
                         help="run only variants whose key contains one of these, e.g. 'x1'")
+    parser.add_argument("--skip", nargs="+", metavar="KEY", default=[],
+                        help="leave out variants whose key contains one of these")
     parser.add_argument("--no-count", action="store_true",
                         help="skip the untimed runs that count Redis commands with MONITOR")
     parser.add_argument("--baseline", metavar="REV",
@@ -93,10 +95,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def selected_variants(only: list[str] | None, baseline: str | None = None) -> list[Variant]:
+def selected_variants(only: list[str] | None, baseline: str | None = None,
+                      skip: list[str] | None = None) -> list[Variant]:
     """The variants to run; with ``baseline``, each clustersync variant's twin at that revision
     runs right after it."""
-    chosen = [v for v in VARIANTS if not only or any(part in v.key for part in only)]
+    chosen = [v for v in VARIANTS if (not only or any(part in v.key for part in only))
+              and not any(part in v.key for part in skip or [])]
     if not baseline:
         return chosen
     commit, python = baseline_python(baseline)
@@ -203,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     if redis_server_binary() is None:
         print("redis-server not found: install it (apt-get install redis-server)", file=sys.stderr)
         return 2
-    variants = selected_variants(args.only, args.baseline)
+    variants = selected_variants(args.only, args.baseline, args.skip)
     meta = environment(args)
     workdir = Path(tempfile.mkdtemp(prefix="clustersync-bench-"))
     started = time.monotonic()
