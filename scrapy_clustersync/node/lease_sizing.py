@@ -10,8 +10,12 @@ before the next lease comes back (``LeaseSizer.target``):
     + the measured rate at which the engine starts requests x the horizon
     - what was handed to the engine and is not on the wire yet (download gate, slot queues)
 
+and never less than what the downloader runs at once over the sites it has (``capacity``),
+
 where the horizon is how long a lease asked now takes to arrive: a few of the Redis thread's
-round trips (it measures them), and never less than ``MIN_HORIZON_S``. The reactor tells the
+round trips (it measures them), and never less than ``MIN_HORIZON_S``. The rate is the
+highest recent one, decaying slowly: a node that starves takes fewer requests, and a rate
+that followed it down would size the next lease smaller still. The reactor tells the
 Redis thread the target (``Demand``) when it changed; the thread leases what is missing once
 half of it is gone. ``CLUSTERSYNC_PREFETCH`` set to a number fixes the target instead.
 
@@ -27,7 +31,7 @@ from dataclasses import dataclass
 
 #: the shortest horizon a lease is sized for: a busy machine may not run the Redis thread for
 #: tens of milliseconds, whatever the round trip to Redis
-MIN_HORIZON_S = 0.25
+MIN_HORIZON_S = 0.5
 #: round trips of the Redis thread between a lease asked and its entries on the reactor: the
 #: call under way, the lease itself, and a flush or a heartbeat before it
 HORIZON_ROUND_TRIPS = 4
@@ -35,8 +39,14 @@ HORIZON_ROUND_TRIPS = 4
 LINGER_S = 0.05
 #: how often the downloader is looked at, at most (it walks every download slot)
 REFRESH_S = 0.05
-#: the start rate is an average over about this long
+#: a new target is told the Redis thread only if it differs from the last by more than this
+#: share
+TARGET_SLACK = 0.2
+#: the start rate is measured over windows of about this long
 RATE_WINDOW_S = 0.5
+#: the share of the rate kept per window when fewer requests were taken: the highest recent
+#: rate counts, falling by half in about 1.5 s
+RATE_DECAY = 0.8
 
 
 @dataclass(frozen=True)
@@ -47,6 +57,9 @@ class Downstream:
     not_started: int = 0
     #: requests the downloader could put on the wire now, within its limits and delays
     room: int = 0
+    #: requests the downloader runs at once over the sites it has, within its limits (a site
+    #: with a delay counts one): the target is never below it
+    capacity: int = 1
 
 
 #: measures the node's downloader (plugin/lease_demand.py); None: nothing to measure (tests)
@@ -81,14 +94,18 @@ class LeaseSizer:
         downstream = self.measure()
         horizon_s = max(MIN_HORIZON_S, HORIZON_ROUND_TRIPS * round_trip_s + LINGER_S)
         wanted = downstream.room + math.ceil(self._rate * horizon_s) - downstream.not_started
-        target = max(1, min(self.maximum, wanted))
-        changed, self.target = target != self.target, target
-        return changed
+        target = max(1, downstream.capacity, min(self.maximum, wanted))
+        if abs(target - self.target) <= TARGET_SLACK * self.target:
+            return False  # not worth a message: the thread leases from half of it anyway
+        self.target = min(self.maximum, target)
+        return True
 
     def _update_rate(self, now: float) -> None:
         elapsed = now - self._window_start
         if elapsed < RATE_WINDOW_S / 4:
             return
-        weight = min(1.0, elapsed / RATE_WINDOW_S)
-        self._rate += weight * (self._taken / elapsed - self._rate)
+        # a node that starves takes less: its rate must not fall as fast as it was measured,
+        # or a short lease would make the next one shorter still
+        decayed = self._rate * RATE_DECAY ** (elapsed / RATE_WINDOW_S)
+        self._rate = max(self._taken / elapsed, decayed)
         self._window_start, self._taken = now, 0

@@ -139,6 +139,7 @@ class NodeLink:
         self._listeners: list[Callable[[], None]] = []
         self._prefetched = Prefetch()
         self._sizer = LeaseSizer(config.prefetch, config.prefetch_start)
+        self._woke_for_lease = False  # the thread was woken to lease; no lease came since
         self._recent = RecentPushes()
         self._view = NodeView(start_state=StartState(start_state))
         self._start_state = StartState(start_state)
@@ -185,13 +186,19 @@ class NodeLink:
         if entry is not None:
             self._starved_at = None
             sizer.took()
-        # low: the Redis thread leases more (it wakes for it)
-        low = len(self._prefetched) <= sizer.target // 2
         if sizer.refresh(self._view.round_trip_s):
-            self._say(Demand(sizer.target), len(self._prefetched) <= sizer.target // 2)
+            self._say(Demand(sizer.target), self._low())
         if entry is not None:
-            self._say(Took(entry[0]), low)
+            self._say(Took(entry[0]), self._low())
         return entry
+
+    def _low(self) -> bool:
+        """The prefetch is at its low-water mark: wake the Redis thread to lease more, once
+        per lease (it leases from there on its own)."""
+        if self._woke_for_lease or len(self._prefetched) > self._sizer.target // 2:
+            return False
+        self._woke_for_lease = True
+        return True
 
     def size_leases(self, measure: Measure) -> None:
         if self.config.prefetch_sized:
@@ -344,6 +351,7 @@ class NodeLink:
             return  # the Redis thread releases them: it knows them as not taken
         was_empty = not self._prefetched
         self._prefetched.add(entries, covered)
+        self._woke_for_lease = False
         if was_empty and (entries or not self.pushes_unleased):
             self._on_leased()
         self._tell_listeners()

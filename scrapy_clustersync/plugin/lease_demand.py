@@ -8,7 +8,9 @@ Read from Scrapy's downloader on the reactor, at most every ``lease_sizing.REFRE
 - room: for each download slot, what it can put on the wire now (its free concurrency; one
   request, and only with nothing queued, for a slot with a delay), plus one site not seen yet
   (the project's per-domain concurrency, or one request with a ``DOWNLOAD_DELAY``), within the
-  downloader's free ``CONCURRENT_REQUESTS``.
+  downloader's free ``CONCURRENT_REQUESTS``;
+- capacity: what the slots run at once (a slot with a delay counts one), the same site not seen
+  yet included, within ``CONCURRENT_REQUESTS``.
 """
 
 from __future__ import annotations
@@ -34,17 +36,21 @@ class DownloaderDemand:
 
     def __call__(self) -> Downstream:
         downloader = getattr(self._engine(), "downloader", None)
-        if downloader is None:
+        slots = getattr(downloader, "slots", None)
+        if not isinstance(slots, dict):  # no crawl yet, or a stand-in downloader (tests)
             return Downstream(0, self.new_site_room)
-        transferring = room = 0
-        for slot in list(downloader.slots.values()):
+        transferring = room = capacity = 0
+        for slot in list(slots.values()):
             transferring += len(slot.transferring)
             free = slot.concurrency - len(slot.active)
             if slot.delay > 0:
                 free = min(free, 0 if slot.queue else 1)
             room += max(0, free)
+            capacity += 1 if slot.delay > 0 else slot.concurrency
         room += self.new_site_room
-        if downloader.total_concurrency > 0:  # 0: no overall limit
-            room = min(room, downloader.total_concurrency - len(downloader.active))
-        room = max(0, room)
-        return Downstream(max(0, self._under_way() - transferring), room)
+        capacity += self.new_site_room
+        total = getattr(downloader, "total_concurrency", 0)
+        if total > 0:  # 0: no overall limit
+            room = min(room, total - len(getattr(downloader, "active", ())))
+            capacity = min(capacity, total)
+        return Downstream(max(0, self._under_way() - transferring), max(0, room), capacity)
