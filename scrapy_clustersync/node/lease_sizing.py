@@ -7,7 +7,7 @@ the others sit idle). So the reactor sizes the prefetch from what the node can p
 before the next lease comes back (``LeaseSizer.target``):
 
     room now (free concurrency, within each site's limit and delay)
-    + the measured rate at which the engine starts requests x the horizon
+    + the measured rate at which requests go on to the downloader x the horizon
     - what was handed to the engine and is not on the wire yet (download gate, slot queues)
 
 and never less than what the downloader runs at once over the sites it has (``capacity``),
@@ -80,8 +80,12 @@ class LeaseSizer:
         self._taken = 0  # entries the engine took since the window started
         self._rate = 0.0  # entries taken per second, averaged
 
-    def took(self) -> None:
-        """The engine took an entry (it starts it as soon as its limits allow)."""
+    def started(self) -> None:
+        """A request went on to the downloader: its site's turn came (the download gate lets a
+        request through only then). The rate counts these, not what the engine takes: the
+        engine takes up to ``CONCURRENT_REQUESTS`` at once to hold them at the gate, and a
+        rate of takes would size a lease by that burst, taking work the other nodes could
+        start now."""
         self._taken += 1
 
     def refresh(self, round_trip_s: float) -> bool:

@@ -185,7 +185,6 @@ class NodeLink:
         sizer = self._sizer
         if entry is not None:
             self._starved_at = None
-            sizer.took()
         if sizer.refresh(self._view.round_trip_s):
             self._say(Demand(sizer.target), self._low())
         if entry is not None:
@@ -199,6 +198,9 @@ class NodeLink:
             return False
         self._woke_for_lease = True
         return True
+
+    def request_started(self) -> None:
+        self._sizer.started()
 
     def size_leases(self, measure: Measure) -> None:
         if self.config.prefetch_sized:

@@ -65,6 +65,10 @@ class RedisThread(Protocol):
         that a later push of the node comes before in the queue's order within a priority is
         handed back too, not only one a higher priority outranks (``prefetch.py``)."""
 
+    def request_started(self) -> None:
+        """A request went on to the downloader (Scrapy's ``request_reached_downloader``, once
+        the download gate let it through): the rate a sized lease follows."""
+
     def size_leases(self, measure: Measure) -> None:
         """Size the prefetch from what ``measure`` says the node's downloader holds and can
         take (lease_sizing.py), unless ``CLUSTERSYNC_PREFETCH`` fixes it."""

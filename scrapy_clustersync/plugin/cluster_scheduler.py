@@ -13,7 +13,7 @@ from collections import Counter, deque
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from scrapy import Request
+from scrapy import Request, signals
 from scrapy.utils.defer import deferred_from_coro
 from twisted.internet.defer import Deferred, maybeDeferred
 
@@ -186,6 +186,8 @@ class ClusterScheduler:
         io.size_leases(DownloaderDemand(
             lambda: started_part(self.crawler, "engine"),
             lambda: len(leases.inflight) - len(leases.scraping), self.crawler.settings))
+        self.crawler.signals.connect(self._request_started,
+                                     signal=signals.request_reached_downloader)
         self.leases.watch(getattr(started_part(self.crawler, "engine"), "scraper", None))
         self.crawler.signals.send_catch_log(node_opened, scheduler=self)
         logger.info(
@@ -384,6 +386,11 @@ class ClusterScheduler:
         """None while the node runs on; else the reason it must close with (``finished``, or
         ``clustersync_state_lost`` when the job is gone from Redis)."""
         return self.io.outcome if self.io is not None else None
+
+    def _request_started(self, request: Request) -> None:
+        """``request_reached_downloader``: the sized lease follows the rate of these."""
+        if self.io is not None:
+            self.io.request_started()
 
     def node_changed(self) -> None:
         """The Redis thread handed over something new (called on the reactor): publish the

@@ -68,6 +68,9 @@ class FakeRedisThread:
     def want_lease(self) -> None:
         self.lease_wanted += 1
 
+    def request_started(self) -> None:
+        pass
+
     def size_leases(self, measure: Measure) -> None:
         self.measure = measure
 
