@@ -16,7 +16,8 @@
 --                                 after the node left (prelude.lua bump_writes)
 -- KEYS[9]  stats          hash    job counters (acked: requests done; reclaimed, declared_dead)
 -- KEYS[10] dead_nodes     hash    node id -> JSON record of its death (see declare_dead below)
--- KEYS[11] node_seen      zset    node id -> server ms of its last heartbeat
+-- KEYS[11] node_seen      zset    node id -> server ms of its last heartbeat (a node declared
+--                                 dead, or moved on, before its first: its deadline less ttl_ms)
 -- KEYS[12] node_stats     hash    "<node>\t<stat>" -> int (pruned with the node)
 -- KEYS[13] scrapy_stats   hash    the nodes' stats summed (their names: prune_nodes, prelude)
 -- KEYS[14] pruned         hash    the summary of the pruned nodes (prune_nodes, prelude)
@@ -209,6 +210,8 @@ local function declare_dead()
   for _, other in ipairs(dead) do
     local record = redis.call('HGET', node_info_key, other) or 'null'
     local last_beat_ms = redis.call('ZSCORE', node_seen_key, other) or (deadline[other] - ttl_ms)
+    -- a node that died before its first heartbeat is pruned from then (prune_nodes)
+    redis.call('ZADD', node_seen_key, 'NX', last_beat_ms, other)
     redis.call('HSET', dead_nodes_key, other, '{"declared_ms":' .. now_ms .. ',"by":' ..
                cjson.encode(node) .. ',"deadline_ms":' .. deadline[other] ..
                ',"last_beat_ms":' .. last_beat_ms ..
