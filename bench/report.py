@@ -14,6 +14,8 @@ from runner import RunResult
 OURS = "clustersync"
 PEER = "scrapy-redis"
 DELAY_LABEL = "+2.5ms"
+#: far nodes (bench/run.py FAR_DELAYS_S): label, target over the whole crawl, target steady
+FAR_TARGETS = (("+25ms", ">= 0.9", ">= 0.9"), ("+50ms", ">= 0.85", ">= 0.9"))
 
 
 @dataclass(frozen=True)
@@ -23,6 +25,8 @@ class Summary:
     variant: str
     runs: int
     pages_per_s: float
+    steady_pages_per_s: float  # 10th to 90th percentile of the pages
+    to_first_page_s: float
     span_s: float
     to_last_page_s: float
     wall_s: float
@@ -47,6 +51,8 @@ class Summary:
         return cls(
             variant=runs[0].variant, runs=len(runs),
             pages_per_s=_median(r.pages_per_s for r in runs),
+            steady_pages_per_s=_median(r.steady_pages_per_s for r in runs),
+            to_first_page_s=_median(r.to_first_page_s for r in runs),
             span_s=_median(r.span_s for r in runs),
             to_last_page_s=_median(r.to_last_page_s for r in runs),
             wall_s=_median(r.wall_s for r in runs),
@@ -105,6 +111,18 @@ def headline_ratios(summaries: dict[str, Summary]) -> list[Ratio]:
         ratios.append(_rate_ratio(summaries, delayed, direct, target))
     for engine in (OURS, PEER):
         ratios.append(_cpu_ratio(summaries, f"{engine} x1", "vanilla x1"))
+    return ratios + far_ratios(summaries)
+
+
+def far_ratios(summaries: dict[str, Summary]) -> list[Ratio]:
+    """Two nodes far from Redis against the same two nodes near it: over the whole crawl
+    (start-up included) and in steady state (10th to 90th percentile of the pages)."""
+    ratios = []
+    direct = f"{OURS} x2"
+    for label, whole, steady in FAR_TARGETS:
+        far = f"{OURS} x2 {label}"
+        ratios.append(_rate_ratio(summaries, far, direct, whole, note=""))
+        ratios.append(_rate_ratio(summaries, far, direct, steady, note="", steady=True))
     return ratios
 
 
@@ -138,25 +156,31 @@ def _cpu_ratio(summaries: dict[str, Summary], key: str, base: str) -> Ratio:
 
 def _rate_ratio(
     summaries: dict[str, Summary], key: str, base: str, target: str,
-    note: str = "peer, for reference",
+    note: str = "peer, for reference", steady: bool = False,
 ) -> Ratio:
     capped = " (capped run)" if key in summaries and summaries[key].capped else ""
-    label = f"{key} pages/s / {base} pages/s{capped}"
+    rate = "steady pages/s" if steady else "pages/s"
+    label = f"{key} {rate} / {base} {rate}{capped}"
     if key not in summaries or base not in summaries:
         return Ratio(label, None, target, note)
-    value = _div(summaries[key].pages_per_s, summaries[base].pages_per_s)
+    if steady:
+        value = _div(summaries[key].steady_pages_per_s, summaries[base].steady_pages_per_s)
+    else:
+        value = _div(summaries[key].pages_per_s, summaries[base].pages_per_s)
     return Ratio(label, value, target, note)
 
 
 def markdown_table(summaries: dict[str, Summary]) -> str:
-    head = ("| variant | runs | pages/s | crawl s | to last page s | wall s | fetched | "
+    head = ("| variant | runs | pages/s | steady pages/s | crawl s | to first page s | "
+            "to last page s | wall s | fetched | "
             "fetched twice | missing | Redis cmds/page sent | incl. in scripts | "
             "slowest Redis call ms | node CPU ms/page | Redis CPU ms/page |")
-    rows = [head, "|" + " --- |" * 14]
+    rows = [head, "|" + " --- |" * 16]
     for s in summaries.values():
         rows.append(
             f"| {s.variant}{' (capped)' if s.capped else ''} | {s.runs} | {s.pages_per_s:.0f} | "
-            f"{s.span_s:.1f} | {s.to_last_page_s:.1f} | {s.wall_s:.1f} | {s.fetched} | "
+            f"{s.steady_pages_per_s:.0f} | {s.span_s:.1f} | {s.to_first_page_s:.2f} | "
+            f"{s.to_last_page_s:.1f} | {s.wall_s:.1f} | {s.fetched} | "
             f"{s.fetched_twice} | {s.missing} | {_fmt(s.commands_per_page, '.2f')} | "
             f"{_fmt(s.commands_per_page_with_scripts, '.1f')} | "
             f"{_fmt(s.slowest_redis_call_ms, '.0f', none='<10')} | "
@@ -183,7 +207,8 @@ def markdown_snippet(
         f"CONCURRENT_REQUESTS 16, Redis {meta['redis_version']}, scrapy {meta['scrapy']}, "
         f"scrapy-redis {meta['scrapy_redis']}.",
         "pages/s = distinct pages / (last page fetched - first page fetched), as timed by the "
-        "site; this leaves out start-up and the idle wait before nodes close. "
+        "site; this leaves out start-up and the idle wait before nodes close. Steady pages/s: "
+        "the same from the 10th to the 90th percentile of the pages. "
         "Redis cmds/page sent: what the nodes send (a script call is one command) over a "
         "whole run, counted with MONITOR in a separate, untimed run; incl. in scripts: every "
         "command Redis ran (INFO commandstats), median of the timed runs. CPU: user + system "

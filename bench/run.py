@@ -4,7 +4,8 @@
                         [--baseline REV]
 
 Serves a generated site from its own process, crawls all of it with every variant (one node;
-two nodes; two nodes with 2.5 ms added each way between the nodes and Redis), each run on its
+two nodes; two nodes with 2.5 ms added each way between the nodes and Redis; two clustersync
+nodes far from Redis, 25 and 50 ms each way), each run on its
 own redis-server, repeats the whole round ``--repeat`` times interleaved, and prints the
 medians, the headline ratios and a Markdown snippet for the README. Results go to
 ``bench/results/latest.json``. About 6 minutes with the defaults on 2 cores; ``--quick`` 2.
@@ -50,6 +51,8 @@ from testkit.site_process import SiteProcess
 
 RESULTS_PATH = Path(__file__).resolve().parent / "results" / "latest.json"
 DELAY_S = 0.0025
+#: far nodes: 25 and 50 ms each way between the nodes and Redis (another region)
+FAR_DELAYS_S = (0.025, 0.05)
 VARIANTS = [
     Variant("vanilla", 1),
     Variant("scrapy-redis", 1),
@@ -58,6 +61,7 @@ VARIANTS = [
     Variant("clustersync", 2),
     Variant("scrapy-redis", 2, DELAY_S),
     Variant("clustersync", 2, DELAY_S),
+    *(Variant("clustersync", 2, delay_s) for delay_s in FAR_DELAYS_S),
 ]
 DEFAULT_PAGES = 3000
 QUICK_PAGES = 800
@@ -75,6 +79,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="800 pages, 2 runs per variant, 20 s cap: about 2 minutes")
     parser.add_argument("--only", nargs="+", metavar="KEY",
                         help="run only variants whose key contains one of these, e.g. 'x1'")
+    parser.add_argument("--skip", nargs="+", metavar="KEY", default=[],
+                        help="leave out variants whose key contains one of these")
     parser.add_argument("--no-count", action="store_true",
                         help="skip the untimed runs that count Redis commands with MONITOR")
     parser.add_argument("--baseline", metavar="REV",
@@ -89,10 +95,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def selected_variants(only: list[str] | None, baseline: str | None = None) -> list[Variant]:
+def selected_variants(only: list[str] | None, baseline: str | None = None,
+                      skip: list[str] | None = None) -> list[Variant]:
     """The variants to run; with ``baseline``, each clustersync variant's twin at that revision
     runs right after it."""
-    chosen = [v for v in VARIANTS if not only or any(part in v.key for part in only)]
+    chosen = [v for v in VARIANTS if (not only or any(part in v.key for part in only))
+              and not any(part in v.key for part in skip or [])]
     if not baseline:
         return chosen
     commit, python = baseline_python(baseline)
@@ -136,7 +144,9 @@ def _progress_line(r: RunResult, step: str) -> str:
     what = "cmds/page sent" if r.counted else "cmds/page incl. scripts"
     per_node = "+".join(str(n) for n in r.node_responses)
     return (
-        f"[{step}] {r.variant:<24} {r.pages_per_s:5.0f} pages/s  fetched {r.fetched}/{r.pages}"
+        f"[{step}] {r.variant:<24} {r.pages_per_s:5.0f} pages/s (steady "
+        f"{r.steady_pages_per_s:.0f}, first page {r.to_first_page_s:.2f}s)  fetched "
+        f"{r.fetched}/{r.pages}"
         f" ({per_node})  twice {r.fetched_twice}  {what} {per_page}  wall {r.wall_s:.1f}s"
         f"{'  CAPPED' if r.capped else ''}  {','.join(r.finish_reasons)}"
     )
@@ -197,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     if redis_server_binary() is None:
         print("redis-server not found: install it (apt-get install redis-server)", file=sys.stderr)
         return 2
-    variants = selected_variants(args.only, args.baseline)
+    variants = selected_variants(args.only, args.baseline, args.skip)
     meta = environment(args)
     workdir = Path(tempfile.mkdtemp(prefix="clustersync-bench-"))
     started = time.monotonic()

@@ -71,6 +71,8 @@ class RunResult:
     to_last_page_s: float  # nodes started -> last page fetched
     wall_s: float  # nodes started -> every node exited (includes the idle-close wait)
     longest_pause_s: float  # longest time without a page fetched, between first and last
+    to_first_page_s: float  # nodes started -> first page fetched
+    steady_pages_per_s: float  # the pages from the 10th to the 90th percentile / their span
     node_cpu_s: float  # CPU of the node processes (user + system), whole run
     redis_cpu_s: float | None  # CPU of the run's redis-server, whole run
     capped: bool
@@ -116,6 +118,16 @@ class RunResult:
             "node_cpu_ms_per_page": self.node_cpu_ms_per_page,
             "redis_cpu_ms_per_page": self.redis_cpu_ms_per_page,
         }
+
+
+def steady_rate(times: list[float]) -> float:
+    """Pages per second between the 10th and the 90th percentile of the page hits (sorted
+    times): the crawl's rate without its start-up and its tail."""
+    if len(times) < 10:
+        return 0.0
+    first, last = len(times) // 10, len(times) * 9 // 10
+    span_s = times[last] - times[first]
+    return (last - first) / span_s if span_s > 0 else 0.0
 
 
 def _per_page(commands: int | None, pages: int) -> float | None:
@@ -179,6 +191,8 @@ def run_variant(
         missing=site.pages - len(hits.hits), span_s=hits.span_s,
         to_last_page_s=(hits.last - crawl.started) if hits.last is not None else 0.0,
         wall_s=crawl.wall_s, longest_pause_s=hits.longest_pause_s, capped=crawl.capped,
+        to_first_page_s=(hits.first - crawl.started) if hits.first is not None else 0.0,
+        steady_pages_per_s=steady_rate(hits.times),
         counted=count_commands, node_cpu_s=crawl.node_cpu_s,
         redis_cpu_s=redis_cpu_s if redis is not None else None,
     )

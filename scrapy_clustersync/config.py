@@ -57,6 +57,9 @@ DEAD_AFTER_HEARTBEATS = 3
 #: the shortest CLUSTERSYNC_NODE_RETENTION (but 0, keep all): a node's record must outlive its
 #: death long enough for `clustersync status` to show it, and for the node to hear of it
 NODE_RETENTION_MIN_S = 60.0
+#: a prefetch sized from what the node can start holds at most this many times
+#: CONCURRENT_REQUESTS
+SIZED_PREFETCH_MAX = 8
 #: what the first node of a new run does with a finished job: "" stop (exit non-zero),
 #: "keep-seen" restart it (only URLs not seen before are crawled), "forget-seen" restart it
 #: and forget the seen record (every URL is crawled again)
@@ -108,6 +111,16 @@ class DedupSettings:
             )
 
 
+def new_site_room(settings: BaseSettings) -> int:
+    """What a site the node has not fetched from yet can put on the wire at once: one request
+    with a ``DOWNLOAD_DELAY``, else its per-IP or per-domain concurrency."""
+    if settings.getfloat("DOWNLOAD_DELAY") > 0:
+        return 1
+    per_site = (settings.getint("CONCURRENT_REQUESTS_PER_IP")
+                or settings.getint("CONCURRENT_REQUESTS_PER_DOMAIN", 8))
+    return max(1, min(per_site, settings.getint("CONCURRENT_REQUESTS", 16)))
+
+
 @dataclass(frozen=True)
 class ClusterConfig:
     """The validated settings of one node."""
@@ -133,6 +146,11 @@ class ClusterConfig:
     node_dead_after_s: float = 3.0
     #: the records of nodes that left or died longer ago than this are pruned (0: never)
     node_retention_s: float = 86_400.0
+    #: True: the prefetch is sized from what the node can start, up to ``prefetch``
+    #: (CLUSTERSYNC_PREFETCH = 0); False: ``prefetch`` is its fixed size
+    prefetch_sized: bool = False
+    #: a sized prefetch's size before the node measured anything (``new_site_room``)
+    prefetch_start: int = 1
 
     @classmethod
     def from_settings(cls, settings: BaseSettings, spider_name: str) -> ClusterConfig:
@@ -149,8 +167,9 @@ class ClusterConfig:
         dead_after = validate_dead_after(
             _number(settings, "CLUSTERSYNC_NODE_DEAD_AFTER", float, minimum=0.0), heartbeat)
         prefetch = _number(settings, "CLUSTERSYNC_PREFETCH", int, minimum=0)
-        if prefetch == 0:
-            prefetch = 2 * max(1, settings.getint("CONCURRENT_REQUESTS", 16))
+        sized = prefetch == 0  # sized from what the node can start (node/lease_sizing.py)
+        if sized:
+            prefetch = SIZED_PREFETCH_MAX * max(1, settings.getint("CONCURRENT_REQUESTS", 16))
         return cls(
             redis_url=url,
             job=job,
@@ -160,6 +179,8 @@ class ClusterConfig:
             heartbeat_interval_s=heartbeat,
             batch_size=_number(settings, "CLUSTERSYNC_BATCH_SIZE", int, minimum=1, maximum=5000),
             prefetch=prefetch,
+            prefetch_sized=sized,
+            prefetch_start=new_site_room(settings) if sized else prefetch,
             buffer_limit=_number(settings, "CLUSTERSYNC_BUFFER_LIMIT", int, minimum=100),
             max_request_bytes=_number(settings, "CLUSTERSYNC_MAX_REQUEST_BYTES", int, minimum=1024),
             local_seen_cache=_number(settings, "CLUSTERSYNC_LOCAL_SEEN_CACHE", int, minimum=0),

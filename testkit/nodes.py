@@ -7,8 +7,30 @@ import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Protocol
 
-__all__ = ["start_node"]
+__all__ = ["NodeProcess", "crawl_arguments", "node_environment", "start_node"]
+
+
+class NodeProcess(Protocol):
+    """What a caller uses of a running node: `subprocess.Popen` has it, and so has a node
+    forked by `testkit.forked.Zygote` (``returncode`` is ``-N`` after signal N, as Popen's)."""
+
+    @property
+    def pid(self) -> int: ...
+
+    @property
+    def returncode(self) -> int | None: ...
+
+    def poll(self) -> int | None: ...
+
+    def wait(self, timeout: float | None = None) -> int: ...
+
+    def send_signal(self, sig: int) -> None: ...
+
+    def terminate(self) -> None: ...
+
+    def kill(self) -> None: ...
 
 
 def start_node(
@@ -35,23 +57,36 @@ def start_node(
     older version of the package for an A/B bench). ``options`` go on the command line as they
     are (``-o items.jsonl``). Waiting for it, or killing it, is the caller's job.
     """
-    command = [str(python or sys.executable), "-m", "scrapy", "crawl", spider]
-    for key, value in (spider_args or {}).items():
-        command += ["-a", f"{key}={value}"]
-    for key, value in (settings or {}).items():
-        command += ["-s", f"{key}={value}"]
-    command += list(options)
-    node_env = {**os.environ, **(env or {})}
-    if pythonpath:
-        inherited = [node_env["PYTHONPATH"]] if node_env.get("PYTHONPATH") else []
-        node_env["PYTHONPATH"] = os.pathsep.join([*map(str, pythonpath), *inherited])
+    command = [str(python or sys.executable), "-m", "scrapy",
+               *crawl_arguments(spider, spider_args, settings)]
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("wb") as log:
         return subprocess.Popen(
             command,
             cwd=cwd,
-            env=node_env,
+            env=node_environment(env, pythonpath),
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
         )
+
+
+def crawl_arguments(spider: str, spider_args: Mapping[str, str] | None,
+                    settings: Mapping[str, str] | None,
+                    options: Sequence[str] = ()) -> list[str]:
+    """``crawl SPIDER -a K=V ... -s K=V ... OPTIONS``: the arguments after ``python -m scrapy``."""
+    arguments = ["crawl", spider]
+    for key, value in (spider_args or {}).items():
+        arguments += ["-a", f"{key}={value}"]
+    for key, value in (settings or {}).items():
+        arguments += ["-s", f"{key}={value}"]
+    return [*arguments, *options]
+
+
+def node_environment(env: Mapping[str, str] | None, pythonpath: Sequence[Path]) -> dict[str, str]:
+    """This process's environment updated with ``env``, ``pythonpath`` ahead of its PYTHONPATH."""
+    node_env = {**os.environ, **(env or {})}
+    if pythonpath:
+        inherited = [node_env["PYTHONPATH"]] if node_env.get("PYTHONPATH") else []
+        node_env["PYTHONPATH"] = os.pathsep.join([*map(str, pythonpath), *inherited])
+    return node_env

@@ -20,7 +20,7 @@ from testkit.proxy import TcpProxy
 from testkit.redis_server import RedisServer, redis_server_binary
 from testkit.site import TestSite
 
-from support import kill_leftover_nodes, project_with_spiders
+from support import ZYGOTE, kill_leftover_nodes, project_with_spiders
 
 NO_REDIS_MESSAGE = (
     "redis-server not found: install it with `apt-get install redis-server` "
@@ -68,6 +68,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.get_closest_marker("timing") is not None:
             item.add_marker(pytest.mark.xdist_group("timing"))
+
+
+def pytest_sessionfinish() -> None:
+    """The zygote the nodes were forked from ends with the session (each xdist worker has its
+    own), after the nodes: waited for, its nodes' CPU time counts as this process's."""
+    ZYGOTE.stop()
 
 
 @pytest.fixture(autouse=True)

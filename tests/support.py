@@ -4,6 +4,7 @@ and how many runs the chaos soaks make."""
 
 from __future__ import annotations
 
+import atexit
 import os
 import random
 import signal
@@ -22,7 +23,8 @@ from scrapy.utils.request import RequestFingerprinter
 from scrapy_clustersync.codec import RequestCodec
 from scrapy_clustersync.config import DedupSettings
 from scrapy_clustersync.store import JobStore, Push, make_client
-from testkit import nodes
+from testkit.forked import Zygote
+from testkit.nodes import NodeProcess
 from testkit.proxy import TcpProxy
 from testkit.redis_server import LOCALHOST, RedisServer
 from testkit.site import TestSite
@@ -46,7 +48,7 @@ FAST_SETTINGS = {
 @dataclass
 class Node:
     name: str
-    process: subprocess.Popen[bytes]
+    process: NodeProcess
     log_path: Path
 
     def log(self) -> str:
@@ -90,7 +92,7 @@ def start_node(
     merged = {**FAST_SETTINGS, "USER_AGENT": name,
               "CLUSTERSYNC_SPOOL_DIR": str(workdir / "spool"), **(settings or {})}
     log_path = workdir / f"{name}.log"
-    process = nodes.start_node(
+    process = ZYGOTE.start_node(
         spider, cwd=project_dir, log_path=log_path, spider_args={"start_url": start_url},
         settings=merged, env={"CLUSTERSYNC_REDIS_URL": redis_url, **(env or {})},
         options=options,
@@ -99,8 +101,12 @@ def start_node(
     return Node(name, process, log_path)
 
 
+#: where `start_node` forks its nodes from (testkit/forked.py): one per test process
+ZYGOTE = Zygote()
+atexit.register(ZYGOTE.stop)
+
 #: every node process started, so that a test that fails half way leaves none running
-STARTED: list[subprocess.Popen[bytes]] = []
+STARTED: list[NodeProcess] = []
 
 
 def kill_leftover_nodes() -> None:

@@ -29,7 +29,7 @@ QUICK_CLOSE = {"CLUSTERSYNC_IDLE_CLOSE_AFTER": "0.3"}
 def _crawl(name: str, url: str, start_url: str, tmp_path: Path, **settings: str) -> tuple[int, str]:
     node = start_node(name, url, start_url, tmp_path, {**QUICK_CLOSE, **settings})
     wait_all([node], timeout_s=90)
-    return node.process.returncode, node.log()
+    return node.wait(0), node.log()  # it has ended: its exit code
 
 
 def _one_clean_error(log: str, text: str) -> None:

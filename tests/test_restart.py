@@ -18,7 +18,7 @@ def _crawl(name: str, url: str, start_url: str, tmp_path: Path,
            **settings: str) -> tuple[int, str]:
     node = start_node(name, url, start_url, tmp_path, {**QUICK_CLOSE, **settings})
     wait_all([node], timeout_s=90)
-    return node.process.returncode, node.log()
+    return node.process.wait(), node.log()
 
 
 def test_restart_of_a_stopped_job_resumes_it_and_the_next_node_crawls(

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from testkit import nodes
+from testkit.forked import Zygote
 from testkit.redis_server import RedisServer
 from testkit.shapes import tree_children, tree_depth
 from testkit.site import TestSite
@@ -448,6 +448,8 @@ class Fixtures:
     redis: RedisServer
     project: Path
     workdir: Path
+    #: where both crawls of a case are forked from, with the hash seed they run with
+    zygote: Zygote
 
 
 def start_crawl(case: Case, shared: Fixtures, plain: bool) -> Node:
@@ -464,9 +466,9 @@ def start_crawl(case: Case, shared: Fixtures, plain: bool) -> Node:
         if case.jobdir:
             settings["JOBDIR"] = str(workdir / "jobdir")
     log_path = workdir / "crawl.log"
-    process = nodes.start_node(case.spider, cwd=shared.project, log_path=log_path,
-                               spider_args={"start_url": shared.site.url}, settings=settings,
-                               env=env)
+    process = shared.zygote.start_node(case.spider, cwd=shared.project, log_path=log_path,
+                                       spider_args={"start_url": shared.site.url},
+                                       settings=settings, env=env)
     STARTED.append(process)  # killed at teardown if the test fails half way
     return Node(name, process, log_path)
 
@@ -497,7 +499,11 @@ def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fixtures]:
         settings.write(PLAIN_SCRAPY_SWITCH)
     with TestSite(SITE_PAGES, links_per_page=6) as site, \
             RedisServer(directory=root / "redis") as redis:
-        yield Fixtures(site, redis, project, root)
+        zygote = Zygote({"PYTHONHASHSEED": "0"})
+        try:
+            yield Fixtures(site, redis, project, root, zygote)
+        finally:
+            zygote.stop()
 
 
 STAT_ENTRY = re.compile(r"'([^']+)': ('[^']*'|-?[0-9]+)")

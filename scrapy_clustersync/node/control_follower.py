@@ -88,6 +88,13 @@ class ControlFollower:
                         "%r (%s); it reads the job's control state every %gs instead",
                         self.job, exc, self._reread_s)
 
+    def joined(self, state: str, now: float) -> None:
+        """The join read the state (``state``) just now: use it, read it again in
+        ``REREAD_S`` and subscribe then, not before the node's first writes and lease (a
+        change published meanwhile is read then)."""
+        self.state = state
+        self._next_read = self._subscribe_at = now + self._reread_s
+
     def _listen(self, now: float) -> None:
         if self._subscription is None:
             if now < self._subscribe_at:

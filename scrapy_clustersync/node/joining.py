@@ -38,7 +38,8 @@ def open_node(store: JobStore, config: ClusterConfig, spool: Spool) -> NodeOpene
     """Join the job, warn of risks and replay the spool (see spool.py), on the node's Redis
     thread; returns what the node joined as, or the reason it must stop with (``join_job``)."""
     alive = StartUpLiveness(store, config)
-    joined = join_job(store, config, alive)
+    controlled: list[str] = []
+    joined = join_job(store, config, alive, controlled)
     if isinstance(joined, str):
         return joined
     warn_of_risks(store, config)
@@ -48,7 +49,8 @@ def open_node(store: JobStore, config: ClusterConfig, spool: Spool) -> NodeOpene
         logger.exception("clustersync: the spool of job %r could not be replayed; its files "
                          "are kept for the next node", config.job)
         replayed = 0
-    return NodeOpened(joined.epoch, joined.runs_start, replayed, call_s=alive.call_s)
+    return NodeOpened(joined.epoch, joined.runs_start, replayed, call_s=alive.call_s,
+                      control=controlled[0] if controlled else None)
 
 
 def warn_of_risks(store: JobStore, config: ClusterConfig) -> None:
@@ -82,27 +84,23 @@ def warn_of_risks(store: JobStore, config: ClusterConfig) -> None:
 
 
 def join_job(
-    store: JobStore, config: ClusterConfig, liveness: StartUpLiveness | None = None
+    store: JobStore, config: ClusterConfig, liveness: StartUpLiveness | None = None,
+    controlled: list[str] | None = None,
 ) -> Joined | str:
     """Join the job as a node; returns what the join answered, or, with one ERROR line logged,
     the reason the node must stop with (stop_reasons.py): Redis unreachable or refusing this
     client, the job stopped by ``clustersync stop`` (it is not joined: the node holds nothing
     and claims no start()), or the job finished (unless ``CLUSTERSYNC_RECRAWL`` restarts it).
     A paused job is joined: the node waits (the control extension says so). The join's
-    liveness covers the node's start-up (liveness.py; ``liveness`` keeps it)."""
+    liveness covers the node's start-up (liveness.py; ``liveness`` keeps it). The control
+    state read before the join is appended to ``controlled``, if given (the node follows the
+    state from it)."""
     liveness = liveness or StartUpLiveness(store, config)
     url = redact_url(config.redis_url)
     try:
-        asked = time.monotonic()
-        control = store.control_state()
-        # the join is the node's first heartbeat: its deadline covers the start-up
-        ttl_ms = liveness.measured(time.monotonic() - asked)
-        logger.debug("clustersync: node %s joins with a start-up liveness of %d ms",
-                     config.node_id, ttl_ms)
-        if control.state in (STOPPING, STOPPED):
-            _log_stopped(config.job, control)
-            return JOB_STOPPED
-        joined = store.join_node(ttl_ms, recrawl=config.recrawl)
+        joined = _join_unless_stopped(store, config, liveness, controlled)
+        if isinstance(joined, str):
+            return joined
     except AccessRefused as exc:
         logger.error(
             "clustersync: Redis at %s refused this node (%s): check the user and password in "
@@ -128,6 +126,22 @@ def join_job(
                     " and only URLs not seen before are crawled (and start requests marked "
                     "dont_filter)")
     return joined
+
+
+def _join_unless_stopped(store: JobStore, config: ClusterConfig, liveness: StartUpLiveness,
+                         controlled: list[str] | None) -> Joined | str:
+    asked = time.monotonic()
+    control = store.control_state()
+    if controlled is not None:
+        controlled.append(control.state)
+    # the join is the node's first heartbeat: its deadline covers the start-up
+    ttl_ms = liveness.measured(time.monotonic() - asked)
+    logger.debug("clustersync: node %s joins with a start-up liveness of %d ms",
+                 config.node_id, ttl_ms)
+    if control.state in (STOPPING, STOPPED):
+        _log_stopped(config.job, control)
+        return JOB_STOPPED
+    return store.join_node(ttl_ms, recrawl=config.recrawl)
 
 
 def _log_finished(job: str, run: FinishedRun, held: bool = False) -> None:

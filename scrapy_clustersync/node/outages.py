@@ -88,9 +88,13 @@ class OutagePart:
         try:
             action()
         except Exception as exc:
-            self._log_once(logging.ERROR, f"clustersync: unexpected error in the Redis thread: "
-                           f"{exc!r}; going on", exc_info=True)
-            time.sleep(ERROR_BACKOFF_S)
+            self._report_bug(exc)
+
+    def _report_bug(self, exc: Exception) -> None:
+        """Log a bug once (the loop goes on after a short pause)."""
+        self._log_once(logging.ERROR, f"clustersync: unexpected error in the Redis thread: "
+                       f"{exc!r}; going on", exc_info=True)
+        time.sleep(ERROR_BACKOFF_S)
 
     def _log_once(self, level: int, message: str, exc_info: bool = False) -> None:
         if message not in self._errors_logged:

@@ -84,11 +84,9 @@ class RecentPushes:
 
 
 class Prefetch:
-    """Entries leased ahead, in lease order; ``low_water``: at this many or fewer, the Redis
-    thread leases more."""
+    """Entries leased ahead, in lease order (how many: lease_sizing.py)."""
 
-    def __init__(self, low_water: int) -> None:
-        self.low_water = low_water
+    def __init__(self) -> None:
         self._entries: deque[tuple[Leased, int]] = deque()
         self._covered = 0  # pushes Redis had applied when the last lease was made
         #: entries handed back untaken: a push of a higher priority came after them

@@ -22,11 +22,13 @@ from twisted.internet.defer import Deferred
 from ..store import Leased, Op
 from ..store.control_state import RUNNING
 from ..store.write_ops import Push, PushFlags, StartDone
+from .lease_sizing import LeaseSizer, Measure
 from .prefetch import Prefetch, RecentPushes
 from .thread_api import FINISHED, STATE_LOST, NodeOpened, StartState, Undelivered
 from .thread_messages import (
     Busy,
     Close,
+    Demand,
     Dropped,
     HandedBack,
     Idle,
@@ -49,7 +51,8 @@ class Channel:
 
     The reactor wakes the thread for ops only when the thread said it waits for some
     (``ops_wanted``: its write buffer was empty when it went to sleep) or a batch is full, so
-    a burst of pushes costs one wake-up, not one per push.
+    a burst of pushes costs one wake-up, not one per push. ``NodeLink`` puts what a turn of
+    the reactor said in one list (``put_batch``).
     """
 
     def __init__(self) -> None:
@@ -62,9 +65,11 @@ class Channel:
         if wake:
             self.wake.set()
 
-    def put_op(self, op: Op, batch_full: bool) -> None:
-        self._queue.put(op)
-        if batch_full or self.ops_wanted.is_set():
+    def put_batch(self, messages: list[Message], wake: bool) -> None:
+        """Queue ``messages`` (ops and commands, in order) as one; wake the thread if ``wake``
+        or if it waits for ops."""
+        self._queue.put(messages)
+        if wake or self.ops_wanted.is_set():
             self.ops_wanted.clear()
             self.wake.set()
 
@@ -94,13 +99,18 @@ class Inbox:
             queue.SimpleQueue())
         self._post = post
         self.reactor_running = reactor_running
+        #: a ``run`` is posted and has not begun: calls queued now are run by it
+        self._posted = threading.Event()
 
     def put(self, function: Callable[..., object], *args: object) -> None:
         self._calls.put((function, args))
-        self._post(self.run)
+        if not self._posted.is_set():  # one reactor call runs every call queued before it
+            self._posted.set()
+            self._post(self.run)
 
     def run(self) -> None:
         """Run every call queued so far, in order (on the reactor's side)."""
+        self._posted.clear()  # before draining: a call queued during it posts a run again
         while True:
             try:
                 function, args = self._calls.get_nowait()
@@ -119,19 +129,24 @@ class NodeLink:
 
     def __init__(self, config: ClusterConfig, channel: Channel, inbox: Inbox,
                  start: Callable[[], None], on_leased: Callable[[], None],
-                 start_state: str) -> None:
+                 start_state: str, later: Callable[[Callable[[], None]], object] | None = None,
+                 ) -> None:
         self.config = config
         self._channel = channel
         self._inbox = inbox
         self._start = start
         self._on_leased = on_leased
         self._listeners: list[Callable[[], None]] = []
-        self._prefetched = Prefetch(config.prefetch // 2)
+        self._prefetched = Prefetch()
+        self._sizer = LeaseSizer(config.prefetch, config.prefetch_start)
+        self._woke_for_lease = False  # the thread was woken to lease; no lease came since
         self._recent = RecentPushes()
         self._view = NodeView(start_state=StartState(start_state))
         self._start_state = StartState(start_state)
         self._ops_submitted = 0
-        self._ops_since_wake = 0
+        self._later = later
+        self._out: list[Message] = []  # said this turn of the reactor, not sent yet
+        self._send_due = False  # a call at the end of this turn sends ``_out``
         self._pushes_submitted = 0
         #: the engine starved when the node had made this many pushes (``want_lease``): the next
         #: entry it takes is the one Scrapy's scheduler would have given it then
@@ -159,30 +174,66 @@ class NodeLink:
             self._pushes_submitted += 1
             self._recent.add(self._pushes_submitted, op.priority, PushFlags(op.flags))
         self._ops_submitted += 1
-        self._ops_since_wake += 1
-        full = self._ops_since_wake >= self.config.batch_size
-        if full:
-            self._ops_since_wake = 0
-        self._channel.put_op(op, full)
+        self._say(op)
 
     def take(self, exact: bool = False) -> tuple[str, bytes] | None:
         handed_back: list[str] = []
         entry = self._prefetched.take(self._recent, self._view.pushes_settled, handed_back,
                                       exact, self._starved_at)
         for entry_id in handed_back:
-            self._channel.put(HandedBack(entry_id), wake=True)
+            self._say(HandedBack(entry_id), True)
+        sizer = self._sizer
         if entry is not None:
             self._starved_at = None
-            low = len(self._prefetched) <= self._prefetched.low_water
-            self._channel.put(Took(entry[0]), wake=low)  # low: the thread leases more
+            sizer.took()
+        if sizer.refresh(self._view.round_trip_s):
+            self._say(Demand(sizer.target), self._low())
+        if entry is not None:
+            self._say(Took(entry[0]), self._low())
         return entry
+
+    def _low(self) -> bool:
+        """The prefetch is at its low-water mark: wake the Redis thread to lease more, once
+        per lease (it leases from there on its own)."""
+        if self._woke_for_lease or len(self._prefetched) > self._sizer.target // 2:
+            return False
+        self._woke_for_lease = True
+        return True
+
+    def size_leases(self, measure: Measure) -> None:
+        if self.config.prefetch_sized:
+            self._sizer.measure = measure
+
+    def _say(self, message: Message, wake: bool = False) -> None:
+        """Queue ``message`` for the Redis thread: what one turn of the reactor says goes in
+        one list, at the end of the turn, or at once to wake the thread (``wake``, a full
+        batch, no reactor running)."""
+        out = self._out
+        out.append(message)
+        if wake or len(out) >= self.config.batch_size:
+            self._send(wake=True)
+        elif not self._send_due:
+            if self._later is None or not self._inbox.reactor_running():
+                self._send(wake=False)
+                return
+            self._send_due = True
+            self._later(self._send_at_end_of_turn)
+
+    def _send(self, wake: bool) -> None:
+        out, self._out = self._out, []
+        self._channel.put_batch(out, wake)
+
+    def _send_at_end_of_turn(self) -> None:
+        self._send_due = False
+        if self._out:
+            self._send(wake=False)
 
     def want_lease(self) -> None:
         # the engine asks again while it starves: it still waits for its first answer
         starved = self._starved_at
         if starved is None or self._prefetched.covered >= starved:
             self._starved_at = self._pushes_submitted
-        self._channel.put(WantLease(self._pushes_submitted), wake=True)
+        self._say(WantLease(self._pushes_submitted), True)
 
     def settle_lease(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
@@ -196,13 +247,13 @@ class NodeLink:
         self._idle = False
         if self._idle_sent is not None:
             self._idle_sent = None
-            self._channel.put(Busy(self._activity))
+            self._say(Busy(self._activity))
 
     def mark_idle(self) -> None:
         self._idle = True
         if self._idle_sent != self._activity:
             self._idle_sent = self._activity
-            self._channel.put(Idle(self._activity), wake=True)
+            self._say(Idle(self._activity), True)
 
     def start_done(self) -> None:
         self.submit(StartDone())
@@ -215,7 +266,7 @@ class NodeLink:
         if self._closed is None:
             self._closed = Deferred()
             self._prefetched.drop_all()  # the Redis thread releases them with the rest
-            self._channel.put(Close(tuple(unacked)), wake=True)
+            self._say(Close(tuple(unacked)), True)
             self._without_reactor(self._closed)
         return self._closed
 
@@ -300,6 +351,7 @@ class NodeLink:
             return  # the Redis thread releases them: it knows them as not taken
         was_empty = not self._prefetched
         self._prefetched.add(entries, covered)
+        self._woke_for_lease = False
         if was_empty and (entries or not self.pushes_unleased):
             self._on_leased()
         self._tell_listeners()
@@ -320,10 +372,10 @@ class NodeLink:
 
     def drop_prefetched(self) -> None:
         """The node was declared dead: its prefetched entries are queued again elsewhere."""
-        self._channel.put(Dropped(tuple(self._prefetched.drop_all())), wake=True)
+        self._say(Dropped(tuple(self._prefetched.drop_all())), True)
 
     def ping(self) -> None:
-        self._channel.put(ReactorAlive())
+        self._say(ReactorAlive())
 
     def closed(self, undelivered: Undelivered) -> None:
         assert self._closed is not None

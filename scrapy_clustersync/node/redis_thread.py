@@ -21,23 +21,22 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from functools import partial
 from typing import Any
 
 from ..config import ClusterConfig
 from ..plugin.stop_reasons import REDIS_UNREACHABLE
-from ..store import JobStore, Leased
-from ..store.control_state import RUNNING
+from ..store import JobStore
 from ..store.errors import BadBatch
-from ..store.job_store import new_call_id
 from .control_follower import FOLLOW_INTERVAL_S, ControlFollower
 from .heartbeats import PING_INTERVAL_S, HeartbeatPart
+from .leasing import LeasingPart
 from .outages import OutagePart
 from .reactor_link import Channel, Inbox, Message, NodeLink
 from .thread_api import NodeOpened, StartState, Undelivered
 from .thread_messages import (
     Busy,
     Close,
+    Demand,
     Dropped,
     HandedBack,
     Idle,
@@ -53,8 +52,9 @@ logger = logging.getLogger(__name__)
 
 MIN_SLEEP_S = 0.001
 MAX_SLEEP_S = 0.5
-EMPTY_QUEUE_BACKOFF_MAX_S = 1.0
 CLOSE_TIMEOUT_S = 15.0
+#: the first heartbeat comes this long after the join (at most one interval)
+FIRST_BEAT_AFTER_S = 0.25
 
 #: schedules a call on the reactor from this thread (``reactor.callFromThread``)
 Post = Callable[..., object]
@@ -75,11 +75,15 @@ def open_redis_thread(
     def reactor_running() -> bool:
         return post is not None or bool(reactor.running)
 
+    def end_of_turn(call: Callable[[], None]) -> object:
+        return reactor.callLater(0, call)  # type: ignore[arg-type]
+
     return SyncWorker(store, config, "", node_info, on_leased, "none",
-                      post or reactor.callFromThread, opening, reactor_running).link
+                      post or reactor.callFromThread, opening, reactor_running,
+                      later=None if post is not None else end_of_turn).link
 
 
-class SyncWorker(HeartbeatPart, OutagePart):
+class SyncWorker(HeartbeatPart, LeasingPart, OutagePart):
     """The node's Redis thread (see the module doc); ``link`` is its reactor side."""
 
     def __init__(
@@ -87,6 +91,7 @@ class SyncWorker(HeartbeatPart, OutagePart):
         node_info: Callable[[], dict[str, Any]], on_leased: Callable[[], None],
         start_state: str, post: Post, opening: Opening | None = None,
         reactor_running: Callable[[], bool] = lambda: True,
+        later: Callable[[Callable[[], None]], object] | None = None,
     ) -> None:
         self.store = store
         self.config = config
@@ -99,7 +104,7 @@ class SyncWorker(HeartbeatPart, OutagePart):
         self._channel = channel = Channel()
         self._thread = threading.Thread(target=self._run, name="clustersync-io", daemon=True)
         self.link = self._link = NodeLink(config, channel, inbox, self._thread.start, on_leased,
-                                          start_state)
+                                          start_state, later)
         self._writes = WriteStream(config.batch_size)
         self._totals = Totals()
         self._ops_received = 0
@@ -112,14 +117,8 @@ class SyncWorker(HeartbeatPart, OutagePart):
         self._node_idle = False
         self._activity = 0  # the reactor's count of things the node did, as last heard
         self._urgent = False  # an entry was handed back: the next batch goes out now
-        self._pending_lease: tuple[str, int, int] | None = None  # call id, count, covered
-        self._lease_covered = 0  # pushes Redis had applied when the last lease was made
-        self._wanted_after = 0  # the reactor starves until a lease covers this many pushes
-        #: the pushes the node had made when the engine began to starve (the first WantLease
-        #: since a lease covered the one before): the lease that answers it goes in between
-        self._starved_at = 0
-        self._next_lease = 0.0
-        self._empty_backoff_s = 0.0
+        self._init_leasing()
+        self._handlers = self._message_handlers()
         self._retry_at = 0.0  # Redis away: the next try
         self._follower = ControlFollower(store.control, config.job)
         self._control: str | None = None
@@ -168,7 +167,14 @@ class SyncWorker(HeartbeatPart, OutagePart):
         self._runs_start = opened.runs_start
         self._round_trip_s = opened.call_s  # the first heartbeat's allowance (liveness.py)
         self._start_state = StartState("mine" if opened.runs_start else "other")
-        self._follow(time.monotonic())  # the control state before any lease
+        now = time.monotonic()
+        if opened.control is not None:  # the join read it: subscribe after the first lease
+            self._follower.joined(opened.control, now)
+        self._follow(now)  # the control state before any lease
+        # the join made the node live: its first heartbeat need not hold up its first lease
+        self._next_heartbeat = now + min(FIRST_BEAT_AFTER_S, self.config.heartbeat_interval_s)
+        if opened.runs_start:  # its queue is empty until start() pushes: its want_lease leases
+            self._next_lease = now + FIRST_BEAT_AFTER_S
         self._post(self._link.opened, dataclasses.replace(opened, control=self._control))
         return True
 
@@ -224,47 +230,57 @@ class SyncWorker(HeartbeatPart, OutagePart):
             pushes_settled=self._writes.pushes_settled, totals=self._totals,
             rollbacks=self._rollbacks, start_state=self._start_state, cluster=self._cluster,
             finished_at=self._finished_at, state_lost=self._state_lost is not None,
-            away=self._away_since is not None, control=self._control)
+            away=self._away_since is not None, control=self._control,
+            round_trip_s=self._round_trip_told)
         if view != self._told:
             self._told = view
             self._post(self._link.view_changed, view)
 
     # ---- what the reactor said ---------------------------------------------------------------
     def _receive(self, now: float) -> Close | None:
-        """Apply every message the reactor queued; returns the node's Close, if it came."""
+        """Apply every message the reactor queued (one by one, or in lists: ``NodeLink``
+        sends them in batches); returns the node's Close, if it came."""
         for message in self._channel.drain():
-            if isinstance(message, Close):
-                return message
-            self._survive(partial(self._apply, message, now))  # the next ones still apply
+            for one in message if type(message) is list else (message,):
+                if type(one) is Close:
+                    return one
+                try:
+                    self._apply(one, now)
+                except Exception as exc:  # a bug: the next ones still apply
+                    self._report_bug(exc)
         return None
 
     def _apply(self, message: Message, now: float) -> None:
-        kind = type(message)
-        if kind is Took:
-            self._unstarted.pop(message.entry_id, None)  # type: ignore[attr-defined]
-        elif kind is Busy or kind is Idle:
-            self._node_idle = kind is Idle
-            self._activity = message.activity  # type: ignore[attr-defined]
-        elif kind is ReactorAlive:
-            self._reactor_seen = now
-        elif kind is HandedBack:
-            entry_id: str = message.entry_id  # type: ignore[attr-defined]
-            self._unstarted.pop(entry_id, None)
-            self._writes.release([entry_id])
-            self._urgent = True
-        elif kind is WantLease:
-            self._lease_wanted_after(message.pushes)  # type: ignore[attr-defined]
-        elif kind is Dropped:
-            self._dropped(message.entry_ids)  # type: ignore[attr-defined]
-        else:
+        handler = self._handlers.get(type(message))
+        if handler is None:
             self._writes.add(message, now)  # type: ignore[arg-type]
             self._ops_received += 1
+        else:
+            handler(message, now)
 
-    def _lease_wanted_after(self, pushes: int) -> None:
-        """The engine starves until a lease covers the node's first ``pushes`` pushes."""
-        self._wanted_after = pushes
-        if self._lease_covered >= self._starved_at:  # not starving for earlier pushes still
-            self._starved_at = pushes
+    def _message_handlers(self) -> dict[type, Callable[[Any, float], None]]:
+        def took(message: Took, now: float) -> None:
+            self._unstarted.pop(message.entry_id, None)
+
+        def activity(message: Busy | Idle, now: float) -> None:
+            self._node_idle = type(message) is Idle
+            self._activity = message.activity
+
+        def alive(message: ReactorAlive, now: float) -> None:
+            self._reactor_seen = now
+
+        def handed_back(message: HandedBack, now: float) -> None:
+            self._unstarted.pop(message.entry_id, None)
+            self._writes.release([message.entry_id])
+            self._urgent = True
+
+        def demand(message: Demand, now: float) -> None:
+            self._demand = message.target
+
+        return {Took: took, Busy: activity, Idle: activity, ReactorAlive: alive,
+                HandedBack: handed_back, Demand: demand,
+                WantLease: lambda message, now: self._lease_wanted_after(message.pushes),
+                Dropped: lambda message, now: self._dropped(message.entry_ids)}
 
     def _dropped(self, entry_ids: tuple[str, ...]) -> None:
         """The reactor dropped what it held (a rejoin): release it, and every entry handed over
@@ -316,45 +332,6 @@ class SyncWorker(HeartbeatPart, OutagePart):
             self.config.job, exc, self.config.job, op.describe(),
         )
         self._writes.set_aside(op, str(exc))
-
-    def _lease_due(self, now: float) -> bool:
-        # the reactor starves for its own pushes, and every one it waits for is in Redis now
-        settled = self._writes.pushes_settled
-        awaited = (self._lease_covered < self._wanted_after <= settled
-                   or self._lease_covered < self._starved_at <= settled)
-        return (now >= self._next_lease or awaited) and self._lease_wanted()
-
-    def _lease_wanted(self) -> bool:
-        if (self._state_lost or len(self._writes) > self.config.buffer_limit
-                or self._control != RUNNING or self._releasing or self._drop_asked):
-            return False  # back-pressure, the job is paused or stopping, a rejoin's releases
-        return len(self._unstarted) <= self.config.prefetch // 2
-
-    def _lease(self) -> bool:
-        if self._pending_lease is None:
-            self._pending_lease = (new_call_id(), self.config.prefetch - len(self._unstarted),
-                                   self._writes.pushes_settled)
-        call_id, count, covered = self._pending_lease
-        lease_ms = int(self.config.lease_timeout_s * 1000)
-        entries = self.store.lease(self.epoch, count, lease_ms, call_id)
-        self._pending_lease = None
-        self._took_lease(entries, covered)
-        if not entries:
-            backoff_s = self._empty_backoff_s * 2 or 0.05
-            self._empty_backoff_s = min(EMPTY_QUEUE_BACKOFF_MAX_S, backoff_s)
-            self._next_lease = time.monotonic() + self._empty_backoff_s
-            return False
-        self._empty_backoff_s = 0.0
-        return True
-
-    def _took_lease(self, entries: list[Leased], covered: int) -> None:
-        """Hand a lease's answer to the reactor (an empty one too, if it covers more pushes:
-        an engine starving for them learns they came back as nothing)."""
-        self._held.update(entry.entry_id for entry in entries)
-        self._unstarted.update(dict.fromkeys(entry.entry_id for entry in entries))
-        if entries or covered > self._lease_covered:
-            self._post(self._link.leased, tuple(entries), covered)
-        self._lease_covered = max(self._lease_covered, covered)
 
     def _turned_idle(self) -> bool:
         """Idle and quiet, and no heartbeat said so since the node last did something."""

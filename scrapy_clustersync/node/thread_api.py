@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 from ..store import Op
+from .lease_sizing import Measure
 
 if TYPE_CHECKING:
     from twisted.internet.defer import Deferred
@@ -63,6 +64,10 @@ class RedisThread(Protocol):
         ``exact``: the engine downloads nothing (it waits for a lease anyway), so an entry
         that a later push of the node comes before in the queue's order within a priority is
         handed back too, not only one a higher priority outranks (``prefetch.py``)."""
+
+    def size_leases(self, measure: Measure) -> None:
+        """Size the prefetch from what ``measure`` says the node's downloader holds and can
+        take (lease_sizing.py), unless ``CLUSTERSYNC_PREFETCH`` fixes it."""
 
     def want_lease(self) -> None:
         """Lease as soon as every push submitted so far is in Redis (the engine starves for

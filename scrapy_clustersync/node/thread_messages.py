@@ -59,6 +59,14 @@ class WantLease:
 
 
 @dataclass(frozen=True)
+class Demand:
+    """The reactor wants ``target`` entries leased ahead and not handed out (lease_sizing.py):
+    the Redis thread leases what is missing once half of it is gone."""
+
+    target: int
+
+
+@dataclass(frozen=True)
 class Dropped:
     """Answer to ``drop_prefetched``: the entries the reactor held and dropped."""
 
@@ -93,9 +101,10 @@ class NodeView:
     """The node as its Redis thread last saw it, handed to the reactor whole.
 
     ``ops_received``: ops the thread took from the queue; ``backlog``: of the ops it took, those
-    not in Redis yet; ``finished_at``: the reactor's activity count the heartbeat that found the
-    job finished was sent with (None: not finished); ``control``: the job's control state
-    (None until first read).
+    not in Redis yet; ``round_trip_s``: how long its lease calls take (an average);
+    ``finished_at``: the reactor's activity count the heartbeat that found the job finished
+    was sent with (None: not finished); ``control``: the job's control state (None until
+    first read).
     """
 
     ops_received: int = 0
@@ -109,3 +118,4 @@ class NodeView:
     state_lost: bool = False
     away: bool = False
     control: str | None = None
+    round_trip_s: float = 0.0

@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING
 
 from ..config import ClusterConfig, ConfigError
 from ..setting_names import check_settings_object
+from . import download_gate
+from .download_gate import DownloadGate
 from .exit_code import ExitCode
 from .job_control import JobControl
 from .node_lifecycle import NodeLifecycle
@@ -54,6 +56,9 @@ class Addon:
         settings.set("DUPEFILTER_CLASS", DUPEFILTER_PATH, priority="addon")
         settings.set_in_component_priority_dict(
             "SPIDER_MIDDLEWARES", ClusterSpiderMiddleware, ORDER
+        )
+        settings.set_in_component_priority_dict(
+            "DOWNLOADER_MIDDLEWARES", DownloadGate, download_gate.ORDER
         )
         settings.set_in_component_priority_dict("EXTENSIONS", NodeLifecycle, 0)
         settings.set_in_component_priority_dict("EXTENSIONS", ClusterProgress, 0)

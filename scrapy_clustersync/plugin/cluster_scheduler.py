@@ -36,6 +36,7 @@ from ..store.write_ops import DeadLetterEntry, PushFlags
 from .cluster_dupefilter import ClusterDupeFilter, NodeDedup, project_dupefilter
 from .crawl_order import QueueOrder
 from .crawler_parts import CrawlerFingerprinter, started_part
+from .lease_demand import DownloaderDemand
 from .lease_tracker import LeaseTracker
 from .request_tasks import filtered_here, push_of
 from .signals import node_opened
@@ -181,6 +182,10 @@ class ClusterScheduler:
         self.stats_sender = StatsSender(self.crawler.stats, io.submit,
                                         max(1.0, self.config.heartbeat_interval_s))
         io.listen(self.node_changed)
+        leases = self.leases
+        io.size_leases(DownloaderDemand(
+            lambda: started_part(self.crawler, "engine"),
+            lambda: len(leases.inflight) - len(leases.scraping), self.crawler.settings))
         self.leases.watch(getattr(started_part(self.crawler, "engine"), "scraper", None))
         self.crawler.signals.send_catch_log(node_opened, scheduler=self)
         logger.info(

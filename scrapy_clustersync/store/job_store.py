@@ -105,8 +105,10 @@ class JobStore:
     def server_facts(self) -> tuple[tuple[int, ...], str]:
         """The server's version, e.g. (7, 0, 15), and its maxmemory policy ("" if unsaid)."""
         with translate_errors(self.client):
-            server = self.client.info("server")
-            memory = self.client.info("memory")
+            try:  # one round trip (Redis 7 takes several sections)
+                server = memory = self.client.info("server", "memory")
+            except redis.ResponseError:
+                server, memory = self.client.info("server"), self.client.info("memory")
         version = str(server.get("redis_version", ""))
         policy = str(memory.get("maxmemory_policy", ""))
         return tuple(int(part) for part in version.split(".") if part.isdigit()), policy

@@ -59,9 +59,19 @@ class JobScript:
     def __init__(self, client: redis.Redis, keys: JobKeys) -> None:
         self.client = client
         self.keys = keys
-        self._script = client.register_script(load_lua(self.FILE, *self.HELPERS))
+        self._text = load_lua(self.FILE, *self.HELPERS)
+        self._script = client.register_script(self._text)
+        self._sent = False  # the script's text went to Redis once (EVAL caches it there)
 
     def _call(self, keys: Sequence[Any], args: Sequence[Any]) -> Any:
-        """The script's reply to ``keys`` and ``args``; redis-py errors become StoreErrors."""
+        """The script's reply to ``keys`` and ``args``; redis-py errors become StoreErrors.
+
+        The first call sends the script's text (EVAL, which also caches it in Redis): one round
+        trip, where EVALSHA, NOSCRIPT and SCRIPT LOAD would make three. Later calls send its
+        SHA only (redis-py loads it again after NOSCRIPT: a restarted Redis)."""
         with translate_errors(self.client):
-            return self._script(keys=list(keys), args=list(args))
+            if self._sent:
+                return self._script(keys=list(keys), args=list(args))
+            reply = self.client.eval(self._text, len(keys), *keys, *args)
+            self._sent = True
+            return reply

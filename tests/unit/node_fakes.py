@@ -16,6 +16,7 @@ from twisted.internet.defer import Deferred, succeed
 
 from scrapy_clustersync.codec import RequestCodec
 from scrapy_clustersync.config import ClusterConfig
+from scrapy_clustersync.node.lease_sizing import Measure
 from scrapy_clustersync.node.spool import Spool
 from scrapy_clustersync.node.thread_api import NodeOpened, RedisThread, StartState, Undelivered
 from scrapy_clustersync.plugin.cluster_dupefilter import ClusterDupeFilter, project_dupefilter
@@ -66,6 +67,9 @@ class FakeRedisThread:
 
     def want_lease(self) -> None:
         self.lease_wanted += 1
+
+    def size_leases(self, measure: Measure) -> None:
+        self.measure = measure
 
     def settle_lease(self, timeout_s: float) -> None:
         self.settled.append(timeout_s)

@@ -21,7 +21,8 @@ def config(**settings: object) -> ClusterConfig:
 
 def test_defaults_need_no_tuning() -> None:
     cfg = config()
-    assert cfg.job == "spider" and cfg.idle_close_after_s == 0.5 and cfg.prefetch == 32
+    assert cfg.job == "spider" and cfg.idle_close_after_s == 0.5 and cfg.prefetch_sized
+    assert cfg.prefetch == 128 and cfg.prefetch_start == 8  # sized, up to 8 x 16
     assert cfg.failed_keep == 1000
     assert config(CLUSTERSYNC_FAILED_KEEP="0").failed_keep == 0
     assert cfg.node_retention_s == 86_400 and config(

@@ -12,7 +12,7 @@ def leased(*priorities: int) -> list[Leased]:
 
 
 def test_entries_leased_after_every_push_are_handed_out_in_lease_order() -> None:
-    prefetch = Prefetch(low_water=1)
+    prefetch = Prefetch()
     recent = RecentPushes()
     recent.add(1, 9)  # a push Redis had when the lease was made
     prefetch.add(leased(3, 0), covered=1)
@@ -24,7 +24,7 @@ def test_entries_leased_after_every_push_are_handed_out_in_lease_order() -> None
 
 def test_an_entry_outranked_by_a_later_push_is_handed_back_not_out() -> None:
     # given entries of priorities 3 and 0 leased before the node's second push reached Redis
-    prefetch = Prefetch(low_water=0)
+    prefetch = Prefetch()
     recent = RecentPushes()
     prefetch.add(leased(3, 0), covered=1)
     # when the node pushes a request of priority 2
@@ -39,7 +39,7 @@ def test_an_entry_outranked_by_a_later_push_is_handed_back_not_out() -> None:
 
 
 def test_the_pushes_a_lease_covered_are_counted_from_the_latest_lease() -> None:
-    prefetch = Prefetch(low_water=0)
+    prefetch = Prefetch()
     prefetch.add([], covered=2)  # the queue was empty, but the lease saw both pushes
     prefetch.add(leased(0), covered=1)  # an answer can never cover fewer: the max is kept
     assert prefetch.covered == 2
@@ -49,13 +49,13 @@ def test_pushes_redis_applied_are_forgotten_when_nothing_is_prefetched() -> None
     recent = RecentPushes()
     for number in range(1, 1001):
         recent.add(number, -number)  # falling priorities: each one kept
-    Prefetch(low_water=0).take(recent, 1000, [])
+    Prefetch().take(recent, 1000, [])
     assert recent.highest_after(0) == float("-inf")
 
 
 def test_a_node_declared_dead_drops_every_entry_it_has_not_handed_out() -> None:
     # given a node whose reactor took two entries and handed one back (outranked), one waiting
-    prefetch = Prefetch(low_water=0)
+    prefetch = Prefetch()
     recent = RecentPushes()
     prefetch.add(leased(3, 0, 5, 5), covered=1)
     recent.add(2, 2)
@@ -73,7 +73,7 @@ def test_a_node_declared_dead_drops_every_entry_it_has_not_handed_out() -> None:
 
 def test_with_nothing_downloading_a_later_push_served_first_within_a_priority_outranks() -> None:
     # given a LIFO entry of priority 0 leased before the node pushed another of priority 0
-    prefetch = Prefetch(low_water=0)
+    prefetch = Prefetch()
     recent = RecentPushes()
     prefetch.add([Leased("0-old", b"old", 0)], covered=1)
     recent.add(2, 0, PushFlags.LIFO)
@@ -86,7 +86,7 @@ def test_with_nothing_downloading_a_later_push_served_first_within_a_priority_ou
 
 
 def test_while_downloading_prefetch_may_serve_equal_priorities_leased_earlier() -> None:
-    prefetch = Prefetch(low_water=0)
+    prefetch = Prefetch()
     recent = RecentPushes()
     prefetch.add([Leased("0-old", b"old", 0)], covered=1)
     recent.add(2, 0, PushFlags.LIFO)
@@ -94,7 +94,7 @@ def test_while_downloading_prefetch_may_serve_equal_priorities_leased_earlier() 
 
 
 def test_a_start_request_is_served_after_a_later_request_of_its_priority_fifo_or_not() -> None:
-    prefetch = Prefetch(low_water=0)
+    prefetch = Prefetch()
     recent = RecentPushes()
     prefetch.add([Leased("1-start", b"start", 0), Leased("0-other", b"other", 0)], covered=1)
     recent.add(2, 0, PushFlags(0))  # another request, FIFO
@@ -106,7 +106,7 @@ def test_a_start_request_is_served_after_a_later_request_of_its_priority_fifo_or
 
 def test_only_the_pushes_made_before_the_engine_asked_count_for_its_answer() -> None:
     # given the engine starved after the node's second push; a start request leased for it
-    prefetch = Prefetch(low_water=0)
+    prefetch = Prefetch()
     recent = RecentPushes()
     recent.add(1, 0, PushFlags.START)
     recent.add(2, 0, PushFlags.START)

@@ -1,0 +1,111 @@
+"""How many entries a node holds leased ahead: what it can start before its next lease arrives.
+
+A lease that is too small leaves the downloader waiting for Redis (a node far from Redis waits
+a round trip per lease); one that is too large keeps work from the other nodes (a node that
+leases 36 requests of a site it may fetch once a second holds them for half a minute while
+the others sit idle). So the reactor sizes the prefetch from what the node can put on the wire
+before the next lease comes back (``LeaseSizer.target``):
+
+    room now (free concurrency, within each site's limit and delay)
+    + the measured rate at which the engine starts requests x the horizon
+    - what was handed to the engine and is not on the wire yet (download gate, slot queues)
+
+and never less than what the downloader runs at once over the sites it has (``capacity``),
+
+where the horizon is how long a lease asked now takes to arrive: a few of the Redis thread's
+round trips (it measures them), and never less than ``MIN_HORIZON_S``. The rate is the
+highest recent one, decaying slowly: a node that starves takes fewer requests, and a rate
+that followed it down would size the next lease smaller still. The reactor tells the
+Redis thread the target (``Demand``) when it changed; the thread leases what is missing once
+half of it is gone. ``CLUSTERSYNC_PREFETCH`` set to a number fixes the target instead.
+
+Everything here is the reactor's.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+#: the shortest horizon a lease is sized for: a busy machine may not run the Redis thread for
+#: tens of milliseconds, whatever the round trip to Redis
+MIN_HORIZON_S = 0.5
+#: round trips of the Redis thread between a lease asked and its entries on the reactor: the
+#: call under way, the lease itself, and a flush or a heartbeat before it
+HORIZON_ROUND_TRIPS = 4
+#: the longest a batch of writes lingers before it goes (write_stream.py)
+LINGER_S = 0.05
+#: how often the downloader is looked at, at most (it walks every download slot)
+REFRESH_S = 0.05
+#: a new target is told the Redis thread only if it differs from the last by more than this
+#: share
+TARGET_SLACK = 0.2
+#: the start rate is measured over windows of about this long
+RATE_WINDOW_S = 0.5
+#: the share of the rate kept per window when fewer requests were taken: the highest recent
+#: rate counts, falling by half in about 1.5 s
+RATE_DECAY = 0.8
+
+
+@dataclass(frozen=True)
+class Downstream:
+    """What the node's downloader holds and can take, as the scheduler sees it."""
+
+    #: requests handed to the engine and not on the wire yet (download gate, slot queues)
+    not_started: int = 0
+    #: requests the downloader could put on the wire now, within its limits and delays
+    room: int = 0
+    #: requests the downloader runs at once over the sites it has, within its limits (a site
+    #: with a delay counts one): the target is never below it
+    capacity: int = 1
+
+
+#: measures the node's downloader (plugin/lease_demand.py); None: nothing to measure (tests)
+Measure = Callable[[], Downstream]
+
+
+class LeaseSizer:
+    """The prefetch target of one node (see the module doc), up to ``maximum``."""
+
+    def __init__(self, maximum: int, initial: int, measure: Measure | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.maximum = maximum
+        self.target = max(1, min(maximum, initial))
+        self.measure = measure
+        self._clock = clock
+        self._next_look = 0.0
+        self._window_start = clock()
+        self._taken = 0  # entries the engine took since the window started
+        self._rate = 0.0  # entries taken per second, averaged
+
+    def took(self) -> None:
+        """The engine took an entry (it starts it as soon as its limits allow)."""
+        self._taken += 1
+
+    def refresh(self, round_trip_s: float) -> bool:
+        """Size the target again if it is due; True if it changed."""
+        now = self._clock()
+        if self.measure is None or now < self._next_look:
+            return False
+        self._next_look = now + REFRESH_S
+        self._update_rate(now)
+        downstream = self.measure()
+        horizon_s = max(MIN_HORIZON_S, HORIZON_ROUND_TRIPS * round_trip_s + LINGER_S)
+        wanted = downstream.room + math.ceil(self._rate * horizon_s) - downstream.not_started
+        target = max(1, downstream.capacity, min(self.maximum, wanted))
+        if abs(target - self.target) <= TARGET_SLACK * self.target:
+            return False  # not worth a message: the thread leases from half of it anyway
+        self.target = min(self.maximum, target)
+        return True
+
+    def _update_rate(self, now: float) -> None:
+        elapsed = now - self._window_start
+        if elapsed < RATE_WINDOW_S / 4:
+            return
+        # a node that starves takes less: its rate must not fall as fast as it was measured,
+        # or a short lease would make the next one shorter still
+        decayed = self._rate * RATE_DECAY ** (elapsed / RATE_WINDOW_S)
+        self._rate = max(self._taken / elapsed, decayed)
+        self._window_start, self._taken = now, 0

@@ -1,0 +1,129 @@
+"""Leasing, on the node's Redis thread (part of ``redis_thread.SyncWorker``).
+
+The thread leases when what it handed the reactor and the engine has not taken yet falls to
+half the reactor's target (``Demand``: what the node can start before the next lease arrives,
+lease_sizing.py), and leases what is missing. It leases at once, whatever the target, when the
+engine starves for the node's own pushes and those are all in Redis (``WantLease``). An empty
+queue is asked again after a growing pause (``EMPTY_QUEUE_BACKOFF_MAX_S`` at most), and
+immediately after the node pushed something. The lease call's time is measured: the reactor
+sizes its target from it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from ..config import ClusterConfig
+from ..store import JobStore, Leased
+from ..store.control_state import RUNNING
+from ..store.job_store import new_call_id
+
+if TYPE_CHECKING:
+    from .reactor_link import NodeLink
+    from .write_stream import WriteStream
+
+logger = logging.getLogger(__name__)
+
+EMPTY_QUEUE_BACKOFF_MAX_S = 1.0
+#: the weight of the last lease call's time in the round trip's average
+ROUND_TRIP_WEIGHT = 0.2
+#: the reactor is told the round trip again when it moved by this share
+ROUND_TRIP_TELL_CHANGE = 0.25
+
+
+class LeasingPart:
+    """The leasing of ``SyncWorker`` (see the module doc)."""
+
+    store: JobStore
+    config: ClusterConfig
+    epoch: str
+    _post: Callable[..., object]
+    _link: NodeLink
+    _writes: WriteStream
+    _held: set[str]
+    _unstarted: dict[str, None]
+    _releasing: set[str]
+    _drop_asked: bool
+    _state_lost: str | None
+    _control: str | None
+
+    def _init_leasing(self) -> None:
+        config = self.config
+        #: entries the reactor wants leased ahead and not taken (``Demand``)
+        self._demand = config.prefetch_start if config.prefetch_sized else config.prefetch
+        self._pending_lease: tuple[str, int, int] | None = None  # call id, count, covered
+        self._lease_covered = 0  # pushes Redis had applied when the last lease was made
+        self._wanted_after = 0  # the reactor starves until a lease covers this many pushes
+        #: the pushes the node had made when the engine began to starve (the first WantLease
+        #: since a lease covered the one before): the lease that answers it goes in between
+        self._starved_at = 0
+        self._next_lease = 0.0
+        self._empty_backoff_s = 0.0
+        self._round_trip_s = 0.0  # lease calls' time, averaged
+        self._round_trip_told = 0.0  # as the reactor was last told it (NodeView)
+
+    def _lease_wanted_after(self, pushes: int) -> None:
+        """The engine starves until a lease covers the node's first ``pushes`` pushes."""
+        self._wanted_after = pushes
+        if self._lease_covered >= self._starved_at:  # not starving for earlier pushes still
+            self._starved_at = pushes
+
+    def _lease_due(self, now: float) -> bool:
+        # the reactor starves for its own pushes, and every one it waits for is in Redis now
+        settled = self._writes.pushes_settled
+        awaited = (self._lease_covered < self._wanted_after <= settled
+                   or self._lease_covered < self._starved_at <= settled)
+        if awaited:
+            return self._lease_allowed()
+        return now >= self._next_lease and self._lease_wanted()
+
+    def _lease_allowed(self) -> bool:
+        """False under back-pressure, while the job is paused or stopping, or while a rejoin's
+        releases are on their way."""
+        return not (self._state_lost or len(self._writes) > self.config.buffer_limit
+                    or self._control != RUNNING or self._releasing or self._drop_asked)
+
+    def _lease_wanted(self) -> bool:
+        return self._lease_allowed() and len(self._unstarted) <= self._demand // 2
+
+    def _lease(self) -> bool:
+        if self._pending_lease is None:
+            count = max(1, min(self.config.prefetch, self._demand) - len(self._unstarted))
+            self._pending_lease = (new_call_id(), count, self._writes.pushes_settled)
+        call_id, count, covered = self._pending_lease
+        lease_ms = int(self.config.lease_timeout_s * 1000)
+        started = time.monotonic()
+        entries = self.store.lease(self.epoch, count, lease_ms, call_id)
+        self._measured(time.monotonic() - started)
+        logger.debug("clustersync: leased %d of %d (target %d, %d not taken, round trip %.1f ms)",
+                     len(entries), count, self._demand, len(self._unstarted),
+                     self._round_trip_s * 1000)
+        self._pending_lease = None
+        self._took_lease(entries, covered)
+        if not entries:
+            backoff_s = self._empty_backoff_s * 2 or 0.05
+            self._empty_backoff_s = min(EMPTY_QUEUE_BACKOFF_MAX_S, backoff_s)
+            self._next_lease = time.monotonic() + self._empty_backoff_s
+            return False
+        self._empty_backoff_s = 0.0
+        return True
+
+    def _measured(self, call_s: float) -> None:
+        average = self._round_trip_s
+        average = call_s if not average else average + ROUND_TRIP_WEIGHT * (call_s - average)
+        self._round_trip_s = average
+        told = self._round_trip_told
+        if abs(average - told) > ROUND_TRIP_TELL_CHANGE * told or not told:
+            self._round_trip_told = average
+
+    def _took_lease(self, entries: list[Leased], covered: int) -> None:
+        """Hand a lease's answer to the reactor (an empty one too, if it covers more pushes:
+        an engine starving for them learns they came back as nothing)."""
+        self._held.update(entry.entry_id for entry in entries)
+        self._unstarted.update(dict.fromkeys(entry.entry_id for entry in entries))
+        if entries or covered > self._lease_covered:
+            self._post(self._link.leased, tuple(entries), covered)
+        self._lease_covered = max(self._lease_covered, covered)
