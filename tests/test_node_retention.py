@@ -68,3 +68,19 @@ def test_a_live_node_and_a_node_dead_for_less_than_the_retention_are_kept(
     # then a's record is kept, and nothing is pruned
     status = c.status()
     assert {n["id"] for n in status.nodes} == {"a", "c"} and status.pruned == {}
+
+
+def test_a_node_dead_before_its_first_heartbeat_is_pruned_too(redis_server: RedisServer) -> None:
+    # given node b that joined and died before its first heartbeat (a kill during its
+    # start-up), declared dead by node c
+    b, epoch = joined(redis_server, "b", job="site", ttl_ms=200)
+    c, _ = joined(redis_server, "c", job="site")
+    time.sleep(0.3)
+    assert [d.node for d in beat(c, epoch).declared_dead] == ["b"]
+    # when c's heartbeats go on, with the retention, once it has passed
+    time.sleep(RETENTION_MS / 1000 + 0.1)
+    beat(c, epoch, retention_ms=RETENTION_MS)
+    # then b's records are pruned as those of a node that beat are
+    status = c.status()
+    assert [n["id"] for n in status.nodes] == ["c"] and status.dead_nodes == []
+    assert status.pruned["dead"] == 1

@@ -179,3 +179,31 @@ def test_short_redis_outages_during_a_crawl_declare_no_node_dead_and_lose_nothin
     # then no node was declared dead for them, and no page is lost
     assert missing_pages(web) == []
     assert (declared, told) == (0, 0)
+
+
+@pytest.mark.timing
+def test_a_lone_node_beating_late_still_declares_a_killed_node_dead(
+    redis_server: RedisServer,
+) -> None:
+    # given two nodes (dead-after 1 s, heartbeats 1/3 s apart, an outage grace of 1 s); b holds
+    # a lease, and both beat
+    a, epoch = joined(redis_server, "a")
+    b, _ = joined(redis_server, "b")
+    b.flush(epoch, [push_op("http://x/1")], new_call_id())
+    b.lease(epoch, 1, 60_000, new_call_id())
+    options = {"ttl_ms": 1000, "grace_ms": 1000, "gap_ms": GAP_MS}
+    beat(a, epoch, **options)
+    beat(b, epoch, **options)
+    # when b dies and a, alone, beats late each time (0.7 s apart: more than two intervals, as
+    # a node far from Redis or on a busy machine does), so that every gap looks like an outage
+    died_at = time.monotonic()
+    declared: tuple[Any, ...] = ()
+    while not declared and time.monotonic() - died_at < 15:
+        time.sleep(0.7)
+        declared = beat(a, epoch, **options).declared_dead
+    waited_s = time.monotonic() - died_at
+    print(f"b declared dead {waited_s:.1f}s after its last heartbeat, by a beating 0.7 s apart")
+    # then b is declared dead all the same, its lease back, a few thresholds and graces later
+    # (each late beat of a moved its deadline on while it had been heard from shortly before)
+    assert [d.node for d in declared] == ["b"] and declared[0].leases == 1
+    assert waited_s < 10

@@ -16,7 +16,8 @@
 --                                 after the node left (prelude.lua bump_writes)
 -- KEYS[9]  stats          hash    job counters (acked: requests done; reclaimed, declared_dead)
 -- KEYS[10] dead_nodes     hash    node id -> JSON record of its death (see declare_dead below)
--- KEYS[11] node_seen      zset    node id -> server ms of its last heartbeat
+-- KEYS[11] node_seen      zset    node id -> server ms of its last heartbeat (a node declared
+--                                 dead, or moved on, before its first: its deadline less ttl_ms)
 -- KEYS[12] node_stats     hash    "<node>\t<stat>" -> int (pruned with the node)
 -- KEYS[13] scrapy_stats   hash    the nodes' stats summed (their names: prune_nodes, prelude)
 -- KEYS[14] pruned         hash    the summary of the pruned nodes (prune_nodes, prelude)
@@ -34,7 +35,10 @@
 --                                 away, or every node stood still) for longer than gap_ms, the
 --                                 nodes alive at the last heartbeat before it get this long
 --                                 more (their retries are spread out) instead of being
---                                 declared dead for Redis's absence
+--                                 declared dead for Redis's absence; only nodes heard from
+--                                 (node_seen) within ttl_ms + grace_ms before the gap: a lone
+--                                 node's late heartbeats look like gaps too, and must not keep
+--                                 a dead node alive for ever
 -- ARGV[10] told_ms        int     declared_ms of the last death of this node it was told of
 --                                 (0: none): that record is deleted now, as the node knows it
 -- ARGV[11] gap_ms         int     how long a gap with no heartbeat must be to give the grace (0:
@@ -138,9 +142,18 @@ if last_beat > 0 and gap > interval_ms and not leaving then
   local alive_then = redis.call('ZRANGEBYSCORE', nodes_key, last_beat, '+inf', 'WITHSCORES',
                                 'LIMIT', 0, 100000)
   for i = 1, #alive_then, 2 do
-    local moved_on = tonumber(alive_then[i + 1]) + gap - interval_ms
-    if gap > gap_ms then moved_on = now_ms + ttl_ms + grace_ms end
-    redis.call('ZADD', nodes_key, 'GT', moved_on, alive_then[i])
+    local other, deadline_ms = alive_then[i], tonumber(alive_then[i + 1])
+    -- only a node that was heard from shortly before the gap: a gap also comes from a lone
+    -- node whose heartbeats are late (far from Redis, a busy machine), and deadlines moved on
+    -- by each of its late beats would keep a dead node alive for ever. (A node that never beat
+    -- is heard from at its join: its deadline less a threshold, kept from its first move on.)
+    redis.call('ZADD', node_seen_key, 'NX', deadline_ms - ttl_ms, other)
+    local heard_ms = tonumber(redis.call('ZSCORE', node_seen_key, other))
+    if heard_ms >= last_beat - ttl_ms - grace_ms then
+      local moved_on = deadline_ms + gap - interval_ms
+      if gap > gap_ms then moved_on = now_ms + ttl_ms + grace_ms end
+      redis.call('ZADD', nodes_key, 'GT', moved_on, other)
+    end
   end
 end
 if not leaving then  -- a leaving node's beat must not hide the gap from the next one
@@ -197,6 +210,8 @@ local function declare_dead()
   for _, other in ipairs(dead) do
     local record = redis.call('HGET', node_info_key, other) or 'null'
     local last_beat_ms = redis.call('ZSCORE', node_seen_key, other) or (deadline[other] - ttl_ms)
+    -- a node that died before its first heartbeat is pruned from then (prune_nodes)
+    redis.call('ZADD', node_seen_key, 'NX', last_beat_ms, other)
     redis.call('HSET', dead_nodes_key, other, '{"declared_ms":' .. now_ms .. ',"by":' ..
                cjson.encode(node) .. ',"deadline_ms":' .. deadline[other] ..
                ',"last_beat_ms":' .. last_beat_ms ..
