@@ -59,16 +59,23 @@ def status(url: str) -> dict[str, Any]:
     return result
 
 
-@pytest.mark.timing
-def test_pause_holds_the_requests_already_in_scrapys_downloader_and_resume_fetches_them_once(
-    redis_server: RedisServer, site: SiteFactory, tmp_path: Path
-) -> None:
-    # given two nodes crawling a site with Scrapy's template politeness
+def two_polite_nodes_crawling(redis_server: RedisServer, site: SiteFactory, tmp_path: Path
+                              ) -> tuple[TestSite, list[Node], list[str]]:
+    """Two nodes crawling a 50-page site with Scrapy's template politeness, each a few pages in."""
     web = site(50)
     nodes = start_nodes(2, redis_server.url, web.start_url, tmp_path, POLITE)
     names = [node.name for node in nodes]
     wait_until(lambda: all(len(web.agent_hits(n).times) >= 3 for n in names), 60,
                "both nodes to crawl a few pages")
+    return web, nodes, names
+
+
+@pytest.mark.timing
+def test_pause_holds_the_requests_already_in_scrapys_downloader_and_resume_fetches_them_once(
+    redis_server: RedisServer, site: SiteFactory, tmp_path: Path
+) -> None:
+    # given two nodes crawling a site with Scrapy's template politeness
+    web, nodes, names = two_polite_nodes_crawling(redis_server, site, tmp_path)
     # when the job is paused
     paused = clustersync(redis_server.url, "pause", JOB)
     returned = time.monotonic()
@@ -96,11 +103,7 @@ def test_stop_downloads_nothing_held_closes_the_nodes_at_once_and_a_later_run_fe
     redis_server: RedisServer, site: SiteFactory, tmp_path: Path
 ) -> None:
     # given two nodes crawling a site with Scrapy's template politeness
-    web = site(50)
-    nodes = start_nodes(2, redis_server.url, web.start_url, tmp_path, POLITE)
-    names = [node.name for node in nodes]
-    wait_until(lambda: all(len(web.agent_hits(n).times) >= 3 for n in names), 60,
-               "both nodes to crawl a few pages")
+    web, nodes, names = two_polite_nodes_crawling(redis_server, site, tmp_path)
     # when the job is stopped
     stopped = clustersync(redis_server.url, "stop", JOB)
     returned, returned_wall = time.monotonic(), time.time()
