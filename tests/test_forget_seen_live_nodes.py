@@ -4,6 +4,7 @@ URLs as duplicates of a seen record forgotten under it."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from scrapy_clustersync.store import Ack, JobStore, StartDone, make_client
@@ -24,7 +25,9 @@ def test_forget_seen_waits_for_the_nodes_a_finished_job_kept_open(
     a.flush(epoch, [push_op("http://x/1"), StartDone()], new_call_id())
     [(entry, _, _)] = a.lease(epoch, 1, 60_000, new_call_id())
     a.flush(epoch, [Ack(entry)], new_call_id())
+    # (idle for idle_after_ms = 1: the heartbeat after the one that made it idle, a ms later)
     a.heartbeat(epoch, ttl_ms=60_000, **BEAT)
+    time.sleep(0.002)
     assert a.heartbeat(epoch, ttl_ms=60_000, **BEAT).finished
     # when a new node joins it with "forget-seen"
     b = JobStore(make_client(redis_server.url), "job", "b")

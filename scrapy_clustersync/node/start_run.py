@@ -29,7 +29,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-START_WAIT_POLL_S = 0.25
+#: how often a node waiting for another's start() checks whether its crawl is stopping (the
+#: start state itself wakes it at once: every hand-over of the Redis thread does)
+STOPPING_CHECK_S = 1.0
 
 
 class StartRun:
@@ -50,6 +52,8 @@ class StartRun:
         self._items = 0  # items start() yielded that are not through the pipelines yet
         self._rerun = False  # the next process_start() call is a run again
         self._must_rerun = False
+        self._changed = Waiters()  # fired whenever the Redis thread hands something over
+        io.listen(self._changed.fire)
         for signal in (signals.item_scraped, signals.item_dropped, signals.item_error):
             crawler.signals.connect(self._item_done, signal=signal)
 
@@ -122,8 +126,10 @@ class StartRun:
         self._iterated = False
 
     async def _wait_for_claim(self) -> bool:
+        from scrapy.utils.defer import maybe_deferred_to_future
+
         while self.io.start_state.state == "other" and not self._stopping():
-            await sleep(START_WAIT_POLL_S)
+            await maybe_deferred_to_future(self._changed.wait(STOPPING_CHECK_S))
         return self.io.start_state.state == "mine" and not self._stopping()
 
     def _stopping(self) -> bool:
@@ -145,15 +151,6 @@ class StartRun:
         self.io.start_done()
         logger.info("clustersync: start() of job %r is exhausted on node %s; the cluster crawls "
                     "on from the shared queue", self.config.job, self.config.node_id)
-
-
-async def sleep(seconds: float) -> None:
-    """Sleep without blocking the reactor, under the asyncio and the plain Twisted reactor."""
-    from scrapy.utils.defer import maybe_deferred_to_future
-    from twisted.internet import reactor
-    from twisted.internet.task import deferLater
-
-    await maybe_deferred_to_future(deferLater(reactor, seconds, lambda: None))
 
 
 class Waiters:
