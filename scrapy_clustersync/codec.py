@@ -16,17 +16,15 @@ dead letter naming its version), so a later format is never misread.
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 from collections.abc import Callable, Iterable
-from decimal import Decimal
-from enum import IntEnum
 from typing import TYPE_CHECKING, Any
-from zoneinfo import ZoneInfo
 
 import msgpack
 from scrapy import Item, Request
 from scrapy.utils.misc import load_object
 from scrapy.utils.request import request_from_dict
+
+from .codec_exts import SIMPLE_DECODERS, SIMPLE_EXTS, CannotTravel, Ext, as_plain, int_bytes
 
 if TYPE_CHECKING:
     from scrapy import Spider
@@ -36,23 +34,6 @@ ENVELOPE_VERSION = 2
 #: leading underscore): a spider must not copy one into a new request by hand (README).
 LEASE_META_KEY = "_clustersync_lease"
 LOCAL_META_KEYS = frozenset({LEASE_META_KEY})
-_MICROSECOND = dt.timedelta(microseconds=1)
-
-
-class Ext(IntEnum):
-    """The msgpack extension type codes of envelope version 2; never renumber one."""
-
-    TUPLE = 1
-    SET = 2
-    FROZENSET = 3
-    DATETIME = 4
-    DATE = 5
-    TIME = 6
-    TIMEDELTA = 7
-    DECIMAL = 8
-    BIG_INT = 9
-    ITEM = 10
-    REQUEST = 11
 
 
 class UnencodableRequest(ValueError):
@@ -71,14 +52,6 @@ class UnencodableRequest(ValueError):
 
 class UndecodableEntry(ValueError):
     """A queue entry cannot be turned back into a request; it goes to the dead letters."""
-
-
-class _CannotTravel(TypeError):
-    """Raised from msgpack's ``default`` hook for a value that has no encoding."""
-
-    def __init__(self, kind: str, advice: str) -> None:
-        super().__init__(kind)
-        self.kind, self.advice = kind, advice
 
 
 class RequestCodec:
@@ -176,17 +149,17 @@ class RequestCodec:
         if isinstance(value, Item) or _is_dataclass_item(value):
             return msgpack.ExtType(Ext.ITEM, self._pack(self._item_record(value)))
         if type(value) is int:  # msgpack calls the hook for an int beyond 64 bits
-            return msgpack.ExtType(Ext.BIG_INT, self._pack(_int_bytes(value)))
-        for kind, convert in _SIMPLE_EXTS:
+            return msgpack.ExtType(Ext.BIG_INT, self._pack(int_bytes(value)))
+        for kind, convert in SIMPLE_EXTS:
             if isinstance(value, kind):
                 code, payload = convert(value)
                 return msgpack.ExtType(code, self._pack(payload))
-        return _as_plain(value)
+        return as_plain(value)
 
     def _item_record(self, item: Any) -> list[Any]:
         path = _class_path(type(item))
         if not self._class_allowed(path, object):
-            raise _CannotTravel(f"item class {path}",
+            raise CannotTravel(f"item class {path}",
                                 "Add it to CLUSTERSYNC_REQUEST_CLASSES on every node.")
         if isinstance(item, Item):
             return [path, dict(item)]
@@ -210,13 +183,13 @@ class RequestCodec:
         return UnencodableRequest(request, "it cannot be encoded.",
                                   "requests that cannot be encoded")
 
-    def _problem_with(self, value: object) -> _CannotTravel | None:
+    def _problem_with(self, value: object) -> CannotTravel | None:
         try:
             self._pack(value)
-        except _CannotTravel as exc:
+        except CannotTravel as exc:
             return exc
         except (TypeError, ValueError, OverflowError) as exc:
-            return _CannotTravel(f"values msgpack refuses ({exc})", "")
+            return CannotTravel(f"values msgpack refuses ({exc})", "")
         return None
 
     # ---- decoding ------------------------------------------------------------------------
@@ -258,7 +231,7 @@ class RequestCodec:
             return self._request_from(value)
         if code == Ext.ITEM:
             return self._item_from(value)
-        build = _SIMPLE_DECODERS.get(code)
+        build = SIMPLE_DECODERS.get(code)
         if build is None:
             raise UndecodableEntry(f"unknown extension type {code}")
         try:
@@ -316,20 +289,6 @@ def _is_scrapy_class(class_path: str, base: type) -> bool:
     return isinstance(cls, type) and issubclass(cls, wanted)
 
 
-def _as_plain(value: object) -> Any:
-    """A subclass of a plain type (OrderedDict, IntEnum, ...) as its base, or _CannotTravel."""
-    for base in _PLAIN_BASES:
-        if isinstance(value, base):
-            return str.__str__(value) if base is str else base(value)
-    if isinstance(value, (bytearray, memoryview)):
-        return bytes(value)
-    raise _CannotTravel(
-        f"values of type {type(value).__name__}",
-        "Use str, bytes, int, float, bool, None, list, tuple, set, dict, date/time, "
-        "Decimal, Items or Requests.",
-    )
-
-
 def _class_path(cls: type) -> str:
     return f"{cls.__module__}.{cls.__name__}"
 
@@ -361,59 +320,3 @@ def _request_data(blob: bytes, ext_hook: Callable[[int, bytes], Any]) -> dict[st
     if not isinstance(data, dict) or not isinstance(data.get("url"), str):
         raise UndecodableEntry("request data without a url")
     return data
-
-
-# ---- the simple extension types: value -> (code, payload) and payload -> value ---------------
-def _zone(value: dt.datetime | dt.time) -> Any:
-    """The time zone of ``value`` as msgpack can hold it: None, an IANA key or an offset."""
-    tz = value.tzinfo
-    if tz is None:
-        return None
-    if isinstance(tz, ZoneInfo) and tz.key:
-        return tz.key
-    offset = value.utcoffset()
-    if offset is None:
-        raise _CannotTravel(f"values with time zone {type(tz).__name__}", "Use zoneinfo.")
-    name = value.tzname()
-    # a fixed offset's own name (``UTC``, ``UTC+02:00``) is not stored: it comes back as it was
-    return [offset // _MICROSECOND, None if name == dt.timezone(offset).tzname(None) else name]
-
-
-def _zone_from(zone: Any) -> dt.tzinfo | None:
-    if zone is None:
-        return None
-    if isinstance(zone, str):
-        return ZoneInfo(zone)
-    micros, name = zone
-    offset = dt.timedelta(microseconds=micros)
-    return dt.timezone(offset, name) if name else dt.timezone(offset)
-
-
-def _int_bytes(value: int) -> bytes:
-    return value.to_bytes((value.bit_length() + 8) // 8, "big", signed=True)
-
-
-_SIMPLE_EXTS: tuple[tuple[type, Callable[[Any], tuple[int, Any]]], ...] = (
-    (tuple, lambda v: (Ext.TUPLE, list(v))),
-    (frozenset, lambda v: (Ext.FROZENSET, list(v))),
-    (set, lambda v: (Ext.SET, list(v))),
-    (dt.datetime, lambda v: (Ext.DATETIME, [v.replace(tzinfo=None).isoformat(), v.fold,
-                                            _zone(v)])),
-    (dt.date, lambda v: (Ext.DATE, v.isoformat())),
-    (dt.time, lambda v: (Ext.TIME, [v.replace(tzinfo=None).isoformat(), v.fold, _zone(v)])),
-    (dt.timedelta, lambda v: (Ext.TIMEDELTA, [v.days, v.seconds, v.microseconds])),
-    (Decimal, lambda v: (Ext.DECIMAL, str(v))),
-)
-_SIMPLE_DECODERS: dict[int, Callable[[Any], Any]] = {
-    Ext.TUPLE: tuple,
-    Ext.SET: set,
-    Ext.FROZENSET: frozenset,
-    Ext.DATETIME: lambda v: dt.datetime.fromisoformat(v[0]).replace(
-        fold=v[1], tzinfo=_zone_from(v[2])),
-    Ext.DATE: dt.date.fromisoformat,
-    Ext.TIME: lambda v: dt.time.fromisoformat(v[0]).replace(fold=v[1], tzinfo=_zone_from(v[2])),
-    Ext.TIMEDELTA: lambda v: dt.timedelta(days=v[0], seconds=v[1], microseconds=v[2]),
-    Ext.DECIMAL: Decimal,
-    Ext.BIG_INT: lambda v: int.from_bytes(v, "big", signed=True),
-}
-_PLAIN_BASES: tuple[type, ...] = (int, str, bytes, float, list, dict)

@@ -9,16 +9,15 @@ leases expire (Redis server time) and go back to the queue. When a leased reques
 from __future__ import annotations
 
 import logging
-from collections import Counter, deque
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from scrapy import Request, signals
 from scrapy.utils.defer import deferred_from_coro
 from twisted.internet.defer import Deferred, maybeDeferred
 
-from ..codec import LEASE_META_KEY, RequestCodec, UndecodableEntry, UnencodableRequest
-from ..config import DEFAULTS, ClusterConfig, redact_url
+from ..codec import RequestCodec, UndecodableEntry, UnencodableRequest
+from ..config import ClusterConfig, redact_url
 from ..node.joining import open_node
 from ..node.node_record import NodeInfo
 from ..node.redis_thread import open_redis_thread
@@ -31,14 +30,17 @@ from ..node.thread_api import (
     RedisThreadFactory,
     Undelivered,
 )
-from ..store import JobStore, make_client
+from ..store import JobStore
 from ..store.write_ops import DeadLetterEntry, PushFlags
-from .cluster_dupefilter import ClusterDupeFilter, NodeDedup, project_dupefilter
+from .cluster_dupefilter import ClusterDupeFilter, NodeDedup
 from .crawl_order import QueueOrder
-from .crawler_parts import CrawlerFingerprinter, started_part
+from .crawler_parts import engine_drives, started_part, wake_engine
 from .lease_demand import DownloaderDemand
 from .lease_tracker import LeaseTracker
+from .local_requests import LocalRequests
+from .published_counts import PublishedCounts
 from .request_tasks import filtered_here, push_of
+from .scheduler_parts import scheduler_parts
 from .signals import node_opened
 from .stats_sender import StatsSender
 from .stop_reasons import StopWhenOpened
@@ -51,7 +53,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_JOB = "default"
 #: how long next_request() of a scheduler no engine drives waits for its own new requests to
 #: come back leased (see next_request); a crawl's engine is woken instead, never waits
 NO_ENGINE_WAIT_S = 1.0
@@ -93,15 +94,14 @@ class ClusterScheduler:
         self.stats = crawler.stats
         #: stats gathered on the hot path, added to the crawler's stats in publish_counts()
         self.counts = dupefilter.counts
-        self._published: dict[str, int] = {}
+        self._published = PublishedCounts(self.counts, self.stats, dupefilter)
         self.runs_start = False
         self._make_redis_thread = redis_thread
         self.io: RedisThread | None = None
         #: the leased requests under way on this node, until each is acked or released
         self.leases = LeaseTracker(lambda: self.io.submit if self.io else None, self.counts)
         #: requests that cannot travel, crawled here (see _keep_here)
-        self.local: deque[Request] = deque()
-        self._kinds_kept: set[str] = set()  # what made them unable to travel (warned once)
+        self.local = LocalRequests()
         self._rollbacks_seen = 0
         #: the job's start() on this node (see node/start_run.py); set by open()
         self.start: StartRun | None = None
@@ -109,37 +109,12 @@ class ClusterScheduler:
         self.stats_sender: StatsSender | None = None
         #: closes the spider once open, when the node could not join (see stop_reasons.py)
         self._stop: StopWhenOpened | None = None
-        #: start() waits on these while the node starves for its own requests (see
-        #: own_requests_sent)
+        #: start() waits on these while the node starves for its own requests (own_requests_sent)
         self._start_waiters = Waiters()
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
-        assert crawler.stats is not None
-        settings = crawler.settings
-        # Scrapy cannot crawl a spider without a name, but its scheduler can be built for one
-        # (a crawler of the base Spider): such a job is "default" unless CLUSTERSYNC_JOB says
-        config = ClusterConfig.from_settings(
-            settings, getattr(crawler.spidercls, "name", None) or DEFAULT_JOB)
-        client = make_client(config.redis_url, config.tls, config.socket_timeout_s)
-        codec = RequestCodec(
-            crawler.spider,  # None until the spider exists: open() sets it
-            config.max_request_bytes,
-            settings.getlist("CLUSTERSYNC_REQUEST_CLASSES"),
-        )
-        # the crawler's own fingerprinter, read when first needed: Scrapy sets it when the crawl
-        # starts, and a scheduler may be built (and opened) for a crawler that never starts one
-        dupefilter = ClusterDupeFilter(
-            CrawlerFingerprinter(crawler), Counter(), config.local_seen_cache,
-            debug=settings.getbool("DUPEFILTER_DEBUG"),
-        )
-        spool_dir = str(settings.get("CLUSTERSYNC_SPOOL_DIR") or DEFAULTS["CLUSTERSYNC_SPOOL_DIR"])
-        spool = Spool(spool_dir, config.job)
-        store = JobStore(client, config.job, config.node_id, config.dedup,
-                         failed_keep=config.failed_keep)
-        df = project_dupefilter(crawler, dupefilter)
-        return cls(crawler, config, store, codec, dupefilter, spool, df=df,
-                   order=QueueOrder.from_settings(settings))
+        return cls(crawler, **scheduler_parts(crawler))
 
     @property
     def df(self) -> BaseDupeFilter:
@@ -258,26 +233,11 @@ class ClusterScheduler:
         return accepted
 
     def _keep_here(self, request: Request, refusal: UnencodableRequest, replaces: bool) -> None:
-        """Crawl here a request that cannot travel, as Scrapy keeps those in memory. A replacement
-        (retry, redirect) keeps the lease of the one it replaces; any other request has none:
-        it is lost if this node stops before crawling it (README: not crash-safe)."""
-        if not replaces:
-            request.meta.pop(LEASE_META_KEY, None)  # the parent's, copied from its response
-        self.local.append(request)
+        """Crawl here a request that cannot travel (local_requests.py)."""
+        self.local.keep(request, refusal, replaces, self.crawler.spider)
         self._io().mark_busy()  # a node holding requests is not idle
         self._count("enqueued", "memory")
         self.counts["scheduler/unserializable"] += 1
-        if refusal.kind not in self._kinds_kept:
-            self._kinds_kept.add(refusal.kind)
-            # Scrapy's own wording (core/scheduler.py), so that what users grep for still matches
-            logger.warning(
-                "Unable to serialize request: %(request)s - reason: %(reason)s - it is crawled on "
-                "this node only and is not crash-safe (lost if the node stops first); no more "
-                "requests with %(kind)s will be logged (stats being collected: "
-                "scheduler/unserializable)",
-                {"request": request, "reason": refusal.reason, "kind": refusal.kind},
-                extra={"spider": self.crawler.spider},
-            )
 
     def _buffer(self, request: Request) -> tuple[bool, UnencodableRequest | None]:
         """Buffer ``request``; returns (buffered, why it cannot be encoded, if so)."""
@@ -336,21 +296,15 @@ class ClusterScheduler:
             io.mark_busy()
             self._count("dequeued", "memory")
             self._start_waiters.fire()
-            return self.local.popleft()
+            return self.local.pop()
         if not io.accepting_work:
             return None
         # every request in flight is in the scraper: nothing downloads
         if not io.waiting and io.pushes_unleased and not self.leases.downloading:
             io.want_lease()
-            if not self._driven_by_engine():
+            if not engine_drives(self.crawler, self):
                 io.settle_lease(NO_ENGINE_WAIT_S)  # no engine to wake: the caller waits
         return self._next_leased(io)
-
-    def _driven_by_engine(self) -> bool:
-        """A crawl's engine calls this scheduler (and is woken when a lease comes); else the
-        caller is a script or a test that calls it directly and cannot be woken."""
-        slot = getattr(started_part(self.crawler, "engine"), "_slot", None)
-        return getattr(slot, "scheduler", None) is self
 
     def _next_leased(self, io: RedisThread) -> Request | None:
         # downloading nothing, the engine waits for a lease anyway: it may as well wait for
@@ -425,9 +379,9 @@ class ClusterScheduler:
 
     # ---- internals ---------------------------------------------------------------------------
     def _io(self) -> RedisThread:
-        if self.io is None:
+        if (io := self.io) is None:
             raise RuntimeError("ClusterScheduler.open() has not run")
-        return self.io
+        return io
 
     def _dead_letter(self, entry_id: str, reason: str) -> None:
         logger.error(
@@ -439,26 +393,8 @@ class ClusterScheduler:
         self.counts["clustersync/dead_letters"] += 1
 
     def wake_engine(self) -> None:
-        # Scrapy polls next_request() only when a request finishes or every 5 s; new work that
-        # arrives while the node waits must start now. The slot is private, hence the care.
-        slot: Any = getattr(started_part(self.crawler, "engine"), "_slot", None)
-        nextcall = getattr(slot, "nextcall", None)
-        if nextcall is not None:
-            nextcall.schedule()
+        wake_engine(self.crawler)
 
     def publish_counts(self) -> None:
         """Add the counts gathered since the last call to the crawler's stats."""
-        if self.io is not None:
-            totals = self.io.totals()
-            delta = {name: total - self._published.get(name, 0) for name, total in totals.items()}
-            self._published.update(totals)
-            self.counts["clustersync/pushed"] += delta["pushed"]
-            self.counts["clustersync/released"] += delta["released"]
-            self.counts["clustersync/outranked"] += delta.get("outranked", 0)
-            self.dupefilter.filtered_in_redis(delta["filtered"])
-        for key, value in self.counts.items():
-            if value:
-                self.stats.inc_value(key, value)
-        self.counts.clear()
-
-
+        self._published.publish(self.io.totals() if self.io is not None else None)

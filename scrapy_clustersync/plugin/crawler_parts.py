@@ -52,3 +52,21 @@ class CrawlerFingerprinter:
             fingerprinter_class = load_object(self.crawler.settings["REQUEST_FINGERPRINTER_CLASS"])
             self._stand_in = build_from_crawler(fingerprinter_class, self.crawler)
         return self._stand_in
+
+
+def engine_drives(crawler: Crawler, scheduler: object) -> bool:
+    """True if a crawl's engine calls ``scheduler`` (and can be woken when work comes); False
+    for a script or a test that calls the scheduler directly. The slot is private, hence the
+    care."""
+    slot = getattr(started_part(crawler, "engine"), "_slot", None)
+    return getattr(slot, "scheduler", None) is scheduler
+
+
+def wake_engine(crawler: Crawler) -> None:
+    """Make the engine ask its scheduler for a request now. Scrapy polls ``next_request()``
+    only when a request finishes or every 5 s: work that arrives while a node waits must start
+    at once. The slot is private, hence the care."""
+    slot: Any = getattr(started_part(crawler, "engine"), "_slot", None)
+    nextcall = getattr(slot, "nextcall", None)
+    if nextcall is not None:
+        nextcall.schedule()

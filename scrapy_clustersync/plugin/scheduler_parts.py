@@ -1,0 +1,54 @@
+"""What a ``ClusterScheduler`` is built of, from a crawler's settings (its ``from_crawler``)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+
+from ..codec import RequestCodec
+from ..config import DEFAULTS, ClusterConfig
+from ..node.spool import Spool
+from ..store import JobStore, make_client
+from .cluster_dupefilter import ClusterDupeFilter, project_dupefilter
+from .crawl_order import QueueOrder
+from .crawler_parts import CrawlerFingerprinter
+
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
+
+#: the job of a crawler whose spider has no name, unless CLUSTERSYNC_JOB says otherwise
+DEFAULT_JOB = "default"
+
+
+def scheduler_parts(crawler: Crawler) -> dict[str, Any]:
+    """The keyword arguments of ``ClusterScheduler`` (but ``crawler``) for ``crawler``: its
+    config, store, codec, the cluster's dupefilter and the project's, the spool, the order."""
+    assert crawler.stats is not None
+    settings = crawler.settings
+    # Scrapy cannot crawl a spider without a name, but its scheduler can be built for one
+    # (a crawler of the base Spider): such a job is "default" unless CLUSTERSYNC_JOB says
+    config = ClusterConfig.from_settings(
+        settings, getattr(crawler.spidercls, "name", None) or DEFAULT_JOB)
+    client = make_client(config.redis_url, config.tls, config.socket_timeout_s)
+    codec = RequestCodec(
+        crawler.spider,  # None until the spider exists: open() sets it
+        config.max_request_bytes,
+        settings.getlist("CLUSTERSYNC_REQUEST_CLASSES"),
+    )
+    # the crawler's own fingerprinter, read when first needed: Scrapy sets it when the crawl
+    # starts, and a scheduler may be built (and opened) for a crawler that never starts one
+    dupefilter = ClusterDupeFilter(
+        CrawlerFingerprinter(crawler), Counter(), config.local_seen_cache,
+        debug=settings.getbool("DUPEFILTER_DEBUG"),
+    )
+    spool_dir = str(settings.get("CLUSTERSYNC_SPOOL_DIR") or DEFAULTS["CLUSTERSYNC_SPOOL_DIR"])
+    return {
+        "config": config,
+        "store": JobStore(client, config.job, config.node_id, config.dedup,
+                          failed_keep=config.failed_keep),
+        "codec": codec,
+        "dupefilter": dupefilter,
+        "spool": Spool(spool_dir, config.job),
+        "df": project_dupefilter(crawler, dupefilter),
+        "order": QueueOrder.from_settings(settings),
+    }
