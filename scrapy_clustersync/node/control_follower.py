@@ -1,18 +1,21 @@
 """ControlFollower: how a node follows the job's control state (``clustersync pause|resume|stop``).
 
 The state lives in Redis (the job's meta field ``control``, changed by ``control.lua``). The
-node's Redis thread calls ``follow`` on every turn of its loop (at least every
+node's Redis thread calls ``listen`` on every turn of its loop (at least every
 ``FOLLOW_INTERVAL_S``): it applies what the job's control channel said since (a subscription
-on a connection of its own, read without waiting) and re-reads the field every ``REREAD_S``, so
-that a node that missed a message (a dropped connection, a node that joined meanwhile)
-converges within that time. When Redis is away it keeps the last state it knew and subscribes
-again quietly. The thread holds leasing while the job does not run and hands the state to the
-reactor in its ``NodeView``; the control extension (plugin/job_control.py) acts on it there.
+on a connection of its own, read without waiting); and it re-reads the field every
+``REREAD_S``, in the round trip of the turn's other calls (``read_in``, ``answered``), so that
+a node that missed a message (a dropped connection, a node that joined meanwhile) converges
+within that time. ``follow`` does both, the read a call of its own. When Redis is away it
+keeps the last state it knew and subscribes again quietly. The thread holds leasing while the
+job does not run and hands the state to the reactor in its ``NodeView``; the control extension
+(plugin/job_control.py) acts on it there.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..store import StoreError
@@ -28,6 +31,7 @@ from ..store.errors import AccessRefused
 
 if TYPE_CHECKING:
     from ..store.control_state import ControlStore
+    from ..store.round_trip import Answer, RoundTrip
 
 logger = logging.getLogger(__name__)
 
@@ -58,13 +62,32 @@ class ControlFollower:
         self._channel_refused = False  # NOPERM on SUBSCRIBE: follow by re-reading only
 
     def follow(self, now: float) -> None:
-        """Apply what the channel said since the last call and re-read the state when due.
-        Never raises: Redis away, it tries again after ``RECONNECT_S``."""
+        """Apply what the channel said since the last call and re-read the state when due (a
+        call of its own). Never raises: Redis away, it tries again after ``RECONNECT_S``."""
+        self.listen(now)
+        if now >= self._next_read:
+            self._next_read = now + self._reread_s
+            self._guarded(lambda: self._control.read(), now)
+
+    def listen(self, now: float) -> None:
+        """Apply what the channel said since the last call (no round trip: what came is read
+        without waiting), subscribing first when due. Never raises."""
+        self._guarded(lambda: self._listen_if_allowed(now), now)
+
+    def read_in(self, trip: RoundTrip, now: float) -> Answer[ControlState] | None:
+        """The re-read of the state, in ``trip``, when due (``answered`` applies it)."""
+        if now < self._next_read:
+            return None
+        self._next_read = now + self._reread_s
+        return self._control.read_in(trip)
+
+    def answered(self, answer: Answer[ControlState], now: float) -> None:
+        """Apply the re-read ``read_in`` added to a round trip. Never raises."""
+        self._guarded(answer.result, now)
+
+    def _guarded(self, action: Callable[[], ControlState | None], now: float) -> None:
         try:
-            self._listen_if_allowed(now)
-            if now >= self._next_read:
-                self._next_read = now + self._reread_s
-                self.state = self._control.read().state
+            read = action()
         except StoreError as exc:  # Redis away: the heartbeat says so; retry quietly
             logger.debug("clustersync: job control channel of %r lost (%s); retrying",
                          self.job, exc)
@@ -73,6 +96,9 @@ class ControlFollower:
             logger.warning("clustersync: unexpected error following the control state of "
                            "job %r; retrying", self.job, exc_info=True)
             self._drop(now)
+        else:
+            if read is not None:
+                self.state = read.state
 
     def _listen_if_allowed(self, now: float) -> None:
         """Listen on the channel, unless this client may not subscribe (an ACL user without

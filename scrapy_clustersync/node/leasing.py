@@ -14,12 +14,14 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..config import ClusterConfig
 from ..store import JobStore, Leased
 from ..store.control_state import RUNNING
 from ..store.job_store import new_call_id
+from ..store.round_trip import Answer, RoundTrip
 
 if TYPE_CHECKING:
     from .reactor_link import NodeLink
@@ -32,6 +34,16 @@ EMPTY_QUEUE_BACKOFF_MAX_S = 1.0
 ROUND_TRIP_WEIGHT = 0.2
 #: the reactor is told the round trip again when it moved by this share
 ROUND_TRIP_TELL_CHANGE = 0.25
+
+
+@dataclass(frozen=True)
+class LeaseCall:
+    """A lease added to a round trip, until its answer is handed over."""
+
+    answer: Answer[list[Leased]]
+    count: int  # entries asked for
+    #: pushes of the batch ahead of it in the round trip (0: none, or a lease sent again)
+    settling: int
 
 
 class LeasingPart:
@@ -71,9 +83,11 @@ class LeasingPart:
         if self._lease_covered >= self._starved_at:  # not starving for earlier pushes still
             self._starved_at = pushes
 
-    def _lease_due(self, now: float) -> bool:
+    def _lease_due(self, now: float, settling: int = 0) -> bool:
+        """A lease should go now; ``settling``: pushes of a batch that goes ahead of it."""
         # the reactor starves for its own pushes, and every one it waits for is in Redis now
-        settled = self._writes.pushes_settled
+        # (or is in the batch ahead of the lease)
+        settled = self._writes.pushes_settled + settling
         awaited = (self._lease_covered < self._wanted_after <= settled
                    or self._lease_covered < self._starved_at <= settled)
         if awaited:
@@ -90,17 +104,39 @@ class LeasingPart:
         return self._lease_allowed() and len(self._unstarted) <= self._demand // 2
 
     def _lease(self) -> bool:
+        """Lease, in a round trip of its own; False if nothing came."""
+        trip = self.store.round_trip()
+        call = self._lease_in(trip)
+        started = time.monotonic()
+        trip.send()
+        return self._lease_answered(call, time.monotonic() - started)
+
+    def _lease_in(self, trip: RoundTrip, settling: int = 0) -> LeaseCall:
+        """Add the lease to ``trip``: what is missing of the target, or the call whose answer
+        was lost, again. ``settling``: pushes of the batch ahead of it in ``trip``, which Redis
+        applies before it leases, if it takes the batch (``_lease_answered`` is told)."""
+        fresh = self._pending_lease is None
         if self._pending_lease is None:
             count = max(1, min(self.config.prefetch, self._demand) - len(self._unstarted))
             self._pending_lease = (new_call_id(), count, self._writes.pushes_settled)
-        call_id, count, covered = self._pending_lease
+        call_id, count, _ = self._pending_lease
         lease_ms = int(self.config.lease_timeout_s * 1000)
-        started = time.monotonic()
-        entries = self.store.lease(self.epoch, count, lease_ms, call_id)
-        self._measured(time.monotonic() - started)
+        answer = self.store.lease_in(trip, self.epoch, count, lease_ms, call_id)
+        return LeaseCall(answer, count, settling if fresh else 0)
+
+    def _lease_answered(self, call: LeaseCall, took_s: float, settled: bool = False) -> bool:
+        """Hand the reactor a lease's answer; False if nothing came. ``took_s``: its round
+        trip's time; ``settled``: Redis took the batch ahead of it in the round trip (its
+        ``settling`` pushes) before the lease."""
+        entries = call.answer.result()
+        self._measured(took_s)
         logger.debug("clustersync: leased %d of %d (target %d, %d not taken, round trip %.1f ms)",
-                     len(entries), count, self._demand, len(self._unstarted),
+                     len(entries), call.count, self._demand, len(self._unstarted),
                      self._round_trip_s * 1000)
+        assert self._pending_lease is not None
+        covered = self._pending_lease[2]
+        if settled:  # (a lease sent again on its own ran later still)
+            covered += call.settling
         self._pending_lease = None
         self._took_lease(entries, covered)
         if not entries:

@@ -8,7 +8,8 @@ and, at close, what could not be sent. Every field of this thread is written by 
 
 The thread flushes the ops in order, in batches (one script call each), leases new work ahead
 of need, sends the heartbeat (heartbeats.py) and follows the job's control state, its pub/sub
-included (control_follower.py). Redis away, Redis older than it was and the job gone are
+included (control_follower.py); what is due of those in a turn goes in one round trip
+(turns.py). Redis away, Redis older than it was and the job gone are
 outages.py's. Two faults are not outages and are never retried as they are: a batch Redis
 refuses for what it holds (a malformed op) is split until the op is found; that op goes to the
 job's dead letters with the reason, the rest is applied in order.
@@ -26,7 +27,6 @@ from typing import Any
 from ..config import ClusterConfig
 from ..plugin.stop_reasons import REDIS_UNREACHABLE
 from ..store import JobStore
-from ..store.errors import BadBatch
 from .control_follower import FOLLOW_INTERVAL_S, ControlFollower
 from .heartbeats import PING_INTERVAL_S, HeartbeatPart
 from .leasing import LeasingPart
@@ -46,6 +46,7 @@ from .thread_messages import (
     Totals,
     WantLease,
 )
+from .turns import TurnPart
 from .write_stream import WriteStream
 
 logger = logging.getLogger(__name__)
@@ -83,7 +84,7 @@ def open_redis_thread(
                       later=None if post is not None else end_of_turn).link
 
 
-class SyncWorker(HeartbeatPart, LeasingPart, OutagePart):
+class SyncWorker(TurnPart, HeartbeatPart, LeasingPart, OutagePart):
     """The node's Redis thread (see the module doc); ``link`` is its reactor side."""
 
     def __init__(
@@ -179,8 +180,9 @@ class SyncWorker(HeartbeatPart, LeasingPart, OutagePart):
         return True
 
     def _turn(self, now: float) -> bool:
-        if self._away_since is None:
-            self._follow(now)
+        if self._away_since is None:  # (the re-read of the control state is in the step)
+            self._follower.listen(now)
+            self._control = self._follower.state
         busy = bool(self._guard(lambda: self._step(now, closing=False)))
         if self._away_since is not None:
             self._retry_at = time.monotonic() + self._outage_backoff_s()
@@ -202,22 +204,6 @@ class SyncWorker(HeartbeatPart, LeasingPart, OutagePart):
         if self._lease_wanted():
             due.append(self._next_lease)
         return min(MAX_SLEEP_S, max(MIN_SLEEP_S, min(due) - now))
-
-    def _step(self, now: float, closing: bool) -> bool:
-        busy = False
-        if now >= self._next_heartbeat and not closing:
-            self._beat(now)
-        # a node with nothing left to crawl starves: its new work must reach Redis now; entries
-        # handed back go back to the queue before the next lease (which would pass them over)
-        if self._writes.due(now, urgent=closing or self._urgent or not self._unstarted):
-            busy = self._flush(closing)
-        if not closing and self._turned_idle():
-            self._beat(now)  # the job may be finished now: say so without waiting an interval
-        if not closing and self._lease_due(now):
-            busy = self._lease() or busy
-        if not closing:  # bloom-prepare: next Bloom layer ahead of need, one chunk per step
-            busy = self.store.prepare_bloom(self.epoch) or busy
-        return busy
 
     def _follow(self, now: float) -> None:
         self._follower.follow(now)
@@ -292,47 +278,6 @@ class SyncWorker(HeartbeatPart, LeasingPart, OutagePart):
         self._drop_asked = False
 
     # ---- writes and leases -------------------------------------------------------------------
-    def _flush(self, closing: bool = False) -> bool:
-        """Send the next batch; False if there was none to send before a lease."""
-        # the engine starves for the pushes made up to when it asked: the lease that answers it
-        # goes between those and later ones, as Scrapy's scheduler would have answered then
-        starving = (not closing and self._lease_covered < self._starved_at
-                    and self._lease_wanted())
-        call_id, batch = self._writes.batch(self._starved_at if starving else None)
-        if not batch:
-            return False  # the lease goes first (this step)
-        self._urgent = False
-        try:
-            result = self.store.flush(self.epoch, batch, call_id)
-        except BadBatch as exc:
-            self._set_aside(exc)
-            return True
-        settled = self._writes.confirmed()
-        self._held.difference_update(settled)
-        self._releasing.difference_update(settled)
-        if result.pushed:
-            self._next_lease = 0.0
-            self._empty_backoff_s = 0.0
-        totals = self._totals
-        self._totals = dataclasses.replace(
-            totals, pushed=totals.pushed + result.pushed,
-            filtered=totals.filtered + result.filtered, released=totals.released + result.released)
-        return True
-
-    def _set_aside(self, exc: BadBatch) -> None:
-        """Find the op Redis refused by halving the batch; dead-letter it, keep the order."""
-        op = self._writes.refused()
-        if op is None:
-            return
-        self._totals = dataclasses.replace(self._totals, set_aside=self._totals.set_aside + 1)
-        self._releasing.discard(op.settles or "")
-        logger.error(
-            "clustersync: Redis refused a write of job %r (%s); it is moved to the job's dead "
-            "letters (`clustersync dead %s`) and the crawl goes on. Write: %s",
-            self.config.job, exc, self.config.job, op.describe(),
-        )
-        self._writes.set_aside(op, str(exc))
-
     def _turned_idle(self) -> bool:
         """Idle and quiet, and no heartbeat said so since the node last did something."""
         return self._node_idle and self._quiet and self._idle_reported_at != self._activity
@@ -393,7 +338,7 @@ class SyncWorker(HeartbeatPart, LeasingPart, OutagePart):
             if not self._guard(lambda: self._step(time.monotonic(), closing=True)):
                 time.sleep(0.2)
         if not self._writes and not self._state_lost:
-            self._guard(lambda: self._send_heartbeat(leaving=True))
+            self._guard(lambda: self._beat(time.monotonic(), leaving=True))
 
 
 __all__ = ["CLOSE_TIMEOUT_S", "SyncWorker", "Undelivered", "open_redis_thread"]

@@ -18,6 +18,7 @@ import redis
 from .errors import translate_errors
 from .keys import JobKeys
 from .records import as_text
+from .round_trip import Answer, RoundTrip
 from .script_base import JobScript
 
 RUNNING = "running"
@@ -93,6 +94,12 @@ class ControlStore:
         with translate_errors(self.client):
             state, since = self.client.hmget(self.keys.meta, ["control", "control_ms"])
         return ControlState.parse(state, since)
+
+    def read_in(self, trip: RoundTrip) -> Answer[ControlState]:
+        """``read`` in ``trip`` (round_trip.py)."""
+        fields = ["control", "control_ms"]
+        return trip.add(lambda pipe: pipe.hmget(self.keys.meta, fields),
+                        Answer(self.client, lambda reply: ControlState.parse(*reply)))
 
     def subscribe(self) -> ControlSubscription:
         """A subscription to the job's control channel on a connection of its own."""
