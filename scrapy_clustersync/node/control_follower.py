@@ -69,10 +69,12 @@ class ControlFollower:
             self._next_read = now + self._reread_s
             self._guarded(lambda: self._control.read(), now)
 
-    def listen(self, now: float) -> None:
+    def listen(self, now: float, connect: bool = True) -> None:
         """Apply what the channel said since the last call (no round trip: what came is read
-        without waiting), subscribing first when due. Never raises."""
-        self._guarded(lambda: self._listen_if_allowed(now), now)
+        without waiting), subscribing first when due and ``connect`` allows it: a subscription
+        takes a connection of its own, whose handshake costs the thread a few round trips (the
+        re-read covers the state meanwhile). Never raises."""
+        self._guarded(lambda: self._listen_if_allowed(now, connect), now)
 
     def read_in(self, trip: RoundTrip, now: float) -> Answer[ControlState] | None:
         """The re-read of the state, in ``trip``, when due (``answered`` applies it)."""
@@ -100,13 +102,13 @@ class ControlFollower:
             if read is not None:
                 self.state = read.state
 
-    def _listen_if_allowed(self, now: float) -> None:
+    def _listen_if_allowed(self, now: float, connect: bool = True) -> None:
         """Listen on the channel, unless this client may not subscribe (an ACL user without
         pub/sub permission): then the node follows by re-reading alone, within REREAD_S."""
         if self._channel_refused:
             return
         try:
-            self._listen(now)
+            self._listen(now, connect)
         except AccessRefused as exc:
             self._channel_refused = True
             self.close()
@@ -121,9 +123,9 @@ class ControlFollower:
         self.state = state
         self._next_read = self._subscribe_at = now + self._reread_s
 
-    def _listen(self, now: float) -> None:
+    def _listen(self, now: float, connect: bool) -> None:
         if self._subscription is None:
-            if now < self._subscribe_at:
+            if now < self._subscribe_at or not connect:
                 return
             self._subscription = self._control.subscribe()
             self._next_read = now  # a change made while the node was not subscribed

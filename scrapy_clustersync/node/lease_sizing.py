@@ -12,8 +12,9 @@ before the next lease comes back (``LeaseSizer.target``):
 
 and never less than what the downloader runs at once over the sites it has (``capacity``),
 
-where the horizon is how long a lease asked now takes to arrive: a few of the Redis thread's
-round trips (it measures them), and never less than ``MIN_HORIZON_S``. The rate is the
+where the horizon is twice how long a lease asked now takes to arrive (the thread leases once
+half the target is gone): a few of the Redis thread's round trips (it measures them), and
+never less than ``MIN_HORIZON_S``. The rate is the
 highest recent one, decaying slowly: a node that starves takes fewer requests, and a rate
 that followed it down would size the next lease smaller still. The reactor tells the
 Redis thread the target (``Demand``) when it changed; the thread leases what is missing once
@@ -32,9 +33,11 @@ from dataclasses import dataclass
 #: the shortest horizon a lease is sized for: a busy machine may not run the Redis thread for
 #: tens of milliseconds, whatever the round trip to Redis
 MIN_HORIZON_S = 0.5
-#: round trips of the Redis thread between a lease asked and its entries on the reactor: the
-#: call under way, the lease itself, and a flush or a heartbeat before it
-HORIZON_ROUND_TRIPS = 4
+#: round trips of the Redis thread the target covers: twice (the thread leases once half the
+#: target is gone) those between a lease asked and its entries on the reactor, the round trip
+#: under way and the lease's own (turns.py: a flush or a heartbeat goes in the same one), and
+#: one more for a turn that takes longer (a busy machine, a large batch ahead of the lease)
+HORIZON_ROUND_TRIPS = 6
 #: the longest a batch of writes lingers before it goes (write_stream.py)
 LINGER_S = 0.05
 #: how often the downloader is looked at, at most (it walks every download slot)

@@ -181,7 +181,7 @@ class SyncWorker(TurnPart, HeartbeatPart, LeasingPart, OutagePart):
 
     def _turn(self, now: float) -> bool:
         if self._away_since is None:  # (the re-read of the control state is in the step)
-            self._follower.listen(now)
+            self._follower.listen(now, connect=self._lease_can_wait())
             self._control = self._follower.state
         busy = bool(self._guard(lambda: self._step(now, closing=False)))
         if self._away_since is not None:
