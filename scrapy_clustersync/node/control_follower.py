@@ -72,9 +72,14 @@ class ControlFollower:
     def listen(self, now: float, connect: bool = True) -> None:
         """Apply what the channel said since the last call (no round trip: what came is read
         without waiting), subscribing first when due and ``connect`` allows it: a subscription
-        takes a connection of its own, whose handshake costs the thread a few round trips (the
-        re-read covers the state meanwhile). Never raises."""
+        opens a connection of its own, whose handshake takes a few round trips (the re-read
+        covers the state meanwhile). Never raises."""
         self._guarded(lambda: self._listen_if_allowed(now, connect), now)
+
+    def subscription_due(self, now: float) -> bool:
+        """``listen`` would subscribe now, if allowed to connect."""
+        return (self._subscription is None and not self._channel_refused
+                and now >= self._subscribe_at)
 
     def read_in(self, trip: RoundTrip, now: float) -> Answer[ControlState] | None:
         """The re-read of the state, in ``trip``, when due (``answered`` applies it)."""

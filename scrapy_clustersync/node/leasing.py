@@ -103,12 +103,6 @@ class LeasingPart:
     def _lease_wanted(self) -> bool:
         return self._lease_allowed() and len(self._unstarted) <= self._demand // 2
 
-    def _lease_can_wait(self) -> bool:
-        """A few round trips spent on something else (a new connection's handshake) would not
-        keep the downloader waiting: the prefetch is above its low-water mark, leasing is held,
-        or the queue has been empty for a while."""
-        return not self._lease_wanted() or self._empty_backoff_s >= EMPTY_QUEUE_BACKOFF_MAX_S
-
     def _lease(self) -> bool:
         """Lease, in a round trip of its own; False if nothing came."""
         trip = self.store.round_trip()

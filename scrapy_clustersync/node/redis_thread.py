@@ -56,6 +56,9 @@ MAX_SLEEP_S = 0.5
 CLOSE_TIMEOUT_S = 15.0
 #: the first heartbeat comes this long after the join (at most one interval)
 FIRST_BEAT_AFTER_S = 0.25
+#: round trips a subscription's new connection takes before it listens (its handshake and the
+#: SUBSCRIBE), with one to spare
+SUBSCRIBE_ROUND_TRIPS = 4
 
 #: schedules a call on the reactor from this thread (``reactor.callFromThread``)
 Post = Callable[..., object]
@@ -149,8 +152,22 @@ class SyncWorker(TurnPart, HeartbeatPart, LeasingPart, OutagePart):
         self._tell()
         if not self._writes:
             self._channel.ops_wanted.set()
-        if not busy and not self._channel.pending():
+        if not busy and not self._channel.pending() and not self._subscribe_if_free():
             self._channel.wake.wait(self._sleep_s(time.monotonic()))
+
+    def _subscribe_if_free(self) -> bool:
+        """Subscribe to the job's control channel if that is due and its connection's handshake
+        ends before the next call is due; True if it did. The handshake is the thread's time: a
+        node far from Redis that crawls without a pause does not have it, and follows the state
+        by its re-reads alone (control_follower.py), as a node refused SUBSCRIBE does."""
+        now = time.monotonic()
+        if (self._away_since is not None or self._state_lost is not None
+                or not self._follower.subscription_due(now)
+                or self._next_call_at(now) - now < SUBSCRIBE_ROUND_TRIPS * self._round_trip_s):
+            return False
+        self._follower.listen(now, connect=True)
+        self._control = self._follower.state
+        return True
 
     def _open(self, opening: Opening) -> bool:
         """Join the job (and what goes with it: ``joining.open_node``); False if the node must
@@ -181,7 +198,7 @@ class SyncWorker(TurnPart, HeartbeatPart, LeasingPart, OutagePart):
 
     def _turn(self, now: float) -> bool:
         if self._away_since is None:  # (the re-read of the control state is in the step)
-            self._follower.listen(now, connect=self._lease_can_wait())
+            self._follower.listen(now, connect=False)  # (``_subscribe_if_free`` subscribes)
             self._control = self._follower.state
         busy = bool(self._guard(lambda: self._step(now, closing=False)))
         if self._away_since is not None:
@@ -197,13 +214,18 @@ class SyncWorker(TurnPart, HeartbeatPart, LeasingPart, OutagePart):
             return MAX_SLEEP_S
         if self._away_since is not None:
             return max(MIN_SLEEP_S, min(self._retry_at, ping or self._retry_at) - now)
-        due = [self._next_heartbeat, now + FOLLOW_INTERVAL_S, *([ping] if ping else [])]
+        due = [self._next_call_at(now), now + FOLLOW_INTERVAL_S, *([ping] if ping else [])]
+        return min(MAX_SLEEP_S, max(MIN_SLEEP_S, min(due) - now))
+
+    def _next_call_at(self, now: float) -> float:
+        """When the next call to Redis is due: a heartbeat, a lingering batch, a lease."""
+        due = [self._next_heartbeat]
         linger = self._writes.linger_until(now)
         if linger is not None:
             due.append(linger)
         if self._lease_wanted():
             due.append(self._next_lease)
-        return min(MAX_SLEEP_S, max(MIN_SLEEP_S, min(due) - now))
+        return min(due)
 
     def _follow(self, now: float) -> None:
         self._follower.follow(now)

@@ -62,3 +62,12 @@ def short_handshake() -> dict[str, object]:
     else:
         options["maint_notifications_config"] = MaintNotificationsConfig(enabled=False)
     return options
+
+
+def client_of_its_own(client: redis.Redis) -> redis.Redis:
+    """A client with the options of ``client`` and connections of its own: a subscription that
+    took one of ``client``'s pooled connections would leave ``client`` to open another on its
+    next call, paying that connection's handshake where the caller waits for an answer."""
+    pool = client.connection_pool
+    own = pool.__class__(connection_class=pool.connection_class, **pool.connection_kwargs)
+    return redis.Redis(connection_pool=own)

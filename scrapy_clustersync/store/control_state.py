@@ -15,6 +15,7 @@ from typing import Any
 
 import redis
 
+from .client import client_of_its_own
 from .errors import translate_errors
 from .keys import JobKeys
 from .records import as_text
@@ -111,7 +112,8 @@ class ControlSubscription:
     named, or None when none came in time. Errors are the store's own (``StoreError``)."""
 
     def __init__(self, client: redis.Redis, channel: str) -> None:
-        self.client = client
+        # its own connection, opened here (its handshake's round trips are the caller's now)
+        self.client = client = client_of_its_own(client)
         self._pubsub = client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
         with translate_errors(client):
             self._pubsub.subscribe(channel)
@@ -129,3 +131,5 @@ class ControlSubscription:
         # a broken connection is what may be closed here
         with contextlib.suppress(Exception):
             close()
+        with contextlib.suppress(Exception):
+            self.client.connection_pool.disconnect()
