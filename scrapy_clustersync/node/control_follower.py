@@ -6,7 +6,9 @@ node's Redis thread calls ``listen`` on every turn of its loop (at least every
 on a connection of its own, read without waiting); and it re-reads the field every
 ``REREAD_S``, in the round trip of the turn's other calls (``read_in``, ``answered``), so that
 a node that missed a message (a dropped connection, a node that joined meanwhile) converges
-within that time. ``follow`` does both, the read a call of its own. When Redis is away it
+within that time. Until it subscribed (its thread subscribes when it has the time: see
+``SyncWorker._subscribe_if_free``) it re-reads in every round trip that goes anyway, up to every
+``FOLLOW_INTERVAL_S``. ``follow`` does both, the read a call of its own. When Redis is away it
 keeps the last state it knew and subscribes again quietly. The thread holds leasing while the
 job does not run and hands the state to the reactor in its ``NodeView``; the control extension
 (plugin/job_control.py) acts on it there.
@@ -82,8 +84,12 @@ class ControlFollower:
                 and now >= self._subscribe_at)
 
     def read_in(self, trip: RoundTrip, now: float) -> Answer[ControlState] | None:
-        """The re-read of the state, in ``trip``, when due (``answered`` applies it)."""
-        if now < self._next_read:
+        """The re-read of the state, in ``trip``, when due (``answered`` applies it): every
+        ``REREAD_S``; and without a subscription, whenever ``trip`` holds other calls (it costs
+        no round trip then), up to every ``FOLLOW_INTERVAL_S``."""
+        riding = (self._subscription is None and len(trip) > 0
+                  and now >= self._next_read - self._reread_s + FOLLOW_INTERVAL_S)
+        if now < self._next_read and not riding:
             return None
         self._next_read = now + self._reread_s
         return self._control.read_in(trip)

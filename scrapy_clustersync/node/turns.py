@@ -1,8 +1,8 @@
 """One turn of the node's Redis thread: what is due, in one round trip (part of
 ``redis_thread.SyncWorker``).
 
-A turn sends what is due of the heartbeat, a look at the job's control state, the next batch of
-writes and a lease together (store/round_trip.py). Each would be a round trip of its own, and
+A turn sends what is due of the heartbeat, the next batch of writes, a lease and a look at the
+job's control state together (store/round_trip.py). Each would be a round trip of its own, and
 far from Redis that is what the thread spends its time on: a lease that waited behind the three
 others came three round trips later, while the downloader ran dry. Redis runs them in that
 order, so the lease finds the batch's pushes and releases queued, as the reactor judges the
@@ -68,13 +68,13 @@ class TurnPart:
         again at once (it sent writes, leased something, or has a Bloom layer to prepare)."""
         trip = self.store.round_trip()
         beat = self._beat_in(trip, now) if now >= self._next_heartbeat and not closing else None
-        reading = not closing and self._away_since is None
-        control = self._follower.read_in(trip, now) if reading else None
         flush = self._flush_in(trip, now, closing)
         settling = flush.pushes if flush is not None else 0
         lease = None
         if not closing and self._lease_due(now, settling):
             lease = self._lease_in(trip, settling)
+        reading = not closing and self._away_since is None
+        control = self._follower.read_in(trip, now) if reading else None
         started = time.monotonic()
         trip.send()
         took_s = time.monotonic() - started

@@ -1,0 +1,139 @@
+"""A node's calls sent together in one round trip (store/round_trip.py), against a real
+redis-server: Redis runs them in the order they were added, each is answered as it would be
+alone, and together they cost one round trip."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+import pytest
+from scrapy import Request
+from scrapy.utils.request import RequestFingerprinter
+
+from scrapy_clustersync.codec import RequestCodec
+from scrapy_clustersync.config import DedupSettings
+from scrapy_clustersync.store import JobStore, Leased, Push, make_client
+from scrapy_clustersync.store.errors import BadBatch
+from scrapy_clustersync.store.heartbeat_script import Beat
+from scrapy_clustersync.store.job_store import beat_of, new_call_id
+from scrapy_clustersync.store.round_trip import RoundTrip
+from testkit.redis_server import RedisServer
+
+from conftest import ProxyFactory
+
+CODEC = RequestCodec(None, max_bytes=1 << 20)
+FINGERPRINTER = RequestFingerprinter()
+LEASE_MS = 60_000
+
+
+def push(url: str, fingerprint: bytes | None = None) -> Push:
+    request = Request(url)
+    return Push(fingerprint or FINGERPRINTER.fingerprint(request), 0, CODEC.encode(request))
+
+
+def joined(url: str, dedup: DedupSettings | None = None) -> tuple[JobStore, str]:
+    store = JobStore(make_client(url), "job", "n1", dedup)
+    epoch, _ = store.join(ttl_ms=LEASE_MS)
+    return store, epoch
+
+
+def a_beat() -> Beat:
+    return beat_of(ttl_ms=LEASE_MS, lease_ms=LEASE_MS, info={}, idle=False, idle_after_ms=1000,
+                   lease_ids=[])
+
+
+def urls(leased: Sequence[Leased]) -> set[str]:
+    return {CODEC.decode(entry.blob).url for entry in leased}
+
+
+@pytest.mark.timing
+def test_a_flush_a_lease_a_heartbeat_and_a_control_read_cost_one_round_trip_in_order(
+    redis_server: RedisServer, proxy_factory: ProxyFactory
+) -> None:
+    # given a node that reaches Redis at 0.1 s each way, whose scripts ran once
+    far = proxy_factory(redis_server, delay_s=0.1)
+    store, epoch = joined(far.url())
+    store.lease(epoch, 1, LEASE_MS, new_call_id())
+    # when a batch of three pushes, a lease, a heartbeat and a control read go in one round trip
+    trip = store.round_trip()
+    flushed = store.flush_in(trip, epoch, [push(f"http://a/{i}") for i in range(3)], new_call_id())
+    leased = store.lease_in(trip, epoch, 10, LEASE_MS, new_call_id())
+    beat = store.heartbeat_in(trip, epoch, a_beat())
+    control = store.control.read_in(trip)
+    began = time.monotonic()
+    trip.send()
+    took_s = time.monotonic() - began
+    # then the lease found the batch's pushes queued, every call was answered, and together
+    # they took one round trip (0.2 s; one after the other, four would take 0.8 s)
+    print(f"\nfour calls in one round trip: {took_s:.3f}s at 0.2 s per round trip")
+    assert flushed.result().pushed == 3
+    assert urls(leased.result()) == {"http://a/0", "http://a/1", "http://a/2"}
+    assert beat.result().live_nodes == 1
+    assert control.result().state == "running"
+    assert took_s < 0.4
+
+
+def test_a_batch_redis_refuses_in_a_round_trip_leaves_the_other_calls_answered(
+    redis_server: RedisServer,
+) -> None:
+    # given a job with one request queued
+    store, epoch = joined(redis_server.url)
+    store.flush(epoch, [push("http://a/queued")], new_call_id())
+    # when a batch with a malformed push (an 8-byte fingerprint) and a lease go in one round trip
+    trip = store.round_trip()
+    batch = [push("http://a/good"), push("http://a/bad", b"\x07" * 8)]
+    refused = store.flush_in(trip, epoch, batch, new_call_id())
+    leased = store.lease_in(trip, epoch, 10, LEASE_MS, new_call_id())
+    trip.send()
+    # then the batch is refused whole, and the lease that came after it was made all the same
+    with pytest.raises(BadBatch, match="fingerprint of 8 bytes"):
+        refused.result()
+    assert urls(leased.result()) == {"http://a/queued"}
+    assert store.status().counters.get("pushed") == 1
+
+
+def test_calls_of_a_round_trip_redis_forgot_the_scripts_of_are_sent_again_on_their_own(
+    redis_server: RedisServer,
+) -> None:
+    # given a node whose scripts ran once, and a Redis that then forgot them (as a restart does)
+    store, epoch = joined(redis_server.url)
+    store.flush(epoch, [push("http://a/first")], new_call_id())
+    store.lease(epoch, 1, LEASE_MS, new_call_id())
+    redis_server.client().script_flush()
+    # when a batch and a lease go in one round trip
+    trip = store.round_trip()
+    flushed = store.flush_in(trip, epoch, [push("http://a/1"), push("http://a/2")], new_call_id())
+    leased = store.lease_in(trip, epoch, 10, LEASE_MS, new_call_id())
+    trip.send()
+    # then each was sent again on its own, in order, and answered as it would have been
+    assert flushed.result().pushed == 2
+    assert urls(leased.result()) == {"http://a/1", "http://a/2"}
+    assert flushed.late and leased.late
+
+
+def test_a_batch_that_needs_a_bloom_layer_not_yet_allocated_is_applied_from_a_round_trip(
+    redis_server: RedisServer,
+) -> None:
+    # given a Bloom job whose first layer holds 20 fingerprints
+    store, epoch = joined(redis_server.url, DedupSettings("bloom", 20, 0.01))
+    store.flush(epoch, [push(f"http://a/old{i}") for i in range(15)], new_call_id())
+    # when a batch of 30 new requests, which needs the next layer, goes in a round trip
+    trip = store.round_trip()
+    flushed = store.flush_in(trip, epoch, [push(f"http://a/{i}") for i in range(30)],
+                             new_call_id())
+    trip.send()
+    # then it is applied whole: the layer was allocated and the batch sent again on its own
+    assert flushed.result().pushed == 30
+    assert flushed.late
+    assert len(store.lease(epoch, 100, LEASE_MS, new_call_id())) == 45
+
+
+def test_an_empty_round_trip_sends_nothing(redis_server: RedisServer) -> None:
+    store, _ = joined(redis_server.url)
+    client = redis_server.client()
+    before = client.info("stats")["total_commands_processed"]
+    trip: RoundTrip = store.round_trip()
+    trip.send()
+    # (the INFO itself is one command)
+    assert client.info("stats")["total_commands_processed"] == before + 1
