@@ -59,7 +59,7 @@ class HeartbeatPart:
     _link: NodeLink
     _writes: WriteStream
     _held: set[str]
-    _unstarted: dict[str, None]
+    _unstarted: dict[str, int]
     _node_idle: bool
     _activity: int
     _away_since: float | None

@@ -56,7 +56,7 @@ class LeasingPart:
     _link: NodeLink
     _writes: WriteStream
     _held: set[str]
-    _unstarted: dict[str, None]
+    _unstarted: dict[str, int]
     _releasing: set[str]
     _drop_asked: bool
     _state_lost: str | None
@@ -101,7 +101,16 @@ class LeasingPart:
                     or self._control != RUNNING or self._releasing or self._drop_asked)
 
     def _lease_wanted(self) -> bool:
-        return self._lease_allowed() and len(self._unstarted) <= self._demand // 2
+        return self._lease_allowed() and self._prefetched_usable() <= self._demand // 2
+
+    def _prefetched_usable(self) -> int:
+        """The entries handed to the reactor and not taken that its engine can start: not those
+        leased before the pushes it starves for were in Redis (it hands them back, a newer push
+        of the node first: prefetch.py), lest the lease that answers it be sized without them."""
+        awaited = self._wanted_after if self._lease_covered < self._wanted_after else 0
+        if not awaited:
+            return len(self._unstarted)
+        return sum(covered >= awaited for covered in self._unstarted.values())
 
     def _lease(self) -> bool:
         """Lease, in a round trip of its own; False if nothing came."""
@@ -117,7 +126,7 @@ class LeasingPart:
         applies before it leases, if it takes the batch (``_lease_answered`` is told)."""
         fresh = self._pending_lease is None
         if self._pending_lease is None:
-            count = max(1, min(self.config.prefetch, self._demand) - len(self._unstarted))
+            count = max(1, min(self.config.prefetch, self._demand) - self._prefetched_usable())
             self._pending_lease = (new_call_id(), count, self._writes.pushes_settled)
         call_id, count, _ = self._pending_lease
         lease_ms = int(self.config.lease_timeout_s * 1000)
@@ -159,7 +168,7 @@ class LeasingPart:
         """Hand a lease's answer to the reactor (an empty one too, if it covers more pushes:
         an engine starving for them learns they came back as nothing)."""
         self._held.update(entry.entry_id for entry in entries)
-        self._unstarted.update(dict.fromkeys(entry.entry_id for entry in entries))
+        self._unstarted.update(dict.fromkeys((entry.entry_id for entry in entries), covered))
         if entries or covered > self._lease_covered:
             self._post(self._link.leased, tuple(entries), covered)
         self._lease_covered = max(self._lease_covered, covered)

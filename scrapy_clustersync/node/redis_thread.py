@@ -113,14 +113,16 @@ class SyncWorker(TurnPart, HeartbeatPart, LeasingPart, OutagePart):
         self._totals = Totals()
         self._ops_received = 0
         self._held: set[str] = set()  # lease ids of this node not settled yet
-        #: of those, the ones handed to the reactor and not taken by the engine (in order)
-        self._unstarted: dict[str, None] = {}
+        #: of those, the ones handed to the reactor and not taken by the engine (in order), each
+        #: with the pushes its lease covered
+        self._unstarted: dict[str, int] = {}
         #: releases of the entries a rejoin dropped, until Redis has them: no lease before
         #: (it could take one of them again, and the release would then hand it back)
         self._releasing: set[str] = set()
         self._node_idle = False
         self._activity = 0  # the reactor's count of things the node did, as last heard
         self._urgent = False  # an entry was handed back: the next batch goes out now
+        self._sent_at: float | None = None  # when the last round trip began (turns.py)
         self._init_leasing()
         self._handlers = self._message_handlers()
         self._retry_at = 0.0  # Redis away: the next try
@@ -248,20 +250,24 @@ class SyncWorker(TurnPart, HeartbeatPart, LeasingPart, OutagePart):
     def _receive(self, now: float) -> Close | None:
         """Apply every message the reactor queued (one by one, or in lists: ``NodeLink``
         sends them in batches); returns the node's Close, if it came."""
+        # an op queued while a round trip was under way has waited since it began, at most: its
+        # batch lingers from then (far from Redis, that wait is already longer than a linger)
+        queued_at = now if self._sent_at is None else min(now, self._sent_at)
+        self._sent_at = None
         for message in self._channel.drain():
             for one in message if type(message) is list else (message,):
                 if type(one) is Close:
                     return one
                 try:
-                    self._apply(one, now)
+                    self._apply(one, now, queued_at)
                 except Exception as exc:  # a bug: the next ones still apply
                     self._report_bug(exc)
         return None
 
-    def _apply(self, message: Message, now: float) -> None:
+    def _apply(self, message: Message, now: float, queued_at: float) -> None:
         handler = self._handlers.get(type(message))
         if handler is None:
-            self._writes.add(message, now)  # type: ignore[arg-type]
+            self._writes.add(message, queued_at)  # type: ignore[arg-type]
             self._ops_received += 1
         else:
             handler(message, now)

@@ -55,7 +55,8 @@ class TurnPart:
     _held: set[str]
     _releasing: set[str]
     _urgent: bool
-    _unstarted: dict[str, None]
+    _sent_at: float | None
+    _unstarted: dict[str, int]
     _next_heartbeat: float
     _next_lease: float
     _empty_backoff_s: float
@@ -75,9 +76,7 @@ class TurnPart:
             lease = self._lease_in(trip, settling)
         reading = not closing and self._away_since is None
         control = self._follower.read_in(trip, now) if reading else None
-        started = time.monotonic()
-        trip.send()
-        took_s = time.monotonic() - started
+        took_s = self._send(trip)
         if beat is not None:
             self._beat_answered(beat, took_s)
         if control is not None:
@@ -93,11 +92,20 @@ class TurnPart:
             busy = self.store.prepare_bloom(self.epoch) or busy
         return busy
 
+    def _send(self, trip: RoundTrip) -> float:
+        """Send ``trip``; returns how long it took."""
+        started = time.monotonic()
+        if len(trip):
+            self._sent_at = started
+        trip.send()
+        return time.monotonic() - started
+
     def _flush_in(self, trip: RoundTrip, now: float, closing: bool) -> FlushCall | None:
         """Add the next batch to ``trip``, if one is due (None: none, or none before a lease)."""
         # a node with nothing left to crawl starves: its new work must reach Redis now; entries
         # handed back go back to the queue before the next lease (which would pass them over)
-        if not self._writes.due(now, urgent=closing or self._urgent or not self._unstarted):
+        if not self._writes.due(now, urgent=closing or self._urgent
+                                or not self._prefetched_usable()):
             return None
         # the engine starves for the pushes made up to when it asked: the lease that answers it
         # goes between those and later ones, as Scrapy's scheduler would have answered then
@@ -161,6 +169,8 @@ class TurnPart:
         def _lease_due(self, now: float, settling: int = 0) -> bool: ...
 
         def _lease_wanted(self) -> bool: ...
+
+        def _prefetched_usable(self) -> int: ...
 
         def _lease_in(self, trip: RoundTrip, settling: int = 0) -> LeaseCall: ...
 
