@@ -6,18 +6,25 @@ leases 36 requests of a site it may fetch once a second holds them for half a mi
 the others sit idle). So the reactor sizes the prefetch from what the node can put on the wire
 before the next lease comes back (``LeaseSizer.target``):
 
-    room now (free concurrency, within each site's limit and delay)
-    + the measured rate at which requests go on to the downloader x the horizon
+    what the node can start before the next lease arrives:
+        room now (free concurrency, within each site's limit and delay)
+        + the measured rate at which requests go on to the downloader x the horizon,
+        and never less than what the downloader runs at once over its sites (``capacity``)
     - what was handed to the engine and is not on the wire yet (download gate, slot queues)
 
-and never less than what the downloader runs at once over the sites it has (``capacity``),
+and nothing (0) when what the engine holds covers it. The engine takes every entry it is
+handed while its downloader runs fewer than ``CONCURRENT_REQUESTS`` (a polite site's requests
+wait at the download gate or in their slot's queue meanwhile), so a target kept above what
+the node can start would lease again each time the engine takes, until the node holds about
+``CONCURRENT_REQUESTS`` requests it starts over many seconds, while nodes started a second
+later find the queue empty.
 
-where the horizon is how long a lease asked now takes to arrive: a few of the Redis thread's
-round trips (it measures them), and never less than ``MIN_HORIZON_S``. The rate is the
-highest recent one, decaying slowly: a node that starves takes fewer requests, and a rate
-that followed it down would size the next lease smaller still. The reactor tells the
-Redis thread the target (``Demand``) when it changed; the thread leases what is missing once
-half of it is gone. ``CLUSTERSYNC_PREFETCH`` set to a number fixes the target instead.
+The horizon is how long a lease asked now takes to arrive: a few of the Redis thread's round
+trips (it measures them), and never less than ``MIN_HORIZON_S``. The rate is the highest
+recent one, decaying slowly: a node that starves takes fewer requests, and a rate that
+followed it down would size the next lease smaller still. The reactor tells the Redis thread
+the target (``Demand``) when it changed; the thread leases what is missing once half of it is
+gone. ``CLUSTERSYNC_PREFETCH`` set to a number fixes the target instead.
 
 Everything here is the reactor's.
 """
@@ -67,7 +74,8 @@ Measure = Callable[[], Downstream]
 
 
 class LeaseSizer:
-    """The prefetch target of one node (see the module doc), up to ``maximum``."""
+    """The prefetch target of one node (see the module doc), up to ``maximum``; 0: lease
+    nothing more now."""
 
     def __init__(self, maximum: int, initial: int, measure: Measure | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
@@ -76,9 +84,13 @@ class LeaseSizer:
         self.measure = measure
         self._clock = clock
         self._next_look = 0.0
+        self._can_start = self.target  # what the node can start before the next lease
+        #: requests handed to the engine and not on the wire: at the last look at the
+        #: downloader, plus the entries handed out since
+        self._not_started = 0
         self._window_start = clock()
-        self._taken = 0  # entries the engine took since the window started
-        self._rate = 0.0  # entries taken per second, averaged
+        self._taken = 0  # requests started since the window started
+        self._rate = 0.0  # requests started per second, averaged
 
     def started(self) -> None:
         """A request went on to the downloader: its site's turn came (the download gate lets a
@@ -88,21 +100,36 @@ class LeaseSizer:
         start now."""
         self._taken += 1
 
-    def refresh(self, round_trip_s: float) -> bool:
-        """Size the target again if it is due; True if it changed."""
-        now = self._clock()
-        if self.measure is None or now < self._next_look:
+    def refresh(self, round_trip_s: float, handing_out: bool = False) -> bool:
+        """Size the target again; ``handing_out``: an entry is being handed to the engine (the
+        downloader does not hold it yet). True if the target changed.
+
+        The downloader is looked at every ``REFRESH_S`` at most; in between, each entry handed
+        out counts as one more not started: with Redis near, the engine takes, the Redis thread
+        leases and the engine takes again many times within ``REFRESH_S``, and a target that
+        waited for the next look would lease as many times."""
+        if self.measure is None:
             return False
+        now = self._clock()
+        if now >= self._next_look:
+            self._look(now, round_trip_s)
+        if handing_out:
+            self._not_started += 1
+        target = max(0, min(self.maximum, self._can_start - self._not_started))
+        if abs(target - self.target) <= TARGET_SLACK * self.target:
+            return False  # not worth a message: the thread leases from half of it anyway
+        self.target = target
+        return True
+
+    def _look(self, now: float, round_trip_s: float) -> None:
+        assert self.measure is not None
         self._next_look = now + REFRESH_S
         self._update_rate(now)
         downstream = self.measure()
         horizon_s = max(MIN_HORIZON_S, HORIZON_ROUND_TRIPS * round_trip_s + LINGER_S)
-        wanted = downstream.room + math.ceil(self._rate * horizon_s) - downstream.not_started
-        target = max(1, downstream.capacity, min(self.maximum, wanted))
-        if abs(target - self.target) <= TARGET_SLACK * self.target:
-            return False  # not worth a message: the thread leases from half of it anyway
-        self.target = min(self.maximum, target)
-        return True
+        self._can_start = max(downstream.capacity,
+                              downstream.room + math.ceil(self._rate * horizon_s))
+        self._not_started = downstream.not_started
 
     def _update_rate(self, now: float) -> None:
         elapsed = now - self._window_start
