@@ -193,20 +193,20 @@ class NodeLink:
 
     def _low(self) -> bool:
         """The prefetch is at its low-water mark: wake the Redis thread to lease more, once
-        per lease (it leases from there on its own). A target of 0 wants no lease: the wake
-        is kept for when it grows."""
+        per lease (it leases from there on its own). A target of 0 leases nothing, and a wake
+        sent before it may bring no lease: the next growth wakes the thread again."""
         target = self._sizer.target
-        if self._woke_for_lease or not target or len(self._prefetched) > target // 2:
-            return False
-        self._woke_for_lease = True
-        return True
+        if not target:
+            self._woke_for_lease = False
+        elif not self._woke_for_lease and len(self._prefetched) <= target // 2:
+            self._woke_for_lease = True
+            return True
+        return False
 
     def request_started(self) -> None:
         # the downloader took one on: the target may grow now, not only when the engine asks
-        sizer = self._sizer
-        sizer.started()
-        if sizer.refresh(self._view.round_trip_s):
-            self._say(Demand(sizer.target), self._low())
+        if self._sizer.refresh(self._view.round_trip_s, starting=True):
+            self._say(Demand(self._sizer.target), self._low())
 
     def size_leases(self, measure: Measure) -> None:
         if self.config.prefetch_sized:

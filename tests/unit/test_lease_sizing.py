@@ -3,7 +3,21 @@ holds and has not started (node/lease_sizing.py)."""
 
 from __future__ import annotations
 
-from scrapy_clustersync.node.lease_sizing import REFRESH_S, Downstream, LeaseSizer
+import time
+from typing import cast
+
+from scrapy.settings import Settings
+
+from scrapy_clustersync.config import ClusterConfig
+from scrapy_clustersync.node.lease_sizing import (
+    REFRESH_S,
+    TARGET_SLACK,
+    Downstream,
+    LeaseSizer,
+)
+from scrapy_clustersync.node.reactor_link import Channel, Inbox, NodeLink
+from scrapy_clustersync.node.thread_messages import Demand
+from scrapy_clustersync.store import Leased
 
 #: one site, one request at a time and a delay: one slot that runs one, plus one new site
 POLITE_CAPACITY = 2
@@ -58,13 +72,27 @@ def test_a_node_wants_a_lease_again_once_its_engine_started_what_it_held() -> No
     # when it started them, half a second apart (two a second)
     for _ in range(4):
         clock.now += 0.5
-        sizer.started()
-        sizer.refresh(round_trip_s=0.001)
+        sizer.refresh(round_trip_s=0.001, starting=True)
     downstream[0] = Downstream(not_started=0, room=1, capacity=POLITE_CAPACITY)
     clock.now += REFRESH_S
     # then it wants what it can start before its next lease again
     assert sizer.refresh(round_trip_s=0.001)
     assert sizer.target >= POLITE_CAPACITY
+
+
+def test_a_node_whose_held_requests_ended_unstarted_wants_a_lease_at_once() -> None:
+    # given a polite node that wanted nothing while its engine held four requests
+    clock = Clock()
+    downstream = [Downstream(not_started=4, room=1, capacity=POLITE_CAPACITY)]
+    sizer = sizer_seeing(downstream, clock)
+    sizer.refresh(round_trip_s=0.001)
+    assert sizer.target == 0
+    # when they ended without going on to the downloader (a middleware dropped them), before
+    # the next look would be due
+    downstream[0] = Downstream(not_started=0, room=1, capacity=POLITE_CAPACITY)
+    # then the engine's next call sizes the lease from the downloader, not from the count
+    assert sizer.refresh(round_trip_s=0.001)
+    assert sizer.target == POLITE_CAPACITY
 
 
 def test_a_fast_node_with_nothing_waiting_leases_at_least_what_its_downloader_runs_at_once(
@@ -82,6 +110,55 @@ def test_a_fast_node_with_nothing_waiting_leases_at_least_what_its_downloader_ru
     for _ in range(4):
         clock.now += 0.25
         for _ in range(25):
-            sizer.started()
-        sizer.refresh(round_trip_s=0.001)
+            sizer.refresh(round_trip_s=0.001, handing_out=True)
+            sizer.refresh(round_trip_s=0.001, starting=True)
+    clock.now += REFRESH_S  # the transfers ended: the next look finds the downloader free
+    sizer.refresh(round_trip_s=0.001)
     assert sizer.target >= 16 + 50
+
+
+def test_entries_that_go_straight_to_the_wire_keep_a_fast_node_fed_before_its_rate_is_known(
+) -> None:
+    # given a node without delays whose downloader runs 16 requests at once, eight per site,
+    # before any request started
+    clock = Clock()
+    sizer = sizer_seeing([Downstream(not_started=0, room=16, capacity=16)], clock)
+    sizer.refresh(round_trip_s=0.001)
+    # when its engine takes eight entries that start at once, then eight its site's limit
+    # holds at the download gate, within one look at the downloader
+    for _ in range(8):
+        sizer.refresh(round_trip_s=0.001, handing_out=True)
+        sizer.refresh(round_trip_s=0.001, starting=True)
+    assert sizer.target == 16
+    for _ in range(8):
+        sizer.refresh(round_trip_s=0.001, handing_out=True)
+    # then it still wants a downloader's worth beyond those eight (within the slack a target
+    # moves by before the Redis thread is told): they start as soon as the first transfers end
+    assert abs(sizer.target - 8) <= TARGET_SLACK * 8
+
+
+def test_a_node_that_wanted_nothing_wakes_its_redis_thread_as_soon_as_it_wants_a_lease() -> None:
+    # given a node whose Redis thread was woken to lease, and whose engine then took more
+    # than it can start before that lease came (so the thread leased nothing)
+    settings = Settings({"CLUSTERSYNC_REDIS_URL": "redis://127.0.0.1:1/0",
+                         "CONCURRENT_REQUESTS_PER_DOMAIN": 2})
+    channel = Channel()
+    link = NodeLink(ClusterConfig.from_settings(settings, "job"), channel,
+                    Inbox(lambda call: call(), lambda: False), lambda: None, lambda: None,
+                    "none")
+    downstream = [Downstream(not_started=0, room=4, capacity=4)]
+    link.size_leases(lambda: downstream[0])
+    link.leased((Leased("e0", b"request 0", 0),), covered=0)
+    assert link.take() is not None
+    assert channel.wake.is_set()
+    channel.wake.clear()
+    downstream[0] = Downstream(not_started=5, room=0, capacity=4)
+    time.sleep(REFRESH_S)  # the next look at the downloader is due
+    assert link.take() is None
+    # when the downloader started what the engine held
+    downstream[0] = Downstream(not_started=0, room=4, capacity=4)
+    link.request_started()
+    # then the thread is woken to lease again, told what to lease
+    assert channel.wake.is_set()
+    said = [one for batch in channel.drain() for one in cast("list[object]", batch)]
+    assert [one.target for one in said if isinstance(one, Demand)] == [3, 0, 4]
