@@ -2,11 +2,11 @@
 
 The thread leases when what it handed the reactor and the engine has not taken yet falls to
 half the reactor's target (``Demand``: what the node can start before the next lease arrives,
-lease_sizing.py), and leases what is missing. It leases at once, whatever the target, when the
-engine starves for the node's own pushes and those are all in Redis (``WantLease``). An empty
-queue is asked again after a growing pause (``EMPTY_QUEUE_BACKOFF_MAX_S`` at most), and
-immediately after the node pushed something. The lease call's time is measured: the reactor
-sizes its target from it.
+less what its engine holds and has not started, lease_sizing.py), and leases what is missing;
+nothing while the target is 0. It leases at once, whatever the target, when the engine starves
+for the node's own pushes and those are all in Redis (``WantLease``). An empty queue is asked
+again after a growing pause (``EMPTY_QUEUE_BACKOFF_MAX_S`` at most), and immediately after the
+node pushed something. The lease call's time is measured: the reactor sizes its target from it.
 """
 
 from __future__ import annotations
@@ -101,7 +101,9 @@ class LeasingPart:
                     or self._control != RUNNING or self._releasing or self._drop_asked)
 
     def _lease_wanted(self) -> bool:
-        return self._lease_allowed() and self._prefetched_usable() <= self._demand // 2
+        # a target of 0: what the engine holds covers what the node can start (lease_sizing.py)
+        demand = self._demand
+        return demand > 0 and self._lease_allowed() and self._prefetched_usable() <= demand // 2
 
     def _prefetched_usable(self) -> int:
         """The entries handed to the reactor and not taken that its engine can start: not those

@@ -12,7 +12,8 @@ taken over while it ran start() (start() twice), and again while it crawled.
 
 The rule, applied by the node to the liveness it asks for (no script changes):
 - the join counts as the first heartbeat, with a deadline that covers the start-up: the
-  threshold plus ``START_UP_ROUND_TRIPS`` times the node's call before its join (at least the
+  threshold plus ``START_UP_ROUND_TRIPS`` times the node's call before its join, timed on an
+  open connection (at least the
   threshold once more, at most ``START_UP_MAX_S``); a spool replay renews it between batches
   (``StartUpLiveness.renew``), however long the spool;
 - every heartbeat asks for the threshold plus ``TURN_ROUND_TRIPS`` times the node's round

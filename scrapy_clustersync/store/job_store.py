@@ -113,6 +113,14 @@ class JobStore:
         with translate_errors(self.client):
             self.client.ping()
 
+    def connect(self) -> None:
+        """Open a pooled connection now (TCP, TLS, HELLO with AUTH, a health check: several
+        round trips far from Redis), so that the next call times one round trip, not the
+        handshake."""
+        pool = self.client.connection_pool
+        with translate_errors(self.client):
+            pool.release(pool.get_connection())
+
     def server_facts(self) -> tuple[tuple[int, ...], str]:
         """The server's version, e.g. (7, 0, 15), and its maxmemory policy ("" if unsaid)."""
         with translate_errors(self.client):
