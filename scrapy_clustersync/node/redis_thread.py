@@ -47,7 +47,7 @@ from .thread_messages import (
     WantLease,
 )
 from .turns import TurnPart
-from .write_stream import WriteStream
+from .write_stream import FLUSH_LINGER_S, WriteStream
 
 logger = logging.getLogger(__name__)
 
@@ -159,13 +159,17 @@ class SyncWorker(TurnPart, HeartbeatPart, LeasingPart, OutagePart):
 
     def _subscribe_if_free(self) -> bool:
         """Subscribe to the job's control channel if that is due and its connection's handshake
-        ends before the next call is due; True if it did. The handshake is the thread's time: a
+        ends before the next call is due; True if it did. While the node holds requests (under
+        way or prefetched), the writes they make may come at any moment: they may wait for the
+        handshake no longer than a batch lingers anyway. The handshake is the thread's time: a
         node far from Redis that crawls without a pause does not have it, and follows the state
-        by its re-reads alone (control_follower.py), as a node refused SUBSCRIBE does."""
+        by its re-reads (control_follower.py), as a node refused SUBSCRIBE does."""
         now = time.monotonic()
+        handshake_s = SUBSCRIBE_ROUND_TRIPS * self._round_trip_s
         if (self._away_since is not None or self._state_lost is not None
                 or not self._follower.subscription_due(now)
-                or self._next_call_at(now) - now < SUBSCRIBE_ROUND_TRIPS * self._round_trip_s):
+                or self._next_call_at(now) - now < handshake_s
+                or (self._held and handshake_s > FLUSH_LINGER_S)):
             return False
         self._follower.listen(now, connect=True)
         self._control = self._follower.state
