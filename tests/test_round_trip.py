@@ -93,6 +93,27 @@ def test_a_batch_redis_refuses_in_a_round_trip_leaves_the_other_calls_answered(
     assert store.status().counters.get("pushed") == 1
 
 
+def test_a_round_trip_redis_py_cannot_encode_is_sent_call_by_call(
+    redis_server: RedisServer,
+) -> None:
+    # given a job with one request queued, and a push whose priority redis-py does not send
+    store, epoch = joined(redis_server.url)
+    store.flush(epoch, [push("http://a/queued")], new_call_id())
+    request = Request("http://a/bool")
+    unsendable = Push(FINGERPRINTER.fingerprint(request), True, CODEC.encode(request))
+    # when it goes in a round trip with a lease and a control read
+    trip = store.round_trip()
+    refused = store.flush_in(trip, epoch, [unsendable], new_call_id())
+    leased = store.lease_in(trip, epoch, 10, LEASE_MS, new_call_id())
+    control = store.control.read_in(trip)
+    trip.send()
+    # then the batch alone is refused; the calls after it were sent on their own and answered
+    with pytest.raises(BadBatch):
+        refused.result()
+    assert urls(leased.result()) == {"http://a/queued"} and leased.late
+    assert control.result().state == "running"
+
+
 def test_calls_of_a_round_trip_redis_forgot_the_scripts_of_are_sent_again_on_their_own(
     redis_server: RedisServer,
 ) -> None:

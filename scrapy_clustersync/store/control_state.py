@@ -100,7 +100,7 @@ class ControlStore:
         """``read`` in ``trip`` (round_trip.py)."""
         fields = ["control", "control_ms"]
         return trip.add(lambda pipe: pipe.hmget(self.keys.meta, fields),
-                        Answer(self.client, lambda reply: ControlState.parse(*reply)))
+                        Answer(self.client, lambda reply: ControlState.parse(*reply), self.read))
 
     def subscribe(self) -> ControlSubscription:
         """A subscription to the job's control channel on a connection of its own."""

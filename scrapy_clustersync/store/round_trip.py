@@ -48,13 +48,12 @@ def translated(client: redis.Redis, error: redis.RedisError) -> StoreError:
 class Answer(Generic[T]):
     """One call's answer in a round trip (see the module doc)."""
 
-    def __init__(self, client: redis.Redis, parse: Callable[[Any], T],
-                 alone: Callable[[], T] | None = None,
+    def __init__(self, client: redis.Redis, parse: Callable[[Any], T], alone: Callable[[], T],
                  again_if: Callable[[StoreError], bool] = lambda error: False,
                  failed: Callable[[StoreError], None] = lambda error: None) -> None:
-        """``parse`` reads Redis's reply; ``alone`` sends the call on its own (None: never
-        again), when its script was not cached or ``again_if`` the error it met says so;
-        ``failed`` sees an error before it is raised."""
+        """``parse`` reads Redis's reply; ``alone`` sends the call on its own, when the round
+        trip could not be encoded, its script was not cached or ``again_if`` the error it met
+        says so; ``failed`` sees an error before it is raised."""
         self._client = client
         self._parse = parse
         self._alone = alone
@@ -73,20 +72,17 @@ class Answer(Generic[T]):
         reply = self._reply
         if reply is _NOT_SENT:
             raise RuntimeError("the round trip was not sent")
-        if reply is _SEND_ALONE:
-            return self._again()
-        if isinstance(reply, redis.exceptions.NoScriptError) and self._alone is not None:
+        if reply is _SEND_ALONE or isinstance(reply, redis.exceptions.NoScriptError):
             return self._again()
         if isinstance(reply, redis.RedisError):
             error = translated(self._client, reply)
-            if self._alone is not None and self._again_if(error):
+            if self._again_if(error):
                 return self._again()
             self._failed(error)
             raise error
         return self._parse(reply)
 
     def _again(self) -> T:
-        assert self._alone is not None
         self.late = True
         return self._alone()
 
