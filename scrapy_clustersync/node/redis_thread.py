@@ -203,7 +203,9 @@ class SyncWorker(TurnPart, HeartbeatPart, LeasingPart, OutagePart):
         return True
 
     def _turn(self, now: float) -> bool:
-        if self._away_since is None:  # (the re-read of the control state is in the step)
+        if self._control is None:  # never read (the join reads it): before any lease
+            self._follow(now)
+        elif self._away_since is None:  # (its re-read is in the step's round trip)
             self._follower.listen(now, connect=False)  # (``_subscribe_if_free`` subscribes)
             self._control = self._follower.state
         busy = bool(self._guard(lambda: self._step(now, closing=False)))
