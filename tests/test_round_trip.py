@@ -9,14 +9,17 @@ from collections.abc import Sequence
 
 import pytest
 from scrapy import Request
+from scrapy.settings import Settings
 from scrapy.utils.request import RequestFingerprinter
+from unit.thread_harness import NodeThread
 
 from scrapy_clustersync.codec import RequestCodec
-from scrapy_clustersync.config import DedupSettings
+from scrapy_clustersync.config import ClusterConfig, DedupSettings
 from scrapy_clustersync.store import JobStore, Leased, Push, make_client
 from scrapy_clustersync.store.errors import BadBatch
 from scrapy_clustersync.store.heartbeat_script import Beat
 from scrapy_clustersync.store.job_store import beat_of, new_call_id
+from scrapy_clustersync.store.records import as_text
 from scrapy_clustersync.store.round_trip import RoundTrip
 from testkit.redis_server import RedisServer
 
@@ -137,3 +140,49 @@ def test_an_empty_round_trip_sends_nothing(redis_server: RedisServer) -> None:
     trip.send()
     # (the INFO itself is one command)
     assert client.info("stats")["total_commands_processed"] == before + 1
+
+
+def test_a_lease_in_the_round_trip_that_tells_a_node_it_was_declared_dead_is_not_crawled_twice(
+    redis_server: RedisServer,
+) -> None:
+    # given a node (8 prefetched) whose engine took the 8 entries it leased
+    config = ClusterConfig.from_settings(Settings({
+        "CLUSTERSYNC_REDIS_URL": redis_server.url, "CLUSTERSYNC_PREFETCH": "8",
+        "CLUSTERSYNC_HEARTBEAT_INTERVAL": "0.2", "CLUSTERSYNC_NODE_DEAD_AFTER": "0.5",
+        "CLUSTERSYNC_LEASE_TIMEOUT": "30"}), "job")
+    store = JobStore(make_client(redis_server.url), "job", config.node_id)
+    epoch, _ = store.join(ttl_ms=500, claim=False)
+    other = JobStore(make_client(redis_server.url), "job", "b")
+    other.join(ttl_ms=LEASE_MS, claim=False)
+    other.flush(epoch, [push(f"http://a/{i}") for i in range(16)], new_call_id())
+    node = NodeThread(store, config, epoch)  # its Redis thread's turns run here, by hand
+    worker = node.worker
+    worker._follow(time.monotonic())  # as its join does: the control state first
+    worker._turn(time.monotonic())  # the first heartbeat and a lease of 8
+    taken = [node.take() for _ in range(8)]
+    assert None not in taken
+    worker._receive(time.monotonic())
+    # when it stands still past its dead-after, node b declares it dead (its 8 leases go back
+    # to the queue), and then its Redis thread runs on: its next round trip holds the heartbeat
+    # that tells it so and the lease its empty prefetch asks for
+    time.sleep(0.7)
+    assert [d.node for d in other.heartbeat(
+        epoch, ttl_ms=LEASE_MS, lease_ms=LEASE_MS, info={}, idle=False, idle_after_ms=1000,
+        lease_ids=[]).declared_dead] == [config.node_id]
+    taken_by_b: set[str] = set()
+    for _ in range(12):  # (node b crawls on: it leases what is queued, 2 at a time)
+        node.pump()
+        worker._receive(time.monotonic())
+        worker._turn(time.monotonic())
+        taken_by_b |= {e.entry_id for e in other.lease(epoch, 2, LEASE_MS, new_call_id())}
+    node.pump()
+    # then each entry it has prefetched (and will hand to its engine) is leased to it in Redis,
+    # once: none went back to the queue, where node b leased it and crawls it too
+    owners = {as_text(i): as_text(v).split("|", 1)[1] for i, v in
+              redis_server.client().hgetall("clustersync:{job}:leased").items()}
+    prefetched = node.link._prefetched.entry_ids()
+    print(f"prefetched {len(prefetched)} ({len(set(prefetched))} distinct); "
+          f"leased to b as well: {len(taken_by_b & set(prefetched))}")
+    assert [i for i in prefetched if owners.get(i) != config.node_id] == []
+    assert taken_by_b & set(prefetched) == set()
+    assert len(prefetched) == len(set(prefetched))
