@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from typing import Any
 
 import pytest
 from scrapy import Request
@@ -20,7 +21,7 @@ from scrapy_clustersync.store.errors import BadBatch
 from scrapy_clustersync.store.heartbeat_script import Beat
 from scrapy_clustersync.store.job_store import beat_of, new_call_id
 from scrapy_clustersync.store.records import as_text
-from scrapy_clustersync.store.round_trip import RoundTrip
+from scrapy_clustersync.store.round_trip import Answer, RoundTrip
 from testkit.redis_server import RedisServer
 
 from conftest import ProxyFactory
@@ -186,3 +187,52 @@ def test_a_lease_in_the_round_trip_that_tells_a_node_it_was_declared_dead_is_not
     assert [i for i in prefetched if owners.get(i) != config.node_id] == []
     assert taken_by_b & set(prefetched) == set()
     assert len(prefetched) == len(set(prefetched))
+
+
+class RefusesFirstBatch(JobStore):
+    """A store whose first batch in a round trip meets an out-of-memory reply (Redis ran the
+    calls around it)."""
+
+    refused = False
+
+    def flush_in(self, trip: RoundTrip, epoch: str, ops: Sequence[Any], call_id: str) -> Any:
+        if self.refused:
+            return super().flush_in(trip, epoch, ops, call_id)
+        self.refused = True
+        oom = "return redis.error_reply('OOM command not allowed when used memory > maxmemory')"
+        return trip.add(lambda pipe: pipe.eval(oom, 0), Answer(self.client, lambda reply: reply))
+
+
+def test_a_lease_redis_made_in_a_round_trip_whose_batch_it_refused_is_handed_over_once(
+    redis_server: RedisServer,
+) -> None:
+    # given a node (8 prefetched) with 16 requests queued and a push of its own to send
+    config = ClusterConfig.from_settings(Settings({
+        "CLUSTERSYNC_REDIS_URL": redis_server.url, "CLUSTERSYNC_PREFETCH": "8",
+        "CLUSTERSYNC_LEASE_TIMEOUT": "30"}), "job")
+    store = RefusesFirstBatch(make_client(redis_server.url), "job", config.node_id)
+    epoch, _ = store.join(ttl_ms=LEASE_MS, claim=False)
+    store.flush(epoch, [push(f"http://a/{i}") for i in range(16)], new_call_id())
+    node = NodeThread(store, config, epoch)  # its Redis thread's turns run here, by hand
+    worker = node.worker
+    worker._follow(time.monotonic())
+    node.submit(push("http://a/own"))
+    # when its round trip of the push and a lease meets "OOM" for the batch (Redis made the
+    # lease after it), and the node tries again
+    worker._receive(time.monotonic())
+    worker._turn(time.monotonic())
+    assert store.refused and worker._away_since is not None and worker._pending_lease
+    assert redis_server.client().hlen("clustersync:{job}:leased") == 8
+    for _ in range(4):
+        node.pump()
+        worker._receive(time.monotonic())
+        worker._turn(time.monotonic())
+    node.pump()
+    # then the 8 entries Redis leased to it are in its prefetch, once each, and its push is
+    # queued
+    owners = {as_text(i): as_text(v).split("|", 1)[1] for i, v in
+              redis_server.client().hgetall("clustersync:{job}:leased").items()}
+    prefetched = node.link._prefetched.entry_ids()
+    assert worker._away_since is None
+    assert sorted(prefetched) == sorted(owners) and len(owners) == 8
+    assert store.status().counters.get("pushed") == 17
