@@ -16,7 +16,7 @@ from unit.thread_harness import NodeThread
 
 from scrapy_clustersync.codec import RequestCodec
 from scrapy_clustersync.config import ClusterConfig, DedupSettings
-from scrapy_clustersync.store import JobStore, Leased, Push, make_client
+from scrapy_clustersync.store import Ack, JobStore, Leased, Push, StoreUnavailable, make_client
 from scrapy_clustersync.store.errors import BadBatch
 from scrapy_clustersync.store.heartbeat_script import Beat
 from scrapy_clustersync.store.job_store import beat_of, new_call_id
@@ -236,3 +236,73 @@ def test_a_lease_redis_made_in_a_round_trip_whose_batch_it_refused_is_handed_ove
     assert worker._away_since is None
     assert sorted(prefetched) == sorted(owners) and len(owners) == 8
     assert store.status().counters.get("pushed") == 17
+
+
+class LosesFirstReply(JobStore):
+    """A store whose first round trip with a batch in it is run by Redis and its replies lost
+    (the connection drops as they come)."""
+
+    lost = False
+
+    def round_trip(self) -> RoundTrip:
+        return ReplyLost(self)
+
+    def flush_in(self, trip: RoundTrip, epoch: str, ops: Sequence[Any], call_id: str) -> Any:
+        if isinstance(trip, ReplyLost):
+            trip.batch = True
+        return super().flush_in(trip, epoch, ops, call_id)
+
+
+class ReplyLost(RoundTrip):
+    def __init__(self, store: LosesFirstReply) -> None:
+        super().__init__(store.client)
+        self.store = store
+        self.batch = False
+
+    def send(self) -> None:
+        super().send()
+        if self.batch and not self.store.lost:
+            self.store.lost = True
+            raise StoreUnavailable("Connection closed by server.")
+
+
+def test_a_round_trip_whose_replies_are_lost_is_applied_once_when_the_node_tries_again(
+    redis_server: RedisServer,
+) -> None:
+    # given a node (8 prefetched) that holds 8 leases of 16 queued requests, all under way
+    config = ClusterConfig.from_settings(Settings({
+        "CLUSTERSYNC_REDIS_URL": redis_server.url, "CLUSTERSYNC_PREFETCH": "8",
+        "CLUSTERSYNC_LEASE_TIMEOUT": "30"}), "job")
+    store = LosesFirstReply(make_client(redis_server.url), "job", config.node_id)
+    epoch, _ = store.join(ttl_ms=LEASE_MS, claim=False)
+    store.flush(epoch, [push(f"http://a/{i}") for i in range(16)], new_call_id())
+    node = NodeThread(store, config, epoch)  # its Redis thread's turns run here, by hand
+    worker = node.worker
+    worker._follow(time.monotonic())
+    worker._turn(time.monotonic())
+    taken = [node.take() for _ in range(8)]
+    assert None not in taken
+    # when its round trip of a push, the ack of one of them and a lease is run by Redis and its
+    # replies are lost, and the node tries again
+    node.submit(push("http://a/own"))
+    node.submit(Ack(taken[0][0]))  # type: ignore[index]
+    worker._receive(time.monotonic())
+    worker._turn(time.monotonic())
+    assert store.lost and worker._away_since is not None and worker._pending_lease
+    assert store.status().counters.get("pushed") == 17  # (Redis ran it)
+    for _ in range(4):
+        node.pump()
+        worker._receive(time.monotonic())
+        worker._turn(time.monotonic())
+    node.pump()
+    # then the push and the ack were applied once, and the entries Redis leased to it are
+    # the 7 under way and those in its prefetch, once each
+    owners = {as_text(i): as_text(v).split("|", 1)[1] for i, v in
+              redis_server.client().hgetall("clustersync:{job}:leased").items()}
+    prefetched = node.link._prefetched.entry_ids()
+    under_way = {entry_id for entry_id, _ in taken[1:]}  # type: ignore[misc]
+    counters = store.status().counters
+    assert (counters.get("pushed"), counters.get("acked")) == (17, 1)
+    assert len(prefetched) == len(set(prefetched))
+    assert set(owners) == under_way | set(prefetched)
+    assert worker._totals.pushed == 1
