@@ -3,9 +3,9 @@ request failed.
 
 A task is the user's id in ``request.meta["clustersync_task"]`` (a str or an int, 1 to 200
 characters); the requests a task's callback or errback yields inherit it unless they set their
-own (``ClusterSpiderMiddleware``, and ``LeaseTracker`` for the errbacks of download failures,
-whose output Scrapy does not pass through the spider middlewares). Its record is kept in Redis
-by the scripts (lua/tasks.lua) and read by ``clustersync task``/``tasks``.
+own (``LeaseTracker``, where Scrapy's scraper takes a callback's or errback's output, after
+every spider middleware). Its record is kept in Redis by the scripts (lua/tasks.lua) and read
+by ``clustersync task``/``tasks``.
 
 What counts as a failed request (recorded in the job's failed list and in its task):
 - its download failed (an exception after the retries: connection refused, timeout, DNS...),
