@@ -79,6 +79,8 @@ def push_of(request: Request, fingerprint: bytes, priority: int, blob: bytes,
 def filtered_here(request: Request) -> TaskFiltered | None:
     """The op that counts ``request``, dropped as a duplicate on this node, in its task's
     record; None if it belongs to no task (nothing to count)."""
+    if TASK_META_KEY not in request.meta:  # the usual case, on every duplicate a callback yields
+        return None
     task = task_of(request)
     return None if task is None else TaskFiltered(task)
 
