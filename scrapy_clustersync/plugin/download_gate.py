@@ -219,13 +219,19 @@ class DownloadGate:
         if known is None:
             return
         key, lastseen = known
-        slot = self._get_downloader().slots.get(request.meta.get("download_slot", key))
-        if (slot is not None and slot.delay and lastseen is not None
-                and slot.lastseen == lastseen and not slot.queue and slot.latercall is None
-                and slot.free_transfer_slots() > 0):
+        slot_key = request.meta.get("download_slot", key)
+        slot = self._get_downloader().slots.get(slot_key)
+        if slot is None:
+            if self.held:
+                self._wake_in(0.0)
+            return
+        at_once = not slot.queue and slot.latercall is None and slot.free_transfer_slots() > 0
+        if at_once and slot.delay and lastseen is not None and slot.lastseen == lastseen:
             slot.lastseen = min(lastseen, monotonic() - longest_delay_s(slot) - 1.0)
-        if self.held:
-            self._wake_in(0.0)  # once Scrapy has started it
+        # started at once without a delay, in the room the gate kept for it, it frees nothing a
+        # held request waits for; else the gate looks again once Scrapy has started it
+        if self.held and not (at_once and not slot.delay and slot_key == key):
+            self._wake_in(0.0)
 
     def _left_downloader(self, request: Request, **_: Any) -> None:
         if self.held:
