@@ -81,6 +81,9 @@ class DownloadGate:
         #: requests let through and not in their slot yet -> (their slot, its lastseen then)
         self._en_route: dict[Request, tuple[str, float | None]] = {}
         self._en_route_per_slot: Counter[str] = Counter()
+        #: per slot, requests Scrapy started but has not put on the wire yet (``Slot.transferring``
+        #: takes them a turn of the reactor later: until then their slot looks free)
+        self._starting: dict[str, set[Request]] = {}
         #: requests handed back, on their way to the engine's crawl() (dropped there)
         self._handed_back: set[Request] = set()
         self._closing = False
@@ -191,6 +194,8 @@ class DownloadGate:
     def _wait_s(self, key: str, slot: Slot | None, now: float) -> float:
         """Seconds until a request of ``key`` may go on (0: now; inf: when woken)."""
         on_the_way = self._en_route_per_slot.get(key, 0)
+        if key in self._starting:
+            on_the_way += self._still_starting(key, slot)
         if slot is None:  # Scrapy makes it when the first request arrives
             return 0.0 if not on_the_way else math.inf
         if slot.queue:  # a request that did not pass this gate waits there: let it go first
@@ -221,21 +226,42 @@ class DownloadGate:
         key, lastseen = known
         slot_key = request.meta.get("download_slot", key)
         slot = self._get_downloader().slots.get(slot_key)
-        if slot is None:
-            if self.held:
-                self._wake_in(0.0)
-            return
-        at_once = not slot.queue and slot.latercall is None and slot.free_transfer_slots() > 0
-        if at_once and slot.delay and lastseen is not None and slot.lastseen == lastseen:
-            slot.lastseen = min(lastseen, monotonic() - longest_delay_s(slot) - 1.0)
+        at_once = slot is not None and self._starts(request, slot_key, slot, lastseen)
         # started at once without a delay, in the room the gate kept for it, it frees nothing a
         # held request waits for; else the gate looks again once Scrapy has started it
-        if self.held and not (at_once and not slot.delay and slot_key == key):
+        if self.held and not (at_once and slot is not None and not slot.delay
+                              and slot_key == key):
             self._wake_in(0.0)
 
+    def _starts(self, request: Request, slot_key: str, slot: Slot, lastseen: float | None
+                ) -> bool:
+        """Whether Scrapy starts ``request``, arriving in ``slot``, at once; if so, it counts as
+        on its way until it is on the wire, and a delay it waited at the gate is not drawn
+        again."""
+        if slot.queue or slot.latercall is not None or slot.free_transfer_slots() <= 0:
+            return False
+        self._starting.setdefault(slot_key, set()).add(request)
+        if slot.delay and lastseen is not None and slot.lastseen == lastseen:
+            slot.lastseen = min(lastseen, monotonic() - longest_delay_s(slot) - 1.0)
+        return True
+
     def _left_downloader(self, request: Request, **_: Any) -> None:
+        starting = self._starting.get(request.meta.get("download_slot", ""))
+        if starting:
+            starting.discard(request)
         if self.held:
             self.wake()  # a transfer ended: its slot has room
+
+    def _still_starting(self, key: str, slot: Slot | None) -> int:
+        """How many requests of slot ``key`` Scrapy started and has not put on the wire yet."""
+        starting = self._starting[key]
+        if slot is not None:
+            starting.difference_update(
+                [each for each in starting if each in slot.transferring or each not in slot.active])
+        if slot is None or not starting:
+            del self._starting[key]
+            return 0
+        return len(starting)
 
     def _not_arriving(self, request: Request) -> None:
         if self._forget(request) is not None and self.held:

@@ -159,6 +159,30 @@ def test_each_request_reaching_its_slot_is_told_the_scheduler_for_the_lease_size
     assert [r.url for r in node.started] == [*(r.url for r in requests), f"https://{SITE}/direct"]
 
 
+def test_a_request_started_but_not_on_the_wire_yet_keeps_its_room_in_the_slot() -> None:
+    # given a slot of one transfer and a request let through that reached it and that Scrapy
+    # started (in the slot) but did not put on the wire yet: it does so a turn later
+    slot = Slot(concurrency=1, delay=0, jitter=0)
+    gate, _, node = gate_on(slot)
+    first = leased(f"https://{SITE}/first", node)
+    assert gate.process_request(first) is None
+    first.meta["download_slot"] = SITE
+    slot.active.add(first)
+    gate._reached_slot(first)
+    # when a second request arrives, it waits at the gate (not in the slot's queue)
+    answer = gate.process_request(leased(f"https://{SITE}/second", node))
+    assert answer is not None
+    ended = outcome(answer)
+    slot.transferring.add(first)
+    gate.wake()
+    assert ended == [] and len(gate.held) == 1
+    # and when the first is done, the second goes on
+    slot.transferring.discard(first)
+    slot.active.discard(first)
+    gate._left_downloader(first)
+    assert ended == [None]
+
+
 class ShortFirstDraw(Slot):
     """Scrapy's slot, whose first jittered delay drawn is short (0.6 of 1 s)."""
 
