@@ -39,7 +39,7 @@ from .lease_demand import DownloaderDemand
 from .lease_tracker import LeaseTracker
 from .local_requests import LocalRequests
 from .published_counts import PublishedCounts
-from .request_tasks import filtered_here, push_of
+from .request_tasks import TASK_META_KEY, filtered_here, push_of
 from .scheduler_parts import scheduler_parts
 from .signals import node_opened
 from .stats_sender import StatsSender
@@ -249,7 +249,7 @@ class ClusterScheduler:
             self.dedup.forget_sent()
         fingerprint = self.dedup.fingerprint_if_new(request)
         if fingerprint is None:
-            counted = filtered_here(request)  # a task is counted wherever it is filtered
+            counted = filtered_here(request) if TASK_META_KEY in request.meta else None
             if counted is not None:
                 io.submit(counted)
             return False, None

@@ -111,9 +111,9 @@ class DownloadGate:
         """None if ``request`` may go on now (nothing else is done: the fast path); else an
         awaitable that ends when it may (None), or with the request itself when it is handed
         back to the job's queue (see the module doc)."""
-        downloader = self._get_downloader()
+        downloader = self._downloader or self._get_downloader()
         key = downloader.get_slot_key(request)
-        if self.held or not self._runs():
+        if self.held.waiting or not self._runs():
             return self._hold(request, key)
         slot = downloader.slots.get(key)
         now = monotonic()
@@ -154,7 +154,7 @@ class DownloadGate:
 
     def wake(self) -> None:
         """Look at every held request now (a ``SiteTurns`` that learns a turn came calls it)."""
-        if not self.held:
+        if not self.held.waiting:
             return
         self._forget_lost_en_route()
         if not self._runs():  # a running job hands nothing back
@@ -163,7 +163,7 @@ class DownloadGate:
             if not self._closing:
                 return  # paused (or the state is not known yet): every request waits
         soonest = self._let_through_whose_turn_came()
-        if self.held and self._en_route:
+        if self.held.waiting and self._en_route:
             soonest = min(soonest, EN_ROUTE_RECHECK_S)
         self._wake_in(soonest)
 
@@ -173,7 +173,7 @@ class DownloadGate:
         now = monotonic()
         blocked: set[str] = set()  # a site's requests go in their order
         soonest = math.inf
-        slots = self._get_downloader().slots
+        slots = (self._downloader or self._get_downloader()).slots
         per_slot = self.held.per_slot
         for held in self.held:
             if held.key in blocked:
@@ -225,11 +225,11 @@ class DownloadGate:
             return
         key, lastseen = known
         slot_key = request.meta.get("download_slot", key)
-        slot = self._get_downloader().slots.get(slot_key)
+        slot = (self._downloader or self._get_downloader()).slots.get(slot_key)
         at_once = slot is not None and self._starts(request, slot_key, slot, lastseen)
         # started at once without a delay, in the room the gate kept for it, it frees nothing a
         # held request waits for; else the gate looks again once Scrapy has started it
-        if self.held and not (at_once and slot is not None and not slot.delay
+        if self.held.waiting and not (at_once and slot is not None and not slot.delay
                               and slot_key == key):
             self._wake_in(0.0)
 
@@ -249,7 +249,7 @@ class DownloadGate:
         starting = self._starting.get(request.meta.get("download_slot", ""))
         if starting:
             starting.discard(request)
-        if self.held:
+        if self.held.waiting:
             self.wake()  # a transfer ended: its slot has room
 
     def _still_starting(self, key: str, slot: Slot | None) -> int:
@@ -264,7 +264,7 @@ class DownloadGate:
         return len(starting)
 
     def _not_arriving(self, request: Request) -> None:
-        if self._forget(request) is not None and self.held:
+        if self._forget(request) is not None and self.held.waiting:
             self._wake_in(0.0)
 
     def _forget(self, request: Request) -> tuple[str, float | None] | None:
@@ -281,7 +281,7 @@ class DownloadGate:
         there was one."""
         if not self._en_route:
             return False
-        active = self._get_downloader().active
+        active = (self._downloader or self._get_downloader()).active
         lost = [each for each in self._en_route if each not in active]
         for request in lost:
             self._forget(request)

@@ -48,7 +48,8 @@ class HeldRequests:
     engine counts them as downloads under way), so a walk over all of them is cheap."""
 
     def __init__(self) -> None:
-        self._held: list[Held] = []
+        #: the held requests, in order (its truth says whether any is held, at no call)
+        self.waiting: list[Held] = []
         self._arrivals = itertools.count()
         #: held requests per download slot
         self.per_slot: Counter[str] = Counter()
@@ -56,24 +57,24 @@ class HeldRequests:
         self._on_asyncio: bool | None = None  # known at the first hold (the reactor is set)
 
     def __len__(self) -> int:
-        return len(self._held)
+        return len(self.waiting)
 
     def __iter__(self) -> Iterator[Held]:
         """The held requests in order, over a copy: ``remove`` may be called meanwhile."""
-        return iter(list(self._held))
+        return iter(list(self.waiting))
 
     def add(self, request: Request, key: str) -> Held:
         """Hold ``request`` behind every request of a higher or equal priority held before it."""
         held = Held((-int(request.priority), next(self._arrivals)), request, key, self._turn())
-        if not self._held or self._held[-1].order < held.order:
-            self._held.append(held)  # the usual case: no higher priority than the last one
+        if not self.waiting or self.waiting[-1].order < held.order:
+            self.waiting.append(held)  # the usual case: no higher priority than the last one
         else:
-            bisect.insort(self._held, held, key=lambda each: each.order)
+            bisect.insort(self.waiting, held, key=lambda each: each.order)
         self.per_slot[key] += 1
         return held
 
     def remove(self, held: Held) -> None:
-        self._held.remove(held)
+        self.waiting.remove(held)
         self.per_slot[held.key] -= 1
         if not self.per_slot[held.key]:
             del self.per_slot[held.key]
