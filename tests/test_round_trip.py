@@ -221,7 +221,8 @@ class RefusesFirstBatch(JobStore):
             return super().flush_in(trip, epoch, ops, call_id)
         self.refused = True
         oom = "return redis.error_reply('OOM command not allowed when used memory > maxmemory')"
-        return trip.add(lambda pipe: pipe.eval(oom, 0), Answer(self.client, lambda reply: reply))
+        return trip.add(lambda pipe: pipe.eval(oom, 0),
+                        Answer(self.client, lambda reply: reply, lambda: self.client.eval(oom, 0)))
 
 
 def test_a_lease_redis_made_in_a_round_trip_whose_batch_it_refused_is_handed_over_once(
