@@ -16,6 +16,7 @@ revision REV, in the same rounds, and prints the ratios of this code to that one
 from __future__ import annotations
 
 import argparse
+import compileall
 import datetime
 import hashlib
 import os
@@ -152,6 +153,17 @@ def _progress_line(r: RunResult, step: str) -> str:
     )
 
 
+def compile_checkout() -> None:
+    """Write the bytecode of this checkout's package and of the bench's spider project, as an
+    installed package has it (pip writes it at install): where PYTHONDONTWRITEBYTECODE is set,
+    every node would compile them from source at start-up, about 0.2 s of CPU per node that
+    an installed ``--baseline`` never pays."""
+    root = Path(__file__).resolve().parents[1]
+    for folder in (Path(scrapy_clustersync.__file__).parent, root / "bench" / "benchproj",
+                   root / "example_project"):
+        compileall.compile_dir(folder, quiet=1)
+
+
 def plugin_source_digest() -> str:
     """A short digest of the plugin's source files, to tell if they changed during the bench."""
     package = Path(scrapy_clustersync.__file__).parent
@@ -208,6 +220,7 @@ def main(argv: list[str] | None = None) -> int:
         print("redis-server not found: install it (apt-get install redis-server)", file=sys.stderr)
         return 2
     variants = selected_variants(args.only, args.baseline, args.skip)
+    compile_checkout()
     meta = environment(args)
     workdir = Path(tempfile.mkdtemp(prefix="clustersync-bench-"))
     started = time.monotonic()

@@ -6,18 +6,22 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from typing import Any
 
 import pytest
 from scrapy import Request
+from scrapy.settings import Settings
 from scrapy.utils.request import RequestFingerprinter
+from unit.thread_harness import NodeThread
 
 from scrapy_clustersync.codec import RequestCodec
-from scrapy_clustersync.config import DedupSettings
-from scrapy_clustersync.store import JobStore, Leased, Push, make_client
+from scrapy_clustersync.config import ClusterConfig, DedupSettings
+from scrapy_clustersync.store import Ack, JobStore, Leased, Push, StoreUnavailable, make_client
 from scrapy_clustersync.store.errors import BadBatch
 from scrapy_clustersync.store.heartbeat_script import Beat
 from scrapy_clustersync.store.job_store import beat_of, new_call_id
-from scrapy_clustersync.store.round_trip import RoundTrip
+from scrapy_clustersync.store.records import as_text
+from scrapy_clustersync.store.round_trip import Answer, RoundTrip
 from testkit.redis_server import RedisServer
 
 from conftest import ProxyFactory
@@ -158,3 +162,169 @@ def test_an_empty_round_trip_sends_nothing(redis_server: RedisServer) -> None:
     trip.send()
     # (the INFO itself is one command)
     assert client.info("stats")["total_commands_processed"] == before + 1
+
+
+def test_a_lease_in_the_round_trip_that_tells_a_node_it_was_declared_dead_is_not_crawled_twice(
+    redis_server: RedisServer,
+) -> None:
+    # given a node (8 prefetched) whose engine took the 8 entries it leased
+    config = ClusterConfig.from_settings(Settings({
+        "CLUSTERSYNC_REDIS_URL": redis_server.url, "CLUSTERSYNC_PREFETCH": "8",
+        "CLUSTERSYNC_HEARTBEAT_INTERVAL": "0.2", "CLUSTERSYNC_NODE_DEAD_AFTER": "0.5",
+        "CLUSTERSYNC_LEASE_TIMEOUT": "30"}), "job")
+    store = JobStore(make_client(redis_server.url), "job", config.node_id)
+    epoch, _ = store.join(ttl_ms=500, claim=False)
+    other = JobStore(make_client(redis_server.url), "job", "b")
+    other.join(ttl_ms=LEASE_MS, claim=False)
+    other.flush(epoch, [push(f"http://a/{i}") for i in range(16)], new_call_id())
+    node = NodeThread(store, config, epoch)  # its Redis thread's turns run here, by hand
+    worker = node.worker
+    worker._follow(time.monotonic())  # as its join does: the control state first
+    worker._turn(time.monotonic())  # the first heartbeat and a lease of 8
+    taken = [node.take() for _ in range(8)]
+    assert None not in taken
+    worker._receive(time.monotonic())
+    # when it stands still past its dead-after, node b declares it dead (its 8 leases go back
+    # to the queue), and then its Redis thread runs on: its next round trip holds the heartbeat
+    # that tells it so and the lease its empty prefetch asks for
+    time.sleep(0.7)
+    assert [d.node for d in other.heartbeat(
+        epoch, ttl_ms=LEASE_MS, lease_ms=LEASE_MS, info={}, idle=False, idle_after_ms=1000,
+        lease_ids=[]).declared_dead] == [config.node_id]
+    taken_by_b: set[str] = set()
+    for _ in range(12):  # (node b crawls on: it leases what is queued, 2 at a time)
+        node.pump()
+        worker._receive(time.monotonic())
+        worker._turn(time.monotonic())
+        taken_by_b |= {e.entry_id for e in other.lease(epoch, 2, LEASE_MS, new_call_id())}
+    node.pump()
+    # then each entry it has prefetched (and will hand to its engine) is leased to it in Redis,
+    # once: none went back to the queue, where node b leased it and crawls it too
+    owners = {as_text(i): as_text(v).split("|", 1)[1] for i, v in
+              redis_server.client().hgetall("clustersync:{job}:leased").items()}
+    prefetched = node.link._prefetched.entry_ids()
+    print(f"prefetched {len(prefetched)} ({len(set(prefetched))} distinct); "
+          f"leased to b as well: {len(taken_by_b & set(prefetched))}")
+    assert [i for i in prefetched if owners.get(i) != config.node_id] == []
+    assert taken_by_b & set(prefetched) == set()
+    assert len(prefetched) == len(set(prefetched))
+
+
+class RefusesFirstBatch(JobStore):
+    """A store whose first batch in a round trip meets an out-of-memory reply (Redis ran the
+    calls around it)."""
+
+    refused = False
+
+    def flush_in(self, trip: RoundTrip, epoch: str, ops: Sequence[Any], call_id: str) -> Any:
+        if self.refused:
+            return super().flush_in(trip, epoch, ops, call_id)
+        self.refused = True
+        oom = "return redis.error_reply('OOM command not allowed when used memory > maxmemory')"
+        return trip.add(lambda pipe: pipe.eval(oom, 0),
+                        Answer(self.client, lambda reply: reply, lambda: self.client.eval(oom, 0)))
+
+
+def test_a_lease_redis_made_in_a_round_trip_whose_batch_it_refused_is_handed_over_once(
+    redis_server: RedisServer,
+) -> None:
+    # given a node (8 prefetched) with 16 requests queued and a push of its own to send
+    config = ClusterConfig.from_settings(Settings({
+        "CLUSTERSYNC_REDIS_URL": redis_server.url, "CLUSTERSYNC_PREFETCH": "8",
+        "CLUSTERSYNC_LEASE_TIMEOUT": "30"}), "job")
+    store = RefusesFirstBatch(make_client(redis_server.url), "job", config.node_id)
+    epoch, _ = store.join(ttl_ms=LEASE_MS, claim=False)
+    store.flush(epoch, [push(f"http://a/{i}") for i in range(16)], new_call_id())
+    node = NodeThread(store, config, epoch)  # its Redis thread's turns run here, by hand
+    worker = node.worker
+    worker._follow(time.monotonic())
+    node.submit(push("http://a/own"))
+    # when its round trip of the push and a lease meets "OOM" for the batch (Redis made the
+    # lease after it), and the node tries again
+    worker._receive(time.monotonic())
+    worker._turn(time.monotonic())
+    assert store.refused and worker._away_since is not None and worker._pending_lease
+    assert redis_server.client().hlen("clustersync:{job}:leased") == 8
+    for _ in range(4):
+        node.pump()
+        worker._receive(time.monotonic())
+        worker._turn(time.monotonic())
+    node.pump()
+    # then the 8 entries Redis leased to it are in its prefetch, once each, and its push is
+    # queued
+    owners = {as_text(i): as_text(v).split("|", 1)[1] for i, v in
+              redis_server.client().hgetall("clustersync:{job}:leased").items()}
+    prefetched = node.link._prefetched.entry_ids()
+    assert worker._away_since is None
+    assert sorted(prefetched) == sorted(owners) and len(owners) == 8
+    assert store.status().counters.get("pushed") == 17
+
+
+class LosesFirstReply(JobStore):
+    """A store whose first round trip with a batch in it is run by Redis and its replies lost
+    (the connection drops as they come)."""
+
+    lost = False
+
+    def round_trip(self) -> RoundTrip:
+        return ReplyLost(self)
+
+    def flush_in(self, trip: RoundTrip, epoch: str, ops: Sequence[Any], call_id: str) -> Any:
+        if isinstance(trip, ReplyLost):
+            trip.batch = True
+        return super().flush_in(trip, epoch, ops, call_id)
+
+
+class ReplyLost(RoundTrip):
+    def __init__(self, store: LosesFirstReply) -> None:
+        super().__init__(store.client)
+        self.store = store
+        self.batch = False
+
+    def send(self) -> None:
+        super().send()
+        if self.batch and not self.store.lost:
+            self.store.lost = True
+            raise StoreUnavailable("Connection closed by server.")
+
+
+def test_a_round_trip_whose_replies_are_lost_is_applied_once_when_the_node_tries_again(
+    redis_server: RedisServer,
+) -> None:
+    # given a node (8 prefetched) that holds 8 leases of 16 queued requests, all under way
+    config = ClusterConfig.from_settings(Settings({
+        "CLUSTERSYNC_REDIS_URL": redis_server.url, "CLUSTERSYNC_PREFETCH": "8",
+        "CLUSTERSYNC_LEASE_TIMEOUT": "30"}), "job")
+    store = LosesFirstReply(make_client(redis_server.url), "job", config.node_id)
+    epoch, _ = store.join(ttl_ms=LEASE_MS, claim=False)
+    store.flush(epoch, [push(f"http://a/{i}") for i in range(16)], new_call_id())
+    node = NodeThread(store, config, epoch)  # its Redis thread's turns run here, by hand
+    worker = node.worker
+    worker._follow(time.monotonic())
+    worker._turn(time.monotonic())
+    taken = [node.take() for _ in range(8)]
+    assert None not in taken
+    # when its round trip of a push, the ack of one of them and a lease is run by Redis and its
+    # replies are lost, and the node tries again
+    node.submit(push("http://a/own"))
+    node.submit(Ack(taken[0][0]))  # type: ignore[index]
+    worker._receive(time.monotonic())
+    worker._turn(time.monotonic())
+    assert store.lost and worker._away_since is not None and worker._pending_lease
+    assert store.status().counters.get("pushed") == 17  # (Redis ran it)
+    for _ in range(4):
+        node.pump()
+        worker._receive(time.monotonic())
+        worker._turn(time.monotonic())
+    node.pump()
+    # then the push and the ack were applied once, and the entries Redis leased to it are
+    # the 7 under way and those in its prefetch, once each
+    owners = {as_text(i): as_text(v).split("|", 1)[1] for i, v in
+              redis_server.client().hgetall("clustersync:{job}:leased").items()}
+    prefetched = node.link._prefetched.entry_ids()
+    under_way = {entry_id for entry_id, _ in taken[1:]}  # type: ignore[misc]
+    counters = store.status().counters
+    assert (counters.get("pushed"), counters.get("acked")) == (17, 1)
+    assert len(prefetched) == len(set(prefetched))
+    assert set(owners) == under_way | set(prefetched)
+    assert worker._totals.pushed == 1

@@ -149,6 +149,16 @@ class LeasingPart:
         if settled:  # (a lease sent again on its own ran later still)
             covered += call.settling
         self._pending_lease = None
+        if self._drop_asked:
+            # the heartbeat ahead of it in the round trip told the node it was declared dead:
+            # the reactor drops what it holds before this answer would reach it, and the
+            # releases of that drop would return these entries to the queue while it held
+            # them. They go back to the queue instead (they may be the node's own under way)
+            ids = [entry.entry_id for entry in entries]
+            self._held.update(ids)
+            self._releasing.update(ids)
+            self._writes.release(ids)
+            return False
         self._took_lease(entries, covered)
         if not entries:
             backoff_s = self._empty_backoff_s * 2 or 0.05

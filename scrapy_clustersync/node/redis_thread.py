@@ -32,7 +32,7 @@ from .heartbeats import PING_INTERVAL_S, HeartbeatPart
 from .leasing import LeasingPart
 from .outages import OutagePart
 from .reactor_link import Channel, Inbox, Message, NodeLink
-from .thread_api import NodeOpened, StartState, Undelivered
+from .thread_api import NodeOpened, StartState, Undelivered, end_of_turn
 from .thread_messages import (
     Busy,
     Close,
@@ -79,12 +79,9 @@ def open_redis_thread(
     def reactor_running() -> bool:
         return post is not None or bool(reactor.running)
 
-    def end_of_turn(call: Callable[[], None]) -> object:
-        return reactor.callLater(0, call)  # type: ignore[arg-type]
-
     return SyncWorker(store, config, "", node_info, on_leased, "none",
                       post or reactor.callFromThread, opening, reactor_running,
-                      later=None if post is not None else end_of_turn).link
+                      later=None if post is not None else end_of_turn(reactor)).link
 
 
 class SyncWorker(TurnPart, HeartbeatPart, LeasingPart, OutagePart):

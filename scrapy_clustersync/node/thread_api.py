@@ -9,9 +9,12 @@ thread's state directly.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
+
+from scrapy.utils.asyncio import is_asyncio_available
 
 from ..store import Op
 from .lease_sizing import Measure
@@ -22,6 +25,21 @@ if TYPE_CHECKING:
     from ..config import ClusterConfig
     from ..store import JobStore
     from ..store.script_results import Heartbeat
+
+def end_of_turn(reactor: Any) -> Callable[[Callable[[], None]], object]:
+    """What calls a function on ``reactor`` once its current turn is over: asyncio's
+    ``call_soon`` on the asyncio reactor (looked up at the first call, when the reactor is
+    installed), else ``callLater(0)``, which does the same through a timer of its own."""
+    loop: list[asyncio.AbstractEventLoop | None] = []
+
+    def later(call: Callable[[], None]) -> object:
+        if not loop:
+            loop.append(asyncio.get_event_loop() if is_asyncio_available() else None)
+        running = loop[0]
+        return running.call_soon(call) if running is not None else reactor.callLater(0, call)
+
+    return later
+
 
 #: the reasons a node closes with when its Redis thread says so (see ``RedisThread.outcome``)
 FINISHED = "finished"

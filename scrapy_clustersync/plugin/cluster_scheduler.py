@@ -39,7 +39,7 @@ from .lease_demand import DownloaderDemand
 from .lease_tracker import LeaseTracker
 from .local_requests import LocalRequests
 from .published_counts import PublishedCounts
-from .request_tasks import filtered_here, push_of
+from .request_tasks import TASK_META_KEY, filtered_here, push_of
 from .scheduler_parts import scheduler_parts
 from .signals import node_opened
 from .stats_sender import StatsSender
@@ -111,6 +111,7 @@ class ClusterScheduler:
         self._stop: StopWhenOpened | None = None
         #: start() waits on these while the node starves for its own requests (own_requests_sent)
         self._start_waiters = Waiters()
+        self.gate_tells_starts = False  # the download gate calls request_started() then
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -161,10 +162,10 @@ class ClusterScheduler:
         io.size_leases(DownloaderDemand(
             lambda: started_part(self.crawler, "engine"),
             lambda: len(leases.inflight) - len(leases.scraping), self.crawler.settings))
-        self.crawler.signals.connect(self._request_started,
-                                     signal=signals.request_reached_downloader)
         self.leases.watch(getattr(started_part(self.crawler, "engine"), "scraper", None))
         self.crawler.signals.send_catch_log(node_opened, scheduler=self)
+        if not self.gate_tells_starts:
+            self.crawler.signals.connect(self.request_started, signals.request_reached_downloader)
         logger.info(
             "clustersync: node %s joined job %r at %s%s", self.config.node_id, self.config.job,
             redact_url(self.config.redis_url),
@@ -248,7 +249,7 @@ class ClusterScheduler:
             self.dedup.forget_sent()
         fingerprint = self.dedup.fingerprint_if_new(request)
         if fingerprint is None:
-            counted = filtered_here(request)  # a task is counted wherever it is filtered
+            counted = filtered_here(request) if TASK_META_KEY in request.meta else None
             if counted is not None:
                 io.submit(counted)
             return False, None
@@ -271,8 +272,7 @@ class ClusterScheduler:
         return True, None
 
     def _count(self, event: str, where: str) -> None:
-        """Scrapy's ``scheduler/<event>`` stats: the total and its ``/<where>`` part, ``redis``
-        for the job's queue, ``memory`` for requests kept on this node."""
+        """Scrapy's ``scheduler/<event>`` stats, total and ``/<where>`` (``redis``, ``memory``)."""
         self.counts[f"scheduler/{event}"] += 1
         self.counts[f"scheduler/{event}/{where}"] += 1
 
@@ -341,7 +341,7 @@ class ClusterScheduler:
         ``clustersync_state_lost`` when the job is gone from Redis)."""
         return self.io.outcome if self.io is not None else None
 
-    def _request_started(self, request: Request) -> None:
+    def request_started(self, request: Request) -> None:
         """``request_reached_downloader``: the sized lease follows the rate of these."""
         if self.io is not None:
             self.io.request_started()

@@ -14,10 +14,11 @@ lets a request go on only when its slot can start it at once:
 
 The fast path (job running, slot free, no delay due) returns None at once: no Deferred, nothing
 scheduled. Otherwise the request is held (held_requests.py), in priority then arrival order,
-and goes on when a transfer ends, its delay passes or the job runs again. A held request is a
-download under way for the engine (it is in ``Downloader.active``): it counts against
-``CONCURRENT_REQUESTS``, and the engine is not idle while it waits, so neither the node nor the
-job can be found idle or finished meanwhile.
+and goes on when a transfer ends, its delay passes or the job runs again (the engine awaits
+the held request's own future on asyncio, else a coroutine awaiting its Deferred). A held
+request is a download under way for the engine (it is in ``Downloader.active``): it counts
+against ``CONCURRENT_REQUESTS``, and the engine is not idle while it waits, so neither the node
+nor the job can be found idle or finished meanwhile.
 
 On ``stop`` (or when the node closes while the job does not run, e.g. SIGTERM while paused) a
 held request that holds a lease is not downloaded: its lease is released (it goes back to the
@@ -39,12 +40,12 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy import signals
 from scrapy.exceptions import IgnoreRequest
-from scrapy.utils.defer import maybe_deferred_to_future
+from twisted.internet.defer import Deferred
 
 from ..codec import LEASE_META_KEY
 from ..store.control_state import STOPPED, STOPPING
 from .crawler_parts import started_part
-from .held_requests import Held, HeldRequests
+from .held_requests import HeldRequests
 from .signals import node_opened
 from .site_turns import LocalTurns, SiteTurns, longest_delay_s
 
@@ -80,6 +81,9 @@ class DownloadGate:
         #: requests let through and not in their slot yet -> (their slot, its lastseen then)
         self._en_route: dict[Request, tuple[str, float | None]] = {}
         self._en_route_per_slot: Counter[str] = Counter()
+        #: per slot, requests Scrapy started but has not put on the wire yet (``Slot.transferring``
+        #: takes them a turn of the reactor later: until then their slot looks free)
+        self._starting: dict[str, set[Request]] = {}
         #: requests handed back, on their way to the engine's crawl() (dropped there)
         self._handed_back: set[Request] = set()
         self._closing = False
@@ -97,6 +101,7 @@ class DownloadGate:
 
     def node_opened(self, scheduler: ClusterScheduler) -> None:
         self.node = scheduler
+        scheduler.gate_tells_starts = True  # from _reached_slot: one receiver, not two
         if scheduler.io is not None:
             scheduler.io.listen(self.wake)
         self._watch_close(started_part(self.crawler, "engine"))
@@ -106,15 +111,17 @@ class DownloadGate:
         """None if ``request`` may go on now (nothing else is done: the fast path); else an
         awaitable that ends when it may (None), or with the request itself when it is handed
         back to the job's queue (see the module doc)."""
-        if not self.held and self._runs():
-            downloader = self._get_downloader()
-            key = downloader.get_slot_key(request)
-            slot = downloader.slots.get(key)
-            now = monotonic()
-            if self._wait_s(key, slot, now) <= 0:
-                self._let_through(request, key, slot, now)
-                return None
-        return self._hold(request)
+        downloader = self._downloader or self._get_downloader()
+        key = downloader.get_slot_key(request)
+        if self.held.waiting or not self._runs():
+            return self._hold(request, key)
+        slot = downloader.slots.get(key)
+        now = monotonic()
+        wait_s = self._wait_s(key, slot, now)
+        if wait_s <= 0:
+            self._let_through(request, key, slot, now)
+            return None
+        return self._hold(request, key, wait_s)
 
     def process_response(self, request: Request, response: Response,
                          spider: Spider | None = None) -> Response:
@@ -128,28 +135,35 @@ class DownloadGate:
             self._not_arriving(request)
 
     # ---- holding ---------------------------------------------------------------------------
-    def _hold(self, request: Request) -> Any:
-        key = self._get_downloader().get_slot_key(request)
+    def _hold(self, request: Request, key: str, wait_s: float | None = None) -> Any:
+        """Hold ``request`` of slot ``key``. ``wait_s``: how long the request was just found
+        to wait, alone at a running gate; unless a request let through was lost on its way
+        since, that is all ``wake()`` would find (its timer set for that long)."""
         held = self.held.add(request, key)
-        self.crawler.stats.inc_value("clustersync/gate/held")
-        self.wake()
-        return self._turn(held)
+        self._count("clustersync/gate/held")
+        if wait_s is None or self._forget_lost_en_route():
+            self.wake()
+        else:
+            self._wake_in(min(wait_s, EN_ROUTE_RECHECK_S) if self._en_route else wait_s)
+        turn = held.turn
+        return self._awaited(turn) if isinstance(turn, Deferred) else turn
 
     @staticmethod
-    async def _turn(held: Held) -> Request | None:
-        return await maybe_deferred_to_future(held.turn)
+    async def _awaited(turn: Deferred[Request | None]) -> Request | None:
+        return await turn
 
     def wake(self) -> None:
         """Look at every held request now (a ``SiteTurns`` that learns a turn came calls it)."""
-        if not self.held:
+        if not self.held.waiting:
             return
         self._forget_lost_en_route()
-        if self._hands_back():
-            self._hand_back()
-        if not self._runs() and not self._closing:
-            return  # paused (or the state is not known yet): every request waits
+        if not self._runs():  # a running job hands nothing back
+            if self._hands_back():
+                self._hand_back()
+            if not self._closing:
+                return  # paused (or the state is not known yet): every request waits
         soonest = self._let_through_whose_turn_came()
-        if self.held and self._en_route:
+        if self.held.waiting and self._en_route:
             soonest = min(soonest, EN_ROUTE_RECHECK_S)
         self._wake_in(soonest)
 
@@ -159,9 +173,12 @@ class DownloadGate:
         now = monotonic()
         blocked: set[str] = set()  # a site's requests go in their order
         soonest = math.inf
-        slots = self._get_downloader().slots
+        slots = (self._downloader or self._get_downloader()).slots
+        per_slot = self.held.per_slot
         for held in self.held:
             if held.key in blocked:
+                if len(blocked) == len(per_slot):
+                    break  # every site waits: no later request can go
                 continue
             slot = slots.get(held.key)
             wait_s = self._wait_s(held.key, slot, now)
@@ -171,12 +188,14 @@ class DownloadGate:
                 continue
             self.held.remove(held)
             self._let_through(held.request, held.key, slot, now)
-            held.turn.callback(None)
+            held.go(None)
         return soonest
 
     def _wait_s(self, key: str, slot: Slot | None, now: float) -> float:
         """Seconds until a request of ``key`` may go on (0: now; inf: when woken)."""
         on_the_way = self._en_route_per_slot.get(key, 0)
+        if key in self._starting:
+            on_the_way += self._still_starting(key, slot)
         if slot is None:  # Scrapy makes it when the first request arrives
             return 0.0 if not on_the_way else math.inf
         if slot.queue:  # a request that did not pass this gate waits there: let it go first
@@ -199,24 +218,53 @@ class DownloadGate:
         request started since, Scrapy must not wait a second, freshly drawn delay: the slot's
         last start is moved back beyond any delay it can draw (Scrapy sets it to now when it
         starts the request, in the same call)."""
+        if self.node is not None:
+            self.node.request_started(request)
         known = self._forget(request)
         if known is None:
             return
         key, lastseen = known
-        slot = self._get_downloader().slots.get(request.meta.get("download_slot", key))
-        if (slot is not None and slot.delay and lastseen is not None
-                and slot.lastseen == lastseen and not slot.queue and slot.latercall is None
-                and slot.free_transfer_slots() > 0):
+        slot_key = request.meta.get("download_slot", key)
+        slot = (self._downloader or self._get_downloader()).slots.get(slot_key)
+        at_once = slot is not None and self._starts(request, slot_key, slot, lastseen)
+        # started at once without a delay, in the room the gate kept for it, it frees nothing a
+        # held request waits for; else the gate looks again once Scrapy has started it
+        if self.held.waiting and not (at_once and slot is not None and not slot.delay
+                              and slot_key == key):
+            self._wake_in(0.0)
+
+    def _starts(self, request: Request, slot_key: str, slot: Slot, lastseen: float | None
+                ) -> bool:
+        """Whether Scrapy starts ``request``, arriving in ``slot``, at once; if so, it counts as
+        on its way until it is on the wire, and a delay it waited at the gate is not drawn
+        again."""
+        if slot.queue or slot.latercall is not None or slot.free_transfer_slots() <= 0:
+            return False
+        self._starting.setdefault(slot_key, set()).add(request)
+        if slot.delay and lastseen is not None and slot.lastseen == lastseen:
             slot.lastseen = min(lastseen, monotonic() - longest_delay_s(slot) - 1.0)
-        if self.held:
-            self._wake_in(0.0)  # once Scrapy has started it
+        return True
 
     def _left_downloader(self, request: Request, **_: Any) -> None:
-        if self.held:
+        starting = self._starting.get(request.meta.get("download_slot", ""))
+        if starting:
+            starting.discard(request)
+        if self.held.waiting:
             self.wake()  # a transfer ended: its slot has room
 
+    def _still_starting(self, key: str, slot: Slot | None) -> int:
+        """How many requests of slot ``key`` Scrapy started and has not put on the wire yet."""
+        starting = self._starting[key]
+        if slot is not None:
+            starting.difference_update(
+                [each for each in starting if each in slot.transferring or each not in slot.active])
+        if slot is None or not starting:
+            del self._starting[key]
+            return 0
+        return len(starting)
+
     def _not_arriving(self, request: Request) -> None:
-        if self._forget(request) is not None and self.held:
+        if self._forget(request) is not None and self.held.waiting:
             self._wake_in(0.0)
 
     def _forget(self, request: Request) -> tuple[str, float | None] | None:
@@ -227,13 +275,17 @@ class DownloadGate:
                 del self._en_route_per_slot[known[0]]
         return known
 
-    def _forget_lost_en_route(self) -> None:
+    def _forget_lost_en_route(self) -> bool:
         """Forget requests let through that are no longer downloads at all (a later middleware
-        answered them with a new request, which bypasses every ``process_response``)."""
-        if self._en_route:
-            active = self._get_downloader().active
-            for request in [each for each in self._en_route if each not in active]:
-                self._forget(request)
+        answered them with a new request, which bypasses every ``process_response``); True if
+        there was one."""
+        if not self._en_route:
+            return False
+        active = (self._downloader or self._get_downloader()).active
+        lost = [each for each in self._en_route if each not in active]
+        for request in lost:
+            self._forget(request)
+        return bool(lost)
 
     # ---- stop: hand back -------------------------------------------------------------------
     def _hands_back(self) -> bool:
@@ -257,8 +309,8 @@ class DownloadGate:
             self.held.remove(held)
             leases.release(held.request.meta[LEASE_META_KEY])
             self._handed_back.add(held.request)
-            held.turn.callback(held.request)
-        self.crawler.stats.inc_value("clustersync/gate/handed_back", len(leased))
+            held.go(held.request)
+        self._count("clustersync/gate/handed_back", len(leased))
         logger.info("clustersync: %d requests waiting for their turn were not downloaded; "
                     "they went back to the job's queue", len(leased))
 
@@ -282,6 +334,14 @@ class DownloadGate:
         engine.close_spider_async = closing
 
     # ---- internals -------------------------------------------------------------------------
+    def _count(self, stat: str, count: int = 1) -> None:
+        """Count in the node's hot-path counts (published with the scheduler's), or, with no
+        node, in the crawler's stats."""
+        if self.node is not None:
+            self.node.counts[stat] += count
+        else:
+            self.crawler.stats.inc_value(stat, count)
+
     def _runs(self) -> bool:
         io = self.node.io if self.node is not None else None
         return io is None or io.allows_downloads

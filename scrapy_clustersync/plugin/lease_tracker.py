@@ -14,6 +14,10 @@ buffered (``ClusterScheduler.enqueue_request`` asks ``replaced_in_downloader``).
 A request that failed (request_tasks.py: what counts) is acked the same way, at the same moment,
 with a ``Failed`` op that also records why: the tracker learns it from what Scrapy hands the
 errback (``Scraper.call_spider_async`` with a Failure) and from ``handle_spider_error``.
+
+The requests a callback or errback yields join its request's task here too, where Scrapy hands
+their output, after every spider middleware, to ``Scraper.handle_spider_output_async``: the
+output of a request without a task is passed on untouched, at no cost per item.
 """
 
 from __future__ import annotations
@@ -133,6 +137,7 @@ class LeaseTracker:
         scraper.enqueue_scrape = watched
         self._watch_spider_errors(scraper)
         self._watch_errbacks(scraper)
+        _watch_output(scraper)
 
     def _watch_spider_errors(self, scraper: Any) -> None:
         """Learn each exception of a callback or errback: CloseSpider hands the request back,
@@ -154,18 +159,15 @@ class LeaseTracker:
     def _watch_errbacks(self, scraper: Any) -> None:
         """Learn each Failure Scrapy hands a request's errback (or raises without one): a
         download error, or an exception of a spider middleware's ``process_spider_input`` such
-        as ``HttpError``. The errback's output joins the request's task (Scrapy does not pass
-        it through the spider middlewares)."""
+        as ``HttpError``."""
         call_spider = getattr(scraper, "call_spider_async", None)
         if call_spider is None:  # pragma: no cover - Scrapy >= 2.13 has it
             return
 
         async def watched_call(result: Any, request: Request, *args: Any, **kwargs: Any) -> Any:
-            if not isinstance(result, Failure):
-                return await call_spider(result, request, *args, **kwargs)
-            self._failed(request, download_failure(result, request))
-            output = await call_spider(result, request, *args, **kwargs)
-            return _joining_task(request, output)
+            if isinstance(result, Failure):
+                self._failed(request, download_failure(result, request))
+            return await call_spider(result, request, *args, **kwargs)
 
         scraper.call_spider_async = watched_call
 
@@ -188,6 +190,21 @@ class LeaseTracker:
         else:
             self.ack(token)
         return result
+
+
+def _watch_output(scraper: Any) -> None:
+    """Give the requests in each callback's or errback's output (its requests, and those the
+    spider middlewares added or passed on) the task of the request it answers, unless they name
+    their own: Scrapy hands every such output to ``handle_spider_output_async``, the errbacks'
+    of download failures too, which no spider middleware sees."""
+    handle_output = getattr(scraper, "handle_spider_output_async", None)
+    if handle_output is None:  # pragma: no cover - Scrapy >= 2.13 has it
+        return
+
+    async def watched_output(result: Any, request: Request, *args: Any, **kwargs: Any) -> Any:
+        return await handle_output(_joining_task(request, result), request, *args, **kwargs)
+
+    scraper.handle_spider_output_async = watched_output
 
 
 def _joining_task(parent: Request, output: Any) -> Any:

@@ -3,9 +3,9 @@ request failed.
 
 A task is the user's id in ``request.meta["clustersync_task"]`` (a str or an int, 1 to 200
 characters); the requests a task's callback or errback yields inherit it unless they set their
-own (``ClusterSpiderMiddleware``, and ``LeaseTracker`` for the errbacks of download failures,
-whose output Scrapy does not pass through the spider middlewares). Its record is kept in Redis
-by the scripts (lua/tasks.lua) and read by ``clustersync task``/``tasks``.
+own (``LeaseTracker``, where Scrapy's scraper takes a callback's or errback's output, after
+every spider middleware). Its record is kept in Redis by the scripts (lua/tasks.lua) and read
+by ``clustersync task``/``tasks``.
 
 What counts as a failed request (recorded in the job's failed list and in its task):
 - its download failed (an exception after the retries: connection refused, timeout, DNS...),
@@ -79,6 +79,8 @@ def push_of(request: Request, fingerprint: bytes, priority: int, blob: bytes,
 def filtered_here(request: Request) -> TaskFiltered | None:
     """The op that counts ``request``, dropped as a duplicate on this node, in its task's
     record; None if it belongs to no task (nothing to count)."""
+    if TASK_META_KEY not in request.meta:  # the usual case, on every duplicate a callback yields
+        return None
     task = task_of(request)
     return None if task is None else TaskFiltered(task)
 

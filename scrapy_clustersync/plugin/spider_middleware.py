@@ -1,10 +1,11 @@
-"""Where start() runs once per job: ``ClusterSpiderMiddleware.process_start``; and how a
-callback's requests inherit its task: ``process_spider_output``.
+"""Where start() runs once per job: ``ClusterSpiderMiddleware.process_start``.
 
 It is the spider middleware nearest the engine (the add-on installs it at ``ORDER``), so what
 it yields goes straight to the engine, after every other middleware's ``process_start``. See
 node/start_run.py for when this node runs start() and when start() is done. Acks are not decided
-here: see scheduler.py.
+here: see scheduler.py. It has no ``process_spider_output``: a callback's requests join its task
+where the scraper takes the output of every middleware (lease_tracker.py), so a crawl pays no
+middleware layer per item for it.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 from scrapy import Request
 from scrapy.utils.defer import maybe_deferred_to_future
 
-from .request_tasks import TASK_META_KEY, inherit_task
 from .signals import node_opened
 
 if TYPE_CHECKING:
@@ -30,8 +30,7 @@ ORDER = -(10**9)
 
 
 class ClusterSpiderMiddleware:
-    """Runs the spider's start() only where the job's ``StartRun`` says (see node/start_run.py), and
-    gives the requests a callback yields the task of its request (request_tasks.py)."""
+    """Runs the spider's start() only where the job's ``StartRun`` says (see node/start_run.py)."""
 
     def __init__(self) -> None:
         self.run: StartRun | None = None
@@ -72,16 +71,3 @@ class ClusterSpiderMiddleware:
             item_or_request, Request) else None
         if sent is not None:
             await maybe_deferred_to_future(sent)
-
-    async def process_spider_output(self, response: Any, result: AsyncIterator[Any]
-                                    ) -> AsyncIterator[Any]:
-        """The callback's output; its requests join the task of ``response``'s request unless
-        they name their own (nearest the engine: also those other middlewares add)."""
-        request = getattr(response, "request", None)
-        if request is None or TASK_META_KEY not in request.meta:
-            async for each in result:
-                yield each
-            return
-        async for each in result:
-            inherit_task(request, each)
-            yield each

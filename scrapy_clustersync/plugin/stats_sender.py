@@ -46,9 +46,18 @@ def is_summed(name: object, value: object) -> bool:
     """True for a stat the cluster sums: an int (not a bool) of a SUMMED name."""
     if not isinstance(name, str) or not isinstance(value, int) or isinstance(value, bool):
         return False  # (Scrapy's stats take any key: an extension may count by a tuple)
-    if "\t" in name or "\n" in name:
-        return False
-    return any(name == s or (s.endswith("/") and name.startswith(s)) for s in SUMMED)
+    summed = _SUMMED_NAMES.get(name)
+    if summed is None:  # a crawl has a few dozen stat names: each is looked at once
+        summed = "\t" not in name and "\n" not in name and any(
+            name == s or (s.endswith("/") and name.startswith(s)) for s in SUMMED)
+        if len(_SUMMED_NAMES) < SUMMED_NAMES_KEPT:
+            _SUMMED_NAMES[name] = summed
+    return summed
+
+
+#: how many stat names is_summed remembers the answer for (a bound: stat names may be made up)
+SUMMED_NAMES_KEPT = 10_000
+_SUMMED_NAMES: dict[str, bool] = {}
 
 
 class StatsSender:

@@ -3,6 +3,7 @@ waits and in which order, that a delay is waited once, and what a stop hands bac
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 from time import monotonic
 from typing import Any
@@ -51,7 +52,13 @@ class FakeNode:
     def __init__(self, io: FakeIo) -> None:
         self.io = io
         self.sent: list[Op] = []
-        self.leases = LeaseTracker(lambda: self.sent.append, Counter())
+        self.counts: Counter[str] = Counter()
+        self.leases = LeaseTracker(lambda: self.sent.append, self.counts)
+        self.started: list[Request] = []
+        self.gate_tells_starts = False
+
+    def request_started(self, request: Request) -> None:
+        self.started.append(request)
 
 
 def gate_on(slot: Slot, control: str = RUNNING) -> tuple[DownloadGate, FakeDownloader, FakeNode]:
@@ -119,6 +126,61 @@ def test_held_requests_go_in_priority_then_arrival_order_as_transfers_end() -> N
         order.append(gone[0])
         start_transfer(gate, slot, next(r for r in (first, urgent, last) if r.url == gone[0]))
     assert order == [urgent.url, first.url, last.url]
+
+
+def test_on_asyncio_a_held_request_waits_on_a_future_that_ends_when_a_transfer_ends() -> None:
+    async def crawl() -> tuple[bool, Any]:
+        # given a slot of one transfer, busy, on a running asyncio loop
+        slot = Slot(concurrency=1, delay=0, jitter=0)
+        gate, _, node = gate_on(slot)
+        slot.transferring.add(Request(f"https://{SITE}/busy"))
+        # when a request arrives, it waits
+        turn = gate.process_request(leased(f"https://{SITE}/next", node))
+        waited = isinstance(turn, asyncio.Future) and not turn.done()
+        # and when the transfer ends, it goes on
+        slot.transferring.clear()
+        gate._left_downloader(Request("https://other/"))
+        return waited, await asyncio.wait_for(turn, 1.0)
+
+    assert asyncio.run(crawl()) == (True, None)
+
+
+def test_each_request_reaching_its_slot_is_told_the_scheduler_for_the_lease_size() -> None:
+    # given a gate before a free slot
+    slot = Slot(concurrency=8, delay=0, jitter=0)
+    gate, _, node = gate_on(slot)
+    requests = [leased(f"https://{SITE}/{i}", node) for i in range(3)]
+    # when each goes on and reaches its slot, and one more arrives there past the gate
+    for request in requests:
+        assert gate.process_request(request) is None
+        start_transfer(gate, slot, request)
+    start_transfer(gate, slot, Request(f"https://{SITE}/direct"))
+    # then the scheduler hears of every start
+    assert [r.url for r in node.started] == [*(r.url for r in requests), f"https://{SITE}/direct"]
+
+
+def test_a_request_started_but_not_on_the_wire_yet_keeps_its_room_in_the_slot() -> None:
+    # given a slot of one transfer and a request let through that reached it and that Scrapy
+    # started (in the slot) but did not put on the wire yet: it does so a turn later
+    slot = Slot(concurrency=1, delay=0, jitter=0)
+    gate, _, node = gate_on(slot)
+    first = leased(f"https://{SITE}/first", node)
+    assert gate.process_request(first) is None
+    first.meta["download_slot"] = SITE
+    slot.active.add(first)
+    gate._reached_slot(first)
+    # when a second request arrives, it waits at the gate (not in the slot's queue)
+    answer = gate.process_request(leased(f"https://{SITE}/second", node))
+    assert answer is not None
+    ended = outcome(answer)
+    slot.transferring.add(first)
+    gate.wake()
+    assert ended == [] and len(gate.held) == 1
+    # and when the first is done, the second goes on
+    slot.transferring.discard(first)
+    slot.active.discard(first)
+    gate._left_downloader(first)
+    assert ended == [None]
 
 
 class ShortFirstDraw(Slot):

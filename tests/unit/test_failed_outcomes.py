@@ -17,7 +17,6 @@ from twisted.python.failure import Failure
 
 from scrapy_clustersync.plugin.lease_tracker import LeaseTracker
 from scrapy_clustersync.plugin.request_tasks import TASK_META_KEY, push_of
-from scrapy_clustersync.plugin.spider_middleware import ClusterSpiderMiddleware
 from scrapy_clustersync.store.write_ops import Ack, Failed, Op, Push, TaskPush
 
 
@@ -37,6 +36,14 @@ class Scraper:
     async def call_spider_async(self, result: Any, request: Request) -> Any:
         return iter(self.output)
 
+    async def handle_spider_output_async(self, result: Any, request: Request,
+                                         response: Any) -> None:
+        """Takes every item of a callback's or errback's output, as Scrapy's does."""
+        if hasattr(result, "__aiter__"):
+            self.handled = [each async for each in result]
+        else:
+            self.handled = list(result)
+
 
 def scraped(result: Any, request: Request, scraper: Scraper, during: Any = None) -> list[Op]:
     """The ops the tracker submits for leased ``request`` once Scrapy is done with ``result``;
@@ -53,9 +60,13 @@ def scraped(result: Any, request: Request, scraper: Scraper, during: Any = None)
 
 
 def errback_given(failure: Failure, request: Request) -> Any:
+    """What Scrapy's scraper does with a failure: the errback, then its output handled."""
+    async def errback(scraper: Scraper) -> None:
+        output = await scraper.call_spider_async(failure, request)
+        await scraper.handle_spider_output_async(output, request, failure)
+
     def run(scraper: Scraper) -> None:
-        output = asyncio.run(scraper.call_spider_async(failure, request))
-        scraper.output = list(output)
+        asyncio.run(errback(scraper))
     return run
 
 
@@ -101,22 +112,25 @@ def test_an_errbacks_requests_join_the_failed_requests_task_unless_they_name_the
     # when the tracker watches the errback run
     scraped(failure, request, scraper, errback_given(failure, request))
     # then the first joins "t", the second keeps "u"
-    assert [r.meta.get(TASK_META_KEY) for r in scraper.output[:2]] == ["t", "u"]
+    assert scraper.handled == [*scraper.output]
+    assert [r.meta.get(TASK_META_KEY) for r in scraper.handled[:2]] == ["t", "u"]
 
 
-def test_a_callbacks_requests_inherit_its_task_through_the_spider_middleware() -> None:
+def test_a_callbacks_requests_inherit_its_task_where_the_scraper_takes_its_output() -> None:
+    # given a request of task 7 whose callback's output (the spider middlewares' too) holds a
+    # request, a request naming its own task and an item
     parent = Request("http://a/1", meta={TASK_META_KEY: 7})
     response = HtmlResponse("http://a/1", request=parent)
     children = [Request("http://a/2"), Request("http://a/3", meta={TASK_META_KEY: "x"})]
 
     async def output() -> Any:
-        for child in children:
-            yield child
-
-    async def run() -> list[Any]:
-        return [each async for each in
-                ClusterSpiderMiddleware().process_spider_output(response, output())]
-    assert asyncio.run(run()) == children
+        for each in (*children, {"item": 1}):
+            yield each
+    scraper = Scraper()
+    scraped(response, parent, scraper, lambda scraper: asyncio.run(
+        scraper.handle_spider_output_async(output(), parent, response)))
+    # then the scraper got all of it, the first request joining 7, the second keeping "x"
+    assert scraper.handled == [*children, {"item": 1}]
     assert [child.meta[TASK_META_KEY] for child in children] == [7, "x"]
     pushes = [push_of(child, b"f" * 20, 0, b"blob", 0) for child in children]
     assert pushes == [TaskPush(b"f" * 20, 0, b"blob", 0, "7"),
