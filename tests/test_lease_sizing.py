@@ -21,10 +21,6 @@ POLITE = {"CONCURRENT_REQUESTS_PER_DOMAIN": "1", "DOWNLOAD_DELAY": "0.5"}
 
 
 @pytest.mark.timing
-@pytest.mark.xfail(strict=False, reason=(
-    "open: with the download gate in place one of the three nodes sometimes gets its first "
-    "page 3.5-6.6 s after the join, or none (about 1 run in 2); every page is still fetched "
-    "once. Under investigation"))
 def test_three_polite_nodes_started_together_all_fetch_pages_within_three_seconds(
     redis_server: RedisServer, site: SiteFactory, tmp_path: Path
 ) -> None:

@@ -344,7 +344,8 @@ def test_a_node_back_from_the_dead_hands_out_only_entries_redis_has_leased_to_it
     other.flush(epoch, [push_op(f"http://x/{i}") for i in range(8)], new_call_id())
     node = NodeThread(store, config, epoch)  # its Redis thread's turns run here, by hand
     worker = node.worker
-    worker._turn(time.monotonic())  # the control state, the first heartbeat, a lease of 8
+    worker._follow(time.monotonic())  # as its join does: the control state first
+    worker._turn(time.monotonic())  # the first heartbeat, a lease of 8
     node.pump()
     assert node.link.waiting == 8
     # when it stands still past its dead-after, node b declares it dead (its 8 leases go back

@@ -46,6 +46,7 @@ from scrapy_clustersync.store import (
 )
 from scrapy_clustersync.store.errors import BadBatch
 from scrapy_clustersync.store.job_store import new_call_id
+from scrapy_clustersync.store.round_trip import Answer, RoundTrip
 from scrapy_clustersync.store.write_ops import decode_op
 from testkit.redis_server import RedisServer
 
@@ -141,7 +142,7 @@ def started_worker(store: JobStore, config: ClusterConfig, epoch: str, ops: Sequ
 
 
 class RecordingStore(JobStore):
-    """A JobStore that keeps every flush call: (ops, refused?)."""
+    """A JobStore that keeps every flush call, its own or in a round trip: (ops, refused?)."""
 
     def __init__(self, *args: Any, **kw: Any) -> None:
         super().__init__(*args, **kw)
@@ -156,12 +157,31 @@ class RecordingStore(JobStore):
         self.calls.append((list(ops), False))
         return result
 
+    def flush_in(self, trip: RoundTrip, epoch: str, ops: Sequence[Op],
+                 call_id: str) -> Answer[FlushResult]:
+        answer = super().flush_in(trip, epoch, ops, call_id)
+        result = answer.result
+
+        def recorded() -> FlushResult:
+            try:
+                value = result()
+            except BadBatch:
+                self.calls.append((list(ops), True))
+                raise
+            if not answer.late:  # (sent again on its own: flush() recorded it)
+                self.calls.append((list(ops), False))
+            return value
+
+        answer.result = recorded  # type: ignore[method-assign]
+        return answer
+
 
 class FailingStore(JobStore):
-    """A JobStore whose flush calls number ``fail_on`` (1-based) fail with ``error``.
+    """A JobStore whose flush calls number ``fail_on`` (1-based, its own or in a round trip)
+    fail with ``error``.
 
     ``applied=True``: Redis applies the call, then the failure comes (a crash before the
-    node recorded the answer).
+    node recorded the answer; flush calls of their own only).
     """
 
     def __init__(self, *args: Any, fail_on: set[int], error: BaseException,
@@ -177,6 +197,13 @@ class FailingStore(JobStore):
         if self.applied:
             super().flush(epoch, ops, call_id)
         raise self.error
+
+    def flush_in(self, trip: RoundTrip, epoch: str, ops: Sequence[Op],
+                 call_id: str) -> Answer[FlushResult]:
+        self.calls += 1
+        if self.calls in self.fail_on:
+            raise self.error
+        return super().flush_in(trip, epoch, ops, call_id)
 
 
 def in_thread(action: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]:

@@ -1,18 +1,23 @@
 """ControlFollower: how a node follows the job's control state (``clustersync pause|resume|stop``).
 
 The state lives in Redis (the job's meta field ``control``, changed by ``control.lua``). The
-node's Redis thread calls ``follow`` on every turn of its loop (at least every
+node's Redis thread calls ``listen`` on every turn of its loop (at least every
 ``FOLLOW_INTERVAL_S``): it applies what the job's control channel said since (a subscription
-on a connection of its own, read without waiting) and re-reads the field every ``REREAD_S``, so
-that a node that missed a message (a dropped connection, a node that joined meanwhile)
-converges within that time. When Redis is away it keeps the last state it knew and subscribes
-again quietly. The thread holds leasing while the job does not run and hands the state to the
-reactor in its ``NodeView``; the control extension (plugin/job_control.py) acts on it there.
+on a connection of its own, read without waiting); and it re-reads the field every
+``REREAD_S``, in the round trip of the turn's other calls (``read_in``, ``answered``), so that
+a node that missed a message (a dropped connection, a node that joined meanwhile) converges
+within that time. Until it subscribed (its thread subscribes when it has the time: see
+``SyncWorker._subscribe_if_free``) it re-reads in every round trip that goes anyway, up to every
+``FOLLOW_INTERVAL_S``. ``follow`` does both, the read a call of its own. When Redis is away it
+keeps the last state it knew and subscribes again quietly. The thread holds leasing while the
+job does not run and hands the state to the reactor in its ``NodeView``; the control extension
+(plugin/job_control.py) acts on it there.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..store import StoreError
@@ -28,6 +33,7 @@ from ..store.errors import AccessRefused
 
 if TYPE_CHECKING:
     from ..store.control_state import ControlStore
+    from ..store.round_trip import Answer, RoundTrip
 
 logger = logging.getLogger(__name__)
 
@@ -58,13 +64,43 @@ class ControlFollower:
         self._channel_refused = False  # NOPERM on SUBSCRIBE: follow by re-reading only
 
     def follow(self, now: float) -> None:
-        """Apply what the channel said since the last call and re-read the state when due.
-        Never raises: Redis away, it tries again after ``RECONNECT_S``."""
+        """Apply what the channel said since the last call and re-read the state when due (a
+        call of its own). Never raises: Redis away, it tries again after ``RECONNECT_S``."""
+        self.listen(now)
+        if now >= self._next_read:
+            self._next_read = now + self._reread_s
+            self._guarded(lambda: self._control.read(), now)
+
+    def listen(self, now: float, connect: bool = True) -> None:
+        """Apply what the channel said since the last call (no round trip: what came is read
+        without waiting), subscribing first when due and ``connect`` allows it: a subscription
+        opens a connection of its own, whose handshake takes a few round trips (the re-read
+        covers the state meanwhile). Never raises."""
+        self._guarded(lambda: self._listen_if_allowed(now, connect), now)
+
+    def subscription_due(self, now: float) -> bool:
+        """``listen`` would subscribe now, if allowed to connect."""
+        return (self._subscription is None and not self._channel_refused
+                and now >= self._subscribe_at)
+
+    def read_in(self, trip: RoundTrip, now: float) -> Answer[ControlState] | None:
+        """The re-read of the state, in ``trip``, when due (``answered`` applies it): every
+        ``REREAD_S``; and without a subscription, whenever ``trip`` holds other calls (it costs
+        no round trip then), up to every ``FOLLOW_INTERVAL_S``."""
+        riding = (self._subscription is None and len(trip) > 0
+                  and now >= self._next_read - self._reread_s + FOLLOW_INTERVAL_S)
+        if now < self._next_read and not riding:
+            return None
+        self._next_read = now + self._reread_s
+        return self._control.read_in(trip)
+
+    def answered(self, answer: Answer[ControlState], now: float) -> None:
+        """Apply the re-read ``read_in`` added to a round trip. Never raises."""
+        self._guarded(answer.result, now)
+
+    def _guarded(self, action: Callable[[], ControlState | None], now: float) -> None:
         try:
-            self._listen_if_allowed(now)
-            if now >= self._next_read:
-                self._next_read = now + self._reread_s
-                self.state = self._control.read().state
+            read = action()
         except StoreError as exc:  # Redis away: the heartbeat says so; retry quietly
             logger.debug("clustersync: job control channel of %r lost (%s); retrying",
                          self.job, exc)
@@ -73,14 +109,17 @@ class ControlFollower:
             logger.warning("clustersync: unexpected error following the control state of "
                            "job %r; retrying", self.job, exc_info=True)
             self._drop(now)
+        else:
+            if read is not None:
+                self.state = read.state
 
-    def _listen_if_allowed(self, now: float) -> None:
+    def _listen_if_allowed(self, now: float, connect: bool = True) -> None:
         """Listen on the channel, unless this client may not subscribe (an ACL user without
         pub/sub permission): then the node follows by re-reading alone, within REREAD_S."""
         if self._channel_refused:
             return
         try:
-            self._listen(now)
+            self._listen(now, connect)
         except AccessRefused as exc:
             self._channel_refused = True
             self.close()
@@ -95,9 +134,9 @@ class ControlFollower:
         self.state = state
         self._next_read = self._subscribe_at = now + self._reread_s
 
-    def _listen(self, now: float) -> None:
+    def _listen(self, now: float, connect: bool) -> None:
         if self._subscription is None:
-            if now < self._subscribe_at:
+            if now < self._subscribe_at or not connect:
                 return
             self._subscription = self._control.subscribe()
             self._next_read = now  # a change made while the node was not subscribed

@@ -14,10 +14,13 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..config import ClusterConfig
 from ..store import JobStore
+from ..store.job_store import beat_of
+from ..store.round_trip import Answer, RoundTrip
 from ..store.script_results import DeadNode, Heartbeat
 from .liveness import heartbeat_ttl_ms
 from .outages import OUTAGE_BACKOFF_MAX_S
@@ -35,6 +38,16 @@ PING_INTERVAL_S = 0.25
 BEAT_CALLS_KEPT = 5
 
 
+@dataclass(frozen=True)
+class BeatCall:
+    """A heartbeat added to a round trip, until its answer is applied."""
+
+    answer: Answer[Heartbeat]
+    idle: bool  # it reported the node idle
+    leaving: bool
+    at: float  # the thread's clock when it was added
+
+
 class HeartbeatPart:
     """The heartbeat, rejoin and reactor watch of ``SyncWorker`` (see the module doc)."""
 
@@ -46,7 +59,7 @@ class HeartbeatPart:
     _link: NodeLink
     _writes: WriteStream
     _held: set[str]
-    _unstarted: dict[str, None]
+    _unstarted: dict[str, int]
     _node_idle: bool
     _activity: int
     _away_since: float | None
@@ -80,22 +93,25 @@ class HeartbeatPart:
             self._pinged_at = now
             self._post(self._link.ping)
 
-    def _beat(self, now: float) -> None:
-        """Send the heartbeat; the next one is due in an interval, or sooner when the job is
-        finished then if nothing changes (a node that just turned idle has settled)."""
-        self._next_heartbeat = now + self.config.heartbeat_interval_s
-        wait_ms = self._send_heartbeat(leaving=False)
-        if wait_ms > 0:
-            self._next_heartbeat = min(self._next_heartbeat, now + wait_ms / 1000)
+    def _beat(self, now: float, leaving: bool = False) -> None:
+        """Send the heartbeat, in a round trip of its own (``_beat_in``, ``_beat_answered``)."""
+        trip = self.store.round_trip()
+        call = self._beat_in(trip, now, leaving)
+        started = time.monotonic()
+        trip.send()
+        if call is not None:
+            self._beat_answered(call, time.monotonic() - started)
 
-    def _send_heartbeat(self, leaving: bool) -> int:
-        """Send the heartbeat; returns its ``finish_wait_ms`` (-1 if none was sent)."""
-        if not leaving and self._reactor_stuck():
-            return -1
+    def _beat_in(self, trip: RoundTrip, now: float, leaving: bool = False) -> BeatCall | None:
+        """Add the heartbeat to ``trip`` (None: not sent, the reactor is stuck). The next one is
+        due in an interval, or sooner when the job is finished then if nothing changes (a node
+        that just turned idle has settled: ``_beat_answered``)."""
+        if not leaving:
+            self._next_heartbeat = now + self.config.heartbeat_interval_s
+            if self._reactor_stuck():
+                return None
         idle = self._node_idle and self._quiet
-        called_at = time.monotonic()
-        beat = self.store.heartbeat(
-            self.epoch,
+        beat = beat_of(
             # the threshold, and a few of this node's own round trips (liveness.py)
             ttl_ms=0 if leaving else heartbeat_ttl_ms(self.config, self._round_trip_s),
             lease_ms=int(self.config.lease_timeout_s * 1000),
@@ -113,10 +129,16 @@ class HeartbeatPart:
             told_ms=self._death_told,
             retention_ms=int(self.config.node_retention_s * 1000),
         )
-        self._beat_calls.append(time.monotonic() - called_at)
+        return BeatCall(self.store.heartbeat_in(trip, self.epoch, beat), idle, leaving, now)
+
+    def _beat_answered(self, call: BeatCall, took_s: float) -> None:
+        """Apply a heartbeat's answer; ``took_s``: its round trip's time."""
+        beat = call.answer.result()
+        self._beat_calls.append(took_s)
         self._round_trip_s = min(self._beat_calls)
-        self._heard(beat, idle, leaving)
-        return beat.finish_wait_ms
+        self._heard(beat, call.idle, call.leaving)
+        if not call.leaving and beat.finish_wait_ms > 0:
+            self._next_heartbeat = min(self._next_heartbeat, call.at + beat.finish_wait_ms / 1000)
 
     def _heard(self, beat: Heartbeat, idle: bool, leaving: bool) -> None:
         for dead in beat.declared_dead:

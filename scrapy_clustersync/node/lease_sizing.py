@@ -6,18 +6,26 @@ leases 36 requests of a site it may fetch once a second holds them for half a mi
 the others sit idle). So the reactor sizes the prefetch from what the node can put on the wire
 before the next lease comes back (``LeaseSizer.target``):
 
-    room now (free concurrency, within each site's limit and delay)
-    + the measured rate at which requests go on to the downloader x the horizon
+    what the node can start before the next lease arrives:
+        room now (free concurrency, within each site's limit and delay)
+        + the measured rate at which requests go on to the downloader x the horizon,
+        and never less than what the downloader runs at once over its sites (``capacity``)
     - what was handed to the engine and is not on the wire yet (download gate, slot queues)
 
-and never less than what the downloader runs at once over the sites it has (``capacity``),
+and nothing (0) when what the engine holds covers it. The engine takes every entry it is
+handed while its downloader runs fewer than ``CONCURRENT_REQUESTS`` (a polite site's requests
+wait at the download gate or in their slot's queue meanwhile), so a target kept above what
+the node can start would lease again each time the engine takes, until the node holds about
+``CONCURRENT_REQUESTS`` requests it starts over many seconds, while nodes started a second
+later find the queue empty.
 
-where the horizon is how long a lease asked now takes to arrive: a few of the Redis thread's
-round trips (it measures them), and never less than ``MIN_HORIZON_S``. The rate is the
-highest recent one, decaying slowly: a node that starves takes fewer requests, and a rate
-that followed it down would size the next lease smaller still. The reactor tells the
-Redis thread the target (``Demand``) when it changed; the thread leases what is missing once
-half of it is gone. ``CLUSTERSYNC_PREFETCH`` set to a number fixes the target instead.
+The horizon is twice how long a lease asked now takes to arrive (the thread leases once half
+the target is gone): a few of the Redis thread's round trips (it measures them), and never
+less than ``MIN_HORIZON_S``. The rate is the highest recent one, decaying slowly: a node that
+starves takes fewer requests, and a rate that followed it down would size the next lease
+smaller still. The reactor tells the Redis thread the target (``Demand``) when it changed; the
+thread leases what is missing once half of it is gone. ``CLUSTERSYNC_PREFETCH`` set to a
+number fixes the target instead.
 
 Everything here is the reactor's.
 """
@@ -27,14 +35,16 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 #: the shortest horizon a lease is sized for: a busy machine may not run the Redis thread for
 #: tens of milliseconds, whatever the round trip to Redis
 MIN_HORIZON_S = 0.5
-#: round trips of the Redis thread between a lease asked and its entries on the reactor: the
-#: call under way, the lease itself, and a flush or a heartbeat before it
-HORIZON_ROUND_TRIPS = 4
+#: round trips of the Redis thread the target covers: twice (the thread leases once half the
+#: target is gone) those between a lease asked and its entries on the reactor, the round trip
+#: under way and the lease's own (turns.py: a flush or a heartbeat goes in the same one), and
+#: one more for a turn that takes longer (a busy machine, a large batch ahead of the lease)
+HORIZON_ROUND_TRIPS = 6
 #: the longest a batch of writes lingers before it goes (write_stream.py)
 LINGER_S = 0.05
 #: how often the downloader is looked at, at most (it walks every download slot)
@@ -67,7 +77,8 @@ Measure = Callable[[], Downstream]
 
 
 class LeaseSizer:
-    """The prefetch target of one node (see the module doc), up to ``maximum``."""
+    """The prefetch target of one node (see the module doc), up to ``maximum``; 0: lease
+    nothing more now."""
 
     def __init__(self, maximum: int, initial: int, measure: Measure | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
@@ -76,33 +87,60 @@ class LeaseSizer:
         self.measure = measure
         self._clock = clock
         self._next_look = 0.0
+        #: the downloader as of the last look, followed since (``refresh``)
+        self._seen = Downstream(capacity=self.target)
+        self._horizon_starts = 0  # what the node starts over the horizon, at its rate
         self._window_start = clock()
-        self._taken = 0  # entries the engine took since the window started
-        self._rate = 0.0  # entries taken per second, averaged
+        self._started = 0  # requests started since the window started
+        self._rate = 0.0  # requests started per second, averaged
 
-    def started(self) -> None:
-        """A request went on to the downloader: its site's turn came (the download gate lets a
-        request through only then). The rate counts these, not what the engine takes: the
-        engine takes up to ``CONCURRENT_REQUESTS`` at once to hold them at the gate, and a
-        rate of takes would size a lease by that burst, taking work the other nodes could
-        start now."""
-        self._taken += 1
+    def refresh(self, round_trip_s: float, handing_out: bool = False,
+                starting: bool = False) -> bool:
+        """Size the target again; True if it changed. ``handing_out``: an entry is being handed
+        to the engine (the downloader does not hold it yet); ``starting``: a request goes on to
+        the downloader (``request_reached_downloader``: the download gate let it through, its
+        site's turn came). The rate counts these starts, not the engine's takes: the engine
+        takes up to ``CONCURRENT_REQUESTS`` at once to hold them at the gate, and a rate of
+        takes would size a lease by that burst, taking work the other nodes could start now.
 
-    def refresh(self, round_trip_s: float) -> bool:
-        """Size the target again if it is due; True if it changed."""
-        now = self._clock()
-        if self.measure is None or now < self._next_look:
+        The downloader is looked at every ``REFRESH_S`` at most; in between, what it holds is
+        followed from these: an entry handed out is one more not started, a request that starts
+        one fewer, and takes one of the room. With Redis near, the engine takes, the Redis
+        thread leases and the engine takes again many times within ``REFRESH_S``: a target that
+        waited for the next look would lease as many times. A target of 0 is never kept without
+        a look, though: requests may have ended since without starting (dropped by an earlier
+        middleware), and nothing else would size it again."""
+        if self.measure is None:
             return False
-        self._next_look = now + REFRESH_S
-        self._update_rate(now)
-        downstream = self.measure()
-        horizon_s = max(MIN_HORIZON_S, HORIZON_ROUND_TRIPS * round_trip_s + LINGER_S)
-        wanted = downstream.room + math.ceil(self._rate * horizon_s) - downstream.not_started
-        target = max(1, downstream.capacity, min(self.maximum, wanted))
+        now = self._clock()
+        if now >= self._next_look or self._wanted() <= 0:
+            self._look(now, round_trip_s)
+        seen = self._seen
+        if handing_out:
+            seen = replace(seen, not_started=seen.not_started + 1)
+        if starting:
+            self._started += 1
+            seen = replace(seen, not_started=max(0, seen.not_started - 1),
+                           room=max(0, seen.room - 1))
+        self._seen = seen
+        target = max(0, min(self.maximum, self._wanted()))
         if abs(target - self.target) <= TARGET_SLACK * self.target:
             return False  # not worth a message: the thread leases from half of it anyway
-        self.target = min(self.maximum, target)
+        self.target = target
         return True
+
+    def _wanted(self) -> int:
+        """What the node can start before the next lease, less what it holds not started."""
+        seen = self._seen
+        return max(seen.capacity, seen.room + self._horizon_starts) - seen.not_started
+
+    def _look(self, now: float, round_trip_s: float) -> None:
+        assert self.measure is not None
+        self._next_look = now + REFRESH_S
+        self._update_rate(now)
+        self._seen = self.measure()
+        horizon_s = max(MIN_HORIZON_S, HORIZON_ROUND_TRIPS * round_trip_s + LINGER_S)
+        self._horizon_starts = math.ceil(self._rate * horizon_s)
 
     def _update_rate(self, now: float) -> None:
         elapsed = now - self._window_start
@@ -111,5 +149,5 @@ class LeaseSizer:
         # a node that starves takes less: its rate must not fall as fast as it was measured,
         # or a short lease would make the next one shorter still
         decayed = self._rate * RATE_DECAY ** (elapsed / RATE_WINDOW_S)
-        self._rate = max(self._taken / elapsed, decayed)
-        self._window_start, self._taken = now, 0
+        self._rate = max(self._started / elapsed, decayed)
+        self._window_start, self._started = now, 0

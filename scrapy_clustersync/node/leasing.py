@@ -2,11 +2,11 @@
 
 The thread leases when what it handed the reactor and the engine has not taken yet falls to
 half the reactor's target (``Demand``: what the node can start before the next lease arrives,
-lease_sizing.py), and leases what is missing. It leases at once, whatever the target, when the
-engine starves for the node's own pushes and those are all in Redis (``WantLease``). An empty
-queue is asked again after a growing pause (``EMPTY_QUEUE_BACKOFF_MAX_S`` at most), and
-immediately after the node pushed something. The lease call's time is measured: the reactor
-sizes its target from it.
+less what its engine holds and has not started, lease_sizing.py), and leases what is missing;
+nothing while the target is 0. It leases at once, whatever the target, when the engine starves
+for the node's own pushes and those are all in Redis (``WantLease``). An empty queue is asked
+again after a growing pause (``EMPTY_QUEUE_BACKOFF_MAX_S`` at most), and immediately after the
+node pushed something. The lease call's time is measured: the reactor sizes its target from it.
 """
 
 from __future__ import annotations
@@ -14,12 +14,14 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..config import ClusterConfig
 from ..store import JobStore, Leased
 from ..store.control_state import RUNNING
 from ..store.job_store import new_call_id
+from ..store.round_trip import Answer, RoundTrip
 
 if TYPE_CHECKING:
     from .reactor_link import NodeLink
@@ -34,6 +36,16 @@ ROUND_TRIP_WEIGHT = 0.2
 ROUND_TRIP_TELL_CHANGE = 0.25
 
 
+@dataclass(frozen=True)
+class LeaseCall:
+    """A lease added to a round trip, until its answer is handed over."""
+
+    answer: Answer[list[Leased]]
+    count: int  # entries asked for
+    #: pushes of the batch ahead of it in the round trip (0: none, or a lease sent again)
+    settling: int
+
+
 class LeasingPart:
     """The leasing of ``SyncWorker`` (see the module doc)."""
 
@@ -44,7 +56,7 @@ class LeasingPart:
     _link: NodeLink
     _writes: WriteStream
     _held: set[str]
-    _unstarted: dict[str, None]
+    _unstarted: dict[str, int]
     _releasing: set[str]
     _drop_asked: bool
     _state_lost: str | None
@@ -71,9 +83,11 @@ class LeasingPart:
         if self._lease_covered >= self._starved_at:  # not starving for earlier pushes still
             self._starved_at = pushes
 
-    def _lease_due(self, now: float) -> bool:
+    def _lease_due(self, now: float, settling: int = 0) -> bool:
+        """A lease should go now; ``settling``: pushes of a batch that goes ahead of it."""
         # the reactor starves for its own pushes, and every one it waits for is in Redis now
-        settled = self._writes.pushes_settled
+        # (or is in the batch ahead of the lease)
+        settled = self._writes.pushes_settled + settling
         awaited = (self._lease_covered < self._wanted_after <= settled
                    or self._lease_covered < self._starved_at <= settled)
         if awaited:
@@ -87,21 +101,64 @@ class LeasingPart:
                     or self._control != RUNNING or self._releasing or self._drop_asked)
 
     def _lease_wanted(self) -> bool:
-        return self._lease_allowed() and len(self._unstarted) <= self._demand // 2
+        # a target of 0: what the engine holds covers what the node can start (lease_sizing.py)
+        demand = self._demand
+        return demand > 0 and self._lease_allowed() and self._prefetched_usable() <= demand // 2
+
+    def _prefetched_usable(self) -> int:
+        """The entries handed to the reactor and not taken that its engine can start: not those
+        leased before the pushes it starves for were in Redis (it hands them back, a newer push
+        of the node first: prefetch.py), lest the lease that answers it be sized without them."""
+        awaited = self._wanted_after if self._lease_covered < self._wanted_after else 0
+        if not awaited:
+            return len(self._unstarted)
+        return sum(covered >= awaited for covered in self._unstarted.values())
 
     def _lease(self) -> bool:
-        if self._pending_lease is None:
-            count = max(1, min(self.config.prefetch, self._demand) - len(self._unstarted))
-            self._pending_lease = (new_call_id(), count, self._writes.pushes_settled)
-        call_id, count, covered = self._pending_lease
-        lease_ms = int(self.config.lease_timeout_s * 1000)
+        """Lease, in a round trip of its own; False if nothing came."""
+        trip = self.store.round_trip()
+        call = self._lease_in(trip)
         started = time.monotonic()
-        entries = self.store.lease(self.epoch, count, lease_ms, call_id)
-        self._measured(time.monotonic() - started)
+        trip.send()
+        return self._lease_answered(call, time.monotonic() - started)
+
+    def _lease_in(self, trip: RoundTrip, settling: int = 0) -> LeaseCall:
+        """Add the lease to ``trip``: what is missing of the target, or the call whose answer
+        was lost, again. ``settling``: pushes of the batch ahead of it in ``trip``, which Redis
+        applies before it leases, if it takes the batch (``_lease_answered`` is told)."""
+        fresh = self._pending_lease is None
+        if self._pending_lease is None:
+            count = max(1, min(self.config.prefetch, self._demand) - self._prefetched_usable())
+            self._pending_lease = (new_call_id(), count, self._writes.pushes_settled)
+        call_id, count, _ = self._pending_lease
+        lease_ms = int(self.config.lease_timeout_s * 1000)
+        answer = self.store.lease_in(trip, self.epoch, count, lease_ms, call_id)
+        return LeaseCall(answer, count, settling if fresh else 0)
+
+    def _lease_answered(self, call: LeaseCall, took_s: float, settled: bool = False) -> bool:
+        """Hand the reactor a lease's answer; False if nothing came. ``took_s``: its round
+        trip's time; ``settled``: Redis took the batch ahead of it in the round trip (its
+        ``settling`` pushes) before the lease."""
+        entries = call.answer.result()
+        self._measured(took_s)
         logger.debug("clustersync: leased %d of %d (target %d, %d not taken, round trip %.1f ms)",
-                     len(entries), count, self._demand, len(self._unstarted),
+                     len(entries), call.count, self._demand, len(self._unstarted),
                      self._round_trip_s * 1000)
+        assert self._pending_lease is not None
+        covered = self._pending_lease[2]
+        if settled:  # (a lease sent again on its own ran later still)
+            covered += call.settling
         self._pending_lease = None
+        if self._drop_asked:
+            # the heartbeat ahead of it in the round trip told the node it was declared dead:
+            # the reactor drops what it holds before this answer would reach it, and the
+            # releases of that drop would return these entries to the queue while it held
+            # them. They go back to the queue instead (they may be the node's own under way)
+            ids = [entry.entry_id for entry in entries]
+            self._held.update(ids)
+            self._releasing.update(ids)
+            self._writes.release(ids)
+            return False
         self._took_lease(entries, covered)
         if not entries:
             backoff_s = self._empty_backoff_s * 2 or 0.05
@@ -123,7 +180,7 @@ class LeasingPart:
         """Hand a lease's answer to the reactor (an empty one too, if it covers more pushes:
         an engine starving for them learns they came back as nothing)."""
         self._held.update(entry.entry_id for entry in entries)
-        self._unstarted.update(dict.fromkeys(entry.entry_id for entry in entries))
+        self._unstarted.update(dict.fromkeys((entry.entry_id for entry in entries), covered))
         if entries or covered > self._lease_covered:
             self._post(self._link.leased, tuple(entries), covered)
         self._lease_covered = max(self._lease_covered, covered)

@@ -39,7 +39,7 @@ class OutagePart:
     config: ClusterConfig
     _writes: WriteStream
     _held: set[str]
-    _unstarted: dict[str, None]
+    _unstarted: dict[str, int]
     _next_heartbeat: float
 
     def _init_outages(self) -> None:

@@ -185,7 +185,7 @@ class NodeLink:
         sizer = self._sizer
         if entry is not None:
             self._starved_at = None
-        if sizer.refresh(self._view.round_trip_s):
+        if sizer.refresh(self._view.round_trip_s, handing_out=entry is not None):
             self._say(Demand(sizer.target), self._low())
         if entry is not None:
             self._say(Took(entry[0]), self._low())
@@ -193,14 +193,20 @@ class NodeLink:
 
     def _low(self) -> bool:
         """The prefetch is at its low-water mark: wake the Redis thread to lease more, once
-        per lease (it leases from there on its own)."""
-        if self._woke_for_lease or len(self._prefetched) > self._sizer.target // 2:
-            return False
-        self._woke_for_lease = True
-        return True
+        per lease (it leases from there on its own). A target of 0 leases nothing, and a wake
+        sent before it may bring no lease: the next growth wakes the thread again."""
+        target = self._sizer.target
+        if not target:
+            self._woke_for_lease = False
+        elif not self._woke_for_lease and len(self._prefetched) <= target // 2:
+            self._woke_for_lease = True
+            return True
+        return False
 
     def request_started(self) -> None:
-        self._sizer.started()
+        # the downloader took one on: the target may grow now, not only when the engine asks
+        if self._sizer.refresh(self._view.round_trip_s, starting=True):
+            self._say(Demand(self._sizer.target), self._low())
 
     def size_leases(self, measure: Measure) -> None:
         if self.config.prefetch_sized:

@@ -8,7 +8,8 @@ and, at close, what could not be sent. Every field of this thread is written by 
 
 The thread flushes the ops in order, in batches (one script call each), leases new work ahead
 of need, sends the heartbeat (heartbeats.py) and follows the job's control state, its pub/sub
-included (control_follower.py). Redis away, Redis older than it was and the job gone are
+included (control_follower.py); what is due of those in a turn goes in one round trip
+(turns.py). Redis away, Redis older than it was and the job gone are
 outages.py's. Two faults are not outages and are never retried as they are: a batch Redis
 refuses for what it holds (a malformed op) is split until the op is found; that op goes to the
 job's dead letters with the reason, the rest is applied in order.
@@ -26,7 +27,6 @@ from typing import Any
 from ..config import ClusterConfig
 from ..plugin.stop_reasons import REDIS_UNREACHABLE
 from ..store import JobStore
-from ..store.errors import BadBatch
 from .control_follower import FOLLOW_INTERVAL_S, ControlFollower
 from .heartbeats import PING_INTERVAL_S, HeartbeatPart
 from .leasing import LeasingPart
@@ -46,7 +46,8 @@ from .thread_messages import (
     Totals,
     WantLease,
 )
-from .write_stream import WriteStream
+from .turns import TurnPart
+from .write_stream import FLUSH_LINGER_S, WriteStream
 
 logger = logging.getLogger(__name__)
 
@@ -55,6 +56,9 @@ MAX_SLEEP_S = 0.5
 CLOSE_TIMEOUT_S = 15.0
 #: the first heartbeat comes this long after the join (at most one interval)
 FIRST_BEAT_AFTER_S = 0.25
+#: round trips a subscription's new connection takes before it listens (its handshake and the
+#: SUBSCRIBE), with one to spare
+SUBSCRIBE_ROUND_TRIPS = 4
 
 #: schedules a call on the reactor from this thread (``reactor.callFromThread``)
 Post = Callable[..., object]
@@ -80,7 +84,7 @@ def open_redis_thread(
                       later=None if post is not None else end_of_turn(reactor)).link
 
 
-class SyncWorker(HeartbeatPart, LeasingPart, OutagePart):
+class SyncWorker(TurnPart, HeartbeatPart, LeasingPart, OutagePart):
     """The node's Redis thread (see the module doc); ``link`` is its reactor side."""
 
     def __init__(
@@ -106,14 +110,16 @@ class SyncWorker(HeartbeatPart, LeasingPart, OutagePart):
         self._totals = Totals()
         self._ops_received = 0
         self._held: set[str] = set()  # lease ids of this node not settled yet
-        #: of those, the ones handed to the reactor and not taken by the engine (in order)
-        self._unstarted: dict[str, None] = {}
+        #: of those, the ones handed to the reactor and not taken by the engine (in order), each
+        #: with the pushes its lease covered
+        self._unstarted: dict[str, int] = {}
         #: releases of the entries a rejoin dropped, until Redis has them: no lease before
         #: (it could take one of them again, and the release would then hand it back)
         self._releasing: set[str] = set()
         self._node_idle = False
         self._activity = 0  # the reactor's count of things the node did, as last heard
         self._urgent = False  # an entry was handed back: the next batch goes out now
+        self._sent_at: float | None = None  # when the last round trip began (turns.py)
         self._init_leasing()
         self._handlers = self._message_handlers()
         self._retry_at = 0.0  # Redis away: the next try
@@ -145,8 +151,26 @@ class SyncWorker(HeartbeatPart, LeasingPart, OutagePart):
         self._tell()
         if not self._writes:
             self._channel.ops_wanted.set()
-        if not busy and not self._channel.pending():
+        if not busy and not self._channel.pending() and not self._subscribe_if_free():
             self._channel.wake.wait(self._sleep_s(time.monotonic()))
+
+    def _subscribe_if_free(self) -> bool:
+        """Subscribe to the job's control channel if that is due and its connection's handshake
+        ends before the next call is due; True if it did. While the node holds requests (under
+        way or prefetched), the writes they make may come at any moment: they may wait for the
+        handshake no longer than a batch lingers anyway. The handshake is the thread's time: a
+        node far from Redis that crawls without a pause does not have it, and follows the state
+        by its re-reads (control_follower.py), as a node refused SUBSCRIBE does."""
+        now = time.monotonic()
+        handshake_s = SUBSCRIBE_ROUND_TRIPS * self._round_trip_s
+        if (self._away_since is not None or self._state_lost is not None
+                or not self._follower.subscription_due(now)
+                or self._next_call_at(now) - now < handshake_s
+                or (self._held and handshake_s > FLUSH_LINGER_S)):
+            return False
+        self._follower.listen(now, connect=True)
+        self._control = self._follower.state
+        return True
 
     def _open(self, opening: Opening) -> bool:
         """Join the job (and what goes with it: ``joining.open_node``); False if the node must
@@ -176,8 +200,9 @@ class SyncWorker(HeartbeatPart, LeasingPart, OutagePart):
         return True
 
     def _turn(self, now: float) -> bool:
-        if self._away_since is None:
-            self._follow(now)
+        if self._away_since is None:  # (the re-read of the control state is in the step)
+            self._follower.listen(now, connect=False)  # (``_subscribe_if_free`` subscribes)
+            self._control = self._follower.state
         busy = bool(self._guard(lambda: self._step(now, closing=False)))
         if self._away_since is not None:
             self._retry_at = time.monotonic() + self._outage_backoff_s()
@@ -192,29 +217,18 @@ class SyncWorker(HeartbeatPart, LeasingPart, OutagePart):
             return MAX_SLEEP_S
         if self._away_since is not None:
             return max(MIN_SLEEP_S, min(self._retry_at, ping or self._retry_at) - now)
-        due = [self._next_heartbeat, now + FOLLOW_INTERVAL_S, *([ping] if ping else [])]
+        due = [self._next_call_at(now), now + FOLLOW_INTERVAL_S, *([ping] if ping else [])]
+        return min(MAX_SLEEP_S, max(MIN_SLEEP_S, min(due) - now))
+
+    def _next_call_at(self, now: float) -> float:
+        """When the next call to Redis is due: a heartbeat, a lingering batch, a lease."""
+        due = [self._next_heartbeat]
         linger = self._writes.linger_until(now)
         if linger is not None:
             due.append(linger)
         if self._lease_wanted():
             due.append(self._next_lease)
-        return min(MAX_SLEEP_S, max(MIN_SLEEP_S, min(due) - now))
-
-    def _step(self, now: float, closing: bool) -> bool:
-        busy = False
-        if now >= self._next_heartbeat and not closing:
-            self._beat(now)
-        # a node with nothing left to crawl starves: its new work must reach Redis now; entries
-        # handed back go back to the queue before the next lease (which would pass them over)
-        if self._writes.due(now, urgent=closing or self._urgent or not self._unstarted):
-            busy = self._flush(closing)
-        if not closing and self._turned_idle():
-            self._beat(now)  # the job may be finished now: say so without waiting an interval
-        if not closing and self._lease_due(now):
-            busy = self._lease() or busy
-        if not closing:  # bloom-prepare: next Bloom layer ahead of need, one chunk per step
-            busy = self.store.prepare_bloom(self.epoch) or busy
-        return busy
+        return min(due)
 
     def _follow(self, now: float) -> None:
         self._follower.follow(now)
@@ -237,20 +251,24 @@ class SyncWorker(HeartbeatPart, LeasingPart, OutagePart):
     def _receive(self, now: float) -> Close | None:
         """Apply every message the reactor queued (one by one, or in lists: ``NodeLink``
         sends them in batches); returns the node's Close, if it came."""
+        # an op queued while a round trip was under way has waited since it began, at most: its
+        # batch lingers from then (far from Redis, that wait is already longer than a linger)
+        queued_at = now if self._sent_at is None else min(now, self._sent_at)
+        self._sent_at = None
         for message in self._channel.drain():
             for one in message if type(message) is list else (message,):
                 if type(one) is Close:
                     return one
                 try:
-                    self._apply(one, now)
+                    self._apply(one, now, queued_at)
                 except Exception as exc:  # a bug: the next ones still apply
                     self._report_bug(exc)
         return None
 
-    def _apply(self, message: Message, now: float) -> None:
+    def _apply(self, message: Message, now: float, queued_at: float) -> None:
         handler = self._handlers.get(type(message))
         if handler is None:
-            self._writes.add(message, now)  # type: ignore[arg-type]
+            self._writes.add(message, queued_at)  # type: ignore[arg-type]
             self._ops_received += 1
         else:
             handler(message, now)
@@ -289,47 +307,6 @@ class SyncWorker(HeartbeatPart, LeasingPart, OutagePart):
         self._drop_asked = False
 
     # ---- writes and leases -------------------------------------------------------------------
-    def _flush(self, closing: bool = False) -> bool:
-        """Send the next batch; False if there was none to send before a lease."""
-        # the engine starves for the pushes made up to when it asked: the lease that answers it
-        # goes between those and later ones, as Scrapy's scheduler would have answered then
-        starving = (not closing and self._lease_covered < self._starved_at
-                    and self._lease_wanted())
-        call_id, batch = self._writes.batch(self._starved_at if starving else None)
-        if not batch:
-            return False  # the lease goes first (this step)
-        self._urgent = False
-        try:
-            result = self.store.flush(self.epoch, batch, call_id)
-        except BadBatch as exc:
-            self._set_aside(exc)
-            return True
-        settled = self._writes.confirmed()
-        self._held.difference_update(settled)
-        self._releasing.difference_update(settled)
-        if result.pushed:
-            self._next_lease = 0.0
-            self._empty_backoff_s = 0.0
-        totals = self._totals
-        self._totals = dataclasses.replace(
-            totals, pushed=totals.pushed + result.pushed,
-            filtered=totals.filtered + result.filtered, released=totals.released + result.released)
-        return True
-
-    def _set_aside(self, exc: BadBatch) -> None:
-        """Find the op Redis refused by halving the batch; dead-letter it, keep the order."""
-        op = self._writes.refused()
-        if op is None:
-            return
-        self._totals = dataclasses.replace(self._totals, set_aside=self._totals.set_aside + 1)
-        self._releasing.discard(op.settles or "")
-        logger.error(
-            "clustersync: Redis refused a write of job %r (%s); it is moved to the job's dead "
-            "letters (`clustersync dead %s`) and the crawl goes on. Write: %s",
-            self.config.job, exc, self.config.job, op.describe(),
-        )
-        self._writes.set_aside(op, str(exc))
-
     def _turned_idle(self) -> bool:
         """Idle and quiet, and no heartbeat said so since the node last did something."""
         return self._node_idle and self._quiet and self._idle_reported_at != self._activity
@@ -390,7 +367,7 @@ class SyncWorker(HeartbeatPart, LeasingPart, OutagePart):
             if not self._guard(lambda: self._step(time.monotonic(), closing=True)):
                 time.sleep(0.2)
         if not self._writes and not self._state_lost:
-            self._guard(lambda: self._send_heartbeat(leaving=True))
+            self._guard(lambda: self._beat(time.monotonic(), leaving=True))
 
 
 __all__ = ["CLOSE_TIMEOUT_S", "SyncWorker", "Undelivered", "open_redis_thread"]

@@ -85,7 +85,8 @@ class RedisThread(Protocol):
 
     def request_started(self) -> None:
         """A request went on to the downloader (Scrapy's ``request_reached_downloader``, once
-        the download gate let it through): the rate a sized lease follows."""
+        the download gate let it through): the rate a sized lease follows, and a moment to size
+        it again (what the node holds for later changed)."""
 
     def size_leases(self, measure: Measure) -> None:
         """Size the prefetch from what ``measure`` says the node's downloader holds and can

@@ -61,7 +61,7 @@ class WantLease:
 @dataclass(frozen=True)
 class Demand:
     """The reactor wants ``target`` entries leased ahead and not handed out (lease_sizing.py):
-    the Redis thread leases what is missing once half of it is gone."""
+    the Redis thread leases what is missing once half of it is gone; 0: nothing for now."""
 
     target: int
 

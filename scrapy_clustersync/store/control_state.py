@@ -15,9 +15,11 @@ from typing import Any
 
 import redis
 
+from .client import client_of_its_own
 from .errors import translate_errors
 from .keys import JobKeys
 from .records import as_text
+from .round_trip import Answer, RoundTrip
 from .script_base import JobScript
 
 RUNNING = "running"
@@ -94,6 +96,12 @@ class ControlStore:
             state, since = self.client.hmget(self.keys.meta, ["control", "control_ms"])
         return ControlState.parse(state, since)
 
+    def read_in(self, trip: RoundTrip) -> Answer[ControlState]:
+        """``read`` in ``trip`` (round_trip.py)."""
+        fields = ["control", "control_ms"]
+        return trip.add(lambda pipe: pipe.hmget(self.keys.meta, fields),
+                        Answer(self.client, lambda reply: ControlState.parse(*reply), self.read))
+
     def subscribe(self) -> ControlSubscription:
         """A subscription to the job's control channel on a connection of its own."""
         return ControlSubscription(self.client, self.keys.control_channel)
@@ -104,7 +112,8 @@ class ControlSubscription:
     named, or None when none came in time. Errors are the store's own (``StoreError``)."""
 
     def __init__(self, client: redis.Redis, channel: str) -> None:
-        self.client = client
+        # its own connection, opened here (its handshake's round trips are the caller's now)
+        self.client = client = client_of_its_own(client)
         self._pubsub = client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
         with translate_errors(client):
             self._pubsub.subscribe(channel)
@@ -122,3 +131,5 @@ class ControlSubscription:
         # a broken connection is what may be closed here
         with contextlib.suppress(Exception):
             close()
+        with contextlib.suppress(Exception):
+            self.client.connection_pool.disconnect()

@@ -72,13 +72,22 @@ class FlushScript(JobScript):
         Raises BadBatch, before any change, if an op is malformed or cannot be encoded; the
         script's refusals (errors.py, flush.lua's header) as the store's errors.
         """
-        try:
-            keys, args = self.call(epoch, call_id, writes_seen, dedup, ops)
-        except (TypeError, ValueError, OverflowError) as exc:
-            raise BadBatch(f"a write cannot be encoded for Redis ({exc})") from None
+        keys, args = self.encoded_call(epoch, call_id, writes_seen, dedup, ops)
         try:
             raw = self._call(keys, args)
         except UnicodeEncodeError as exc:  # redis-py encodes text when it sends: never sent
             raise BadBatch(f"a write cannot be encoded for Redis ({exc})") from None
-        *figures, writes = (int(x) for x in as_text(raw).split())
+        return self.parse(raw)
+
+    def encoded_call(self, epoch: str, call_id: str, writes_seen: int, dedup: FlushDedup,
+                     ops: Sequence[Op]) -> tuple[list[str], list[Any]]:
+        """``call``, raising BadBatch for an op that cannot be encoded."""
+        try:
+            return self.call(epoch, call_id, writes_seen, dedup, ops)
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise BadBatch(f"a write cannot be encoded for Redis ({exc})") from None
+
+    def parse(self, reply: Any) -> tuple[FlushResult, int]:
+        """``run``'s answer from the script's reply."""
+        *figures, writes = (int(x) for x in as_text(reply).split())
         return FlushResult(*figures), writes

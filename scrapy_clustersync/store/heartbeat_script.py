@@ -62,8 +62,12 @@ class HeartbeatScript(JobScript):
 
     def run(self, epoch: str, beat: Beat, writes_seen: int) -> tuple[Heartbeat, int]:
         """The job as the heartbeat found it, and the node's write counter after it."""
+        return self.parse(self._call(*self.call(epoch, beat, writes_seen)))
+
+    def parse(self, reply: Any) -> tuple[Heartbeat, int]:
+        """``run``'s answer from the script's reply."""
         (finished, queued, leased, live, now_ms, writes, start, wait_ms, done, declared,
-         my_death) = self._call(*self.call(epoch, beat, writes_seen))
+         my_death) = reply
         heartbeat = Heartbeat(
             bool(finished), int(queued), int(leased), int(live), int(now_ms), as_text(start),
             int(wait_ms), int(done), parse_declared(as_text(declared)),

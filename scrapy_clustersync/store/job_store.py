@@ -16,6 +16,7 @@ import redis
 
 from ..config import DedupSettings
 from .control_state import ControlChange, ControlState, ControlStore
+from .dedup import bloom_refusal
 from .dedup_upkeep import DedupUpkeep
 from .errors import RolledBack, StoreError, translate_errors
 from .flush_script import FlushScript
@@ -26,7 +27,8 @@ from .keys import JobKeys
 from .lease_script import LeaseScript
 from .records import DeadLetter, FormatError, format_node_record
 from .records import as_text as _text
-from .script_base import new_call_id, rolled_back_counter
+from .round_trip import Answer, RoundTrip
+from .script_base import JobScript, new_call_id, rolled_back_counter
 from .script_results import (
     FlushResult,
     Heartbeat,
@@ -37,7 +39,7 @@ from .script_results import (
 )
 from .write_ops import Op
 
-__all__ = ["FAILED_KEPT", "JobStore", "new_call_id"]
+__all__ = ["FAILED_KEPT", "JobStore", "beat_of", "new_call_id"]
 
 #: failed requests kept by default (CLUSTERSYNC_FAILED_KEEP)
 FAILED_KEPT = 1000
@@ -49,6 +51,15 @@ T = TypeVar("T")
 
 #: how long a node's call record stays once the node will send nothing more (prelude.lua)
 CALL_RECORD_KEEP_MS = 86_400_000
+
+
+def beat_of(*, ttl_ms: int, lease_ms: int, info: dict[str, Any], idle: bool, idle_after_ms: int,
+            lease_ids: Sequence[str], busy_since_last: bool = False, grace_ms: int = 0,
+            told_ms: int = 0, gap_ms: int = 0, retention_ms: int = 0) -> Beat:
+    """What a heartbeat says, from ``JobStore.heartbeat``'s arguments (its doc has them)."""
+    idle_flag = (2 if busy_since_last else 1) if idle else 0
+    return Beat(ttl_ms, lease_ms, format_node_record(info), idle_flag, idle_after_ms, grace_ms,
+                told_ms, gap_ms, lease_ids, retention_ms)
 
 
 class JobStore:
@@ -103,8 +114,9 @@ class JobStore:
             self.client.ping()
 
     def connect(self) -> None:
-        """Open a pooled connection now (TCP, TLS, AUTH, CLIENT SETINFO: several round trips
-        far from Redis), so that the next call times one round trip, not the handshake."""
+        """Open a pooled connection now (TCP, TLS, HELLO with AUTH, a health check: several
+        round trips far from Redis), so that the next call times one round trip, not the
+        handshake."""
         pool = self.client.connection_pool
         with translate_errors(self.client):
             pool.release(pool.get_connection())
@@ -211,13 +223,67 @@ class JobStore:
         """``call(writes_seen)``'s answer; the write counter it returns is remembered, and a
         RolledBack answer resets the counter to what Redis holds."""
         try:
-            answer, writes = call(-1 if self.writes_seen is None else self.writes_seen)
+            answered = call(self._writes_arg())
         except RolledBack as exc:
-            self.writes_seen = rolled_back_counter(exc)  # count again from what Redis holds
+            self._failed(exc)
             raise
+        return self._count(answered)
+
+    def _writes_arg(self) -> int:
+        """The write counter a script checks (-1: no check)."""
+        return -1 if self.writes_seen is None else self.writes_seen
+
+    def _count(self, answered: tuple[T, int]) -> T:
+        """A script's answer; the write counter it came with is remembered."""
+        answer, writes = answered
         if self.writes_seen is not None:
             self.writes_seen = max(self.writes_seen, writes)
         return answer
+
+    def _failed(self, exc: StoreError) -> None:
+        if isinstance(exc, RolledBack):
+            self.writes_seen = rolled_back_counter(exc)  # count again from what Redis holds
+
+    # ---- the same calls in a round trip (round_trip.py) --------------------------------------
+    def round_trip(self) -> RoundTrip:
+        """A round trip to fill with ``*_in`` calls and send: they cost one round trip."""
+        return RoundTrip(self.client)
+
+    def flush_in(self, trip: RoundTrip, epoch: str, ops: Sequence[Op],
+                 call_id: str) -> Answer[FlushResult]:
+        """``flush`` in ``trip``; raises BadBatch at once for an op that cannot be encoded."""
+        keys, args = self._flush.encoded_call(epoch, call_id, self._writes_arg(),
+                                              self._dedup.flush_dedup(), ops)
+
+        def parse(reply: Any) -> FlushResult:
+            result = self._count(self._flush.parse(reply))
+            self._dedup.observe(result.bloom_layers, result.bloom_active_entries,
+                                result.exact_entries)
+            return result
+
+        return self._add(trip, self._flush, keys, args, Answer(
+            self.client, parse, lambda: self.flush(epoch, ops, call_id),
+            again_if=lambda error: bool(bloom_refusal(error)[0]), failed=self._failed))
+
+    def lease_in(self, trip: RoundTrip, epoch: str, count: int, lease_ms: int,
+                 call_id: str) -> Answer[list[Leased]]:
+        """``lease`` in ``trip``."""
+        keys, args = self._lease.call(epoch, call_id, count, lease_ms, self._writes_arg())
+        return self._add(trip, self._lease, keys, args, Answer(
+            self.client, lambda reply: self._count(self._lease.parse(reply)),
+            lambda: self.lease(epoch, count, lease_ms, call_id), failed=self._failed))
+
+    def heartbeat_in(self, trip: RoundTrip, epoch: str, beat: Beat) -> Answer[Heartbeat]:
+        """``heartbeat`` in ``trip`` (``beat``: ``beat_of``'s)."""
+        keys, args = self._heartbeat.call(epoch, beat, self._writes_arg())
+        return self._add(trip, self._heartbeat, keys, args, Answer(
+            self.client, lambda reply: self._count(self._heartbeat.parse(reply)),
+            lambda: self._count_beat(epoch, beat), failed=self._failed))
+
+    @staticmethod
+    def _add(trip: RoundTrip, script: JobScript, keys: list[str], args: list[Any],
+             answer: Answer[T]) -> Answer[T]:
+        return trip.add(lambda pipe: script.queue(pipe, keys, args), answer, ran=script.sent)
 
     def lease(self, epoch: str, count: int, lease_ms: int, call_id: str) -> list[Leased]:
         """Lease up to ``count`` entries, in the queue's order."""
@@ -255,9 +321,12 @@ class JobStore:
         its ``declared_ms`` as ``told_ms``. ``retention_ms``: the records of nodes that left or
         died longer ago than that are pruned, a few per call (0: never).
         """
-        idle_flag = (2 if busy_since_last else 1) if idle else 0
-        beat = Beat(ttl_ms, lease_ms, format_node_record(info), idle_flag, idle_after_ms,
-                    grace_ms, told_ms, gap_ms, lease_ids, retention_ms)
+        return self._count_beat(epoch, beat_of(
+            ttl_ms=ttl_ms, lease_ms=lease_ms, info=info, idle=idle, idle_after_ms=idle_after_ms,
+            lease_ids=lease_ids, busy_since_last=busy_since_last, grace_ms=grace_ms,
+            told_ms=told_ms, gap_ms=gap_ms, retention_ms=retention_ms))
+
+    def _count_beat(self, epoch: str, beat: Beat) -> Heartbeat:
         return self._counted(lambda writes_seen: self._heartbeat.run(epoch, beat, writes_seen))
 
     def set_control(self, action: str) -> ControlChange:

@@ -40,7 +40,11 @@ class LeaseScript(JobScript):
             writes_seen: int) -> tuple[list[Leased], int]:
         """The entries leased (the same ones again for a call id seen before, those still
         leased to this node), and the node's write counter after the call."""
-        writes, *flat = self._call(*self.call(epoch, call_id, count, lease_ms, writes_seen))
+        return self.parse(self._call(*self.call(epoch, call_id, count, lease_ms, writes_seen)))
+
+    def parse(self, reply: Any) -> tuple[list[Leased], int]:
+        """``run``'s answer from the script's reply."""
+        writes, *flat = reply
         leased = [Leased(as_text(flat[i]), as_bytes(flat[i + 1]), -float(flat[i + 2]))
                   for i in range(0, len(flat), 3)]
         return leased, int(writes)

@@ -75,3 +75,15 @@ class JobScript:
             reply = self.client.eval(self._text, len(keys), *keys, *args)
             self._sent = True
             return reply
+
+    def queue(self, pipe: redis.client.Pipeline, keys: Sequence[Any], args: Sequence[Any]) -> None:
+        """Add the call to ``pipe``, sent with other calls in one round trip (round_trip.py):
+        EVALSHA, or EVAL with the text until Redis has it (``sent``)."""
+        if self._sent:
+            pipe.evalsha(self._script.sha, len(keys), *keys, *args)
+        else:
+            pipe.eval(self._text, len(keys), *keys, *args)
+
+    def sent(self) -> None:
+        """Redis ran the script's text (in a round trip): later calls send its SHA only."""
+        self._sent = True
