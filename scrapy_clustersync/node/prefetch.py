@@ -26,7 +26,7 @@ START_KIND = "1"
 NO_FLAGS = PushFlags(0)
 
 
-def served_before(priority: int, flags: PushFlags, entry: Leased) -> bool:
+def served_before(priority: int, flags: int, entry: Leased) -> bool:
     """Whether the job's queue serves a push of ``priority`` and ``flags`` before ``entry``
     (the order of flush.lua's entry ids: priority, then other requests before start requests,
     then newest first in a LIFO queue)."""
@@ -52,9 +52,9 @@ class RecentPushes:
     def __init__(self) -> None:
         self._window: deque[tuple[int, int]] = deque()  # (number, priority), priority falling
         #: every push above the last ``covered`` asked, for the exact order (``outranks``)
-        self._pushes: deque[tuple[int, int, PushFlags]] = deque()
+        self._pushes: deque[tuple[int, int, int]] = deque()
 
-    def add(self, number: int, priority: int, flags: PushFlags = NO_FLAGS) -> None:
+    def add(self, number: int, priority: int, flags: int = NO_FLAGS) -> None:
         window = self._window
         while window and window[-1][1] <= priority:
             window.pop()

@@ -21,7 +21,7 @@ from twisted.internet.defer import Deferred
 
 from ..store import Leased, Op
 from ..store.control_state import RUNNING
-from ..store.write_ops import Push, PushFlags, StartDone
+from ..store.write_ops import Push, StartDone
 from .lease_sizing import LeaseSizer, Measure
 from .prefetch import Prefetch, RecentPushes
 from .thread_api import FINISHED, STATE_LOST, NodeOpened, StartState, Undelivered
@@ -172,7 +172,7 @@ class NodeLink:
     def submit(self, op: Op) -> None:
         if isinstance(op, Push):
             self._pushes_submitted += 1
-            self._recent.add(self._pushes_submitted, op.priority, PushFlags(op.flags))
+            self._recent.add(self._pushes_submitted, op.priority, op.flags)
         self._ops_submitted += 1
         self._say(op)
 

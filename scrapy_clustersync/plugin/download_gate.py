@@ -246,9 +246,10 @@ class DownloadGate:
         return True
 
     def _left_downloader(self, request: Request, **_: Any) -> None:
-        starting = self._starting.get(request.meta.get("download_slot", ""))
-        if starting:
-            starting.discard(request)
+        if self._starting:
+            starting = self._starting.get(request.meta.get("download_slot", ""))
+            if starting:
+                starting.discard(request)
         if self.held.waiting:
             self.wake()  # a transfer ended: its slot has room
 

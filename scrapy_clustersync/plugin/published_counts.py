@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 
 class PublishedCounts:
-    """Adds ``counts`` to ``stats`` (and clears it) on each ``publish``."""
+    """Adds ``counts`` to ``stats`` (and sets them back to 0) on each ``publish``."""
 
     def __init__(self, counts: Counter[str], stats: StatsCollector,
                  dupefilter: ClusterDupeFilter) -> None:
@@ -36,7 +36,8 @@ class PublishedCounts:
             self.counts["clustersync/released"] += delta["released"]
             self.counts["clustersync/outranked"] += delta.get("outranked", 0)
             self.dupefilter.filtered_in_redis(delta["filtered"])
-        for key, value in self.counts.items():
+        counts = self.counts
+        for key, value in counts.items():
             if value:
                 self.stats.inc_value(key, value)
-        self.counts.clear()
+                counts[key] = 0  # kept at 0: counting it again finds the key (no __missing__)
