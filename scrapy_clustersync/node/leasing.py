@@ -44,6 +44,7 @@ class LeaseCall:
     count: int  # entries asked for
     #: pushes of the batch ahead of it in the round trip (0: none, or a lease sent again)
     settling: int
+    returning: int = 0  # hand-backs of that batch (``WriteStream.returns_settled``), the same
 
 
 class LeasingPart:
@@ -68,6 +69,7 @@ class LeasingPart:
         self._demand = config.prefetch_start if config.prefetch_sized else config.prefetch
         self._pending_lease: tuple[str, int, int] | None = None  # call id, count, covered
         self._lease_covered = 0  # pushes Redis had applied when the last lease was made
+        self._lease_returned = 0  # hand-backs Redis had applied when the pending lease was made
         self._wanted_after = 0  # the reactor starves until a lease covers this many pushes
         #: the pushes the node had made when the engine began to starve (the first WantLease
         #: since a lease covered the one before): the lease that answers it goes in between
@@ -122,7 +124,7 @@ class LeasingPart:
         trip.send()
         return self._lease_answered(call, time.monotonic() - started)
 
-    def _lease_in(self, trip: RoundTrip, settling: int = 0) -> LeaseCall:
+    def _lease_in(self, trip: RoundTrip, settling: int = 0, returning: int = 0) -> LeaseCall:
         """Add the lease to ``trip``: what is missing of the target, or the call whose answer
         was lost, again. ``settling``: pushes of the batch ahead of it in ``trip``, which Redis
         applies before it leases, if it takes the batch (``_lease_answered`` is told)."""
@@ -130,10 +132,11 @@ class LeasingPart:
         if self._pending_lease is None:
             count = max(1, min(self.config.prefetch, self._demand) - self._prefetched_usable())
             self._pending_lease = (new_call_id(), count, self._writes.pushes_settled)
+            self._lease_returned = self._writes.returns_settled
         call_id, count, _ = self._pending_lease
         lease_ms = int(self.config.lease_timeout_s * 1000)
         answer = self.store.lease_in(trip, self.epoch, count, lease_ms, call_id)
-        return LeaseCall(answer, count, settling if fresh else 0)
+        return LeaseCall(answer, count, settling if fresh else 0, returning if fresh else 0)
 
     def _lease_answered(self, call: LeaseCall, took_s: float, settled: bool = False) -> bool:
         """Hand the reactor a lease's answer; False if nothing came. ``took_s``: its round
@@ -145,9 +148,10 @@ class LeasingPart:
                      len(entries), call.count, self._demand, len(self._unstarted),
                      self._round_trip_s * 1000)
         assert self._pending_lease is not None
-        covered = self._pending_lease[2]
+        covered, returned = self._pending_lease[2], self._lease_returned
         if settled:  # (a lease sent again on its own ran later still)
             covered += call.settling
+            returned += call.returning
         self._pending_lease = None
         if self._drop_asked:
             # the heartbeat ahead of it in the round trip told the node it was declared dead:
@@ -159,7 +163,7 @@ class LeasingPart:
             self._releasing.update(ids)
             self._writes.release(ids)
             return False
-        self._took_lease(entries, covered)
+        self._took_lease(entries, covered, returned)
         if not entries:
             backoff_s = self._empty_backoff_s * 2 or 0.05
             self._empty_backoff_s = min(EMPTY_QUEUE_BACKOFF_MAX_S, backoff_s)
@@ -176,11 +180,11 @@ class LeasingPart:
         if abs(average - told) > ROUND_TRIP_TELL_CHANGE * told or not told:
             self._round_trip_told = average
 
-    def _took_lease(self, entries: list[Leased], covered: int) -> None:
+    def _took_lease(self, entries: list[Leased], covered: int, returned: int) -> None:
         """Hand a lease's answer to the reactor (an empty one too, if it covers more pushes:
         an engine starving for them learns they came back as nothing)."""
         self._held.update(entry.entry_id for entry in entries)
         self._unstarted.update(dict.fromkeys((entry.entry_id for entry in entries), covered))
         if entries or covered > self._lease_covered:
-            self._post(self._link.leased, tuple(entries), covered)
+            self._post(self._link.leased, tuple(entries), covered, returned)
         self._lease_covered = max(self._lease_covered, covered)

@@ -4,7 +4,10 @@ The Redis thread hands each lease's answer over whole (``add``), with ``covered`
 the node's pushes Redis had applied when that lease call was made. The lease's order is right
 against those pushes, not against later ones, so an entry that a later push of the node
 outranks (a higher priority) is handed back, not handed out: prefetching never reorders
-priorities against what a single Scrapy process would do (README, "Crawl order"). When the
+priorities against what a single Scrapy process would do (README, "Crawl order"). An entry
+handed back is queued again and served before the lower ones: the lease's ``returned`` (how
+many of the node's hand-backs Redis had applied) judges its entries against later hand-backs in
+the same way. When the
 engine takes an entry with nothing downloading (``exact``), a later push that the job's queue
 serves first within the priority (LIFO, or another request before a start request) outranks it
 too: the engine waits for a lease anyway then, so it gets Scrapy's exact order; while it
@@ -87,8 +90,12 @@ class Prefetch:
     """Entries leased ahead, in lease order (how many: lease_sizing.py)."""
 
     def __init__(self) -> None:
-        self._entries: deque[tuple[Leased, int]] = deque()
+        self._entries: deque[tuple[Leased, int, int]] = deque()  # entry, covered, returned
         self._covered = 0  # pushes Redis had applied when the last lease was made
+        #: the entries handed back, numbered: queued again, they outrank lower ones leased
+        #: before Redis had them (a hand-back is a push of the entry, for the order)
+        self._returns = RecentPushes()
+        self._handed_back = 0
         #: entries handed back untaken: a push of a higher priority came after them
         self.outranked = 0
 
@@ -100,9 +107,10 @@ class Prefetch:
         """How many of the node's pushes Redis had applied when the last lease was made."""
         return self._covered
 
-    def add(self, entries: Iterable[Leased], covered: int) -> None:
-        """The answer of a lease call made when Redis had the node's first ``covered`` pushes."""
-        self._entries.extend((entry, covered) for entry in entries)
+    def add(self, entries: Iterable[Leased], covered: int, returned: int = 0) -> None:
+        """The answer of a lease call made when Redis had the node's first ``covered`` pushes
+        and ``returned`` hand-backs (``take``)."""
+        self._entries.extend((entry, covered, returned) for entry in entries)
         self._covered = max(self._covered, covered)
 
     def take(self, recent: RecentPushes, pushes_settled: int, handed_back: list[str],
@@ -117,21 +125,24 @@ class Prefetch:
         if not self._entries:
             recent.highest_after(pushes_settled)
         while self._entries:
-            entry, covered = self._entries.popleft()
-            if (recent.outranks(entry, covered, until) if exact
-                    else recent.highest_after(covered) > entry.priority):
+            entry, covered, returned = self._entries.popleft()
+            if (self._returns.highest_after(returned) > entry.priority
+                    or (recent.outranks(entry, covered, until) if exact
+                        else recent.highest_after(covered) > entry.priority)):
                 self.outranked += 1
                 handed_back.append(entry.entry_id)
+                self._handed_back += 1
+                self._returns.add(self._handed_back, int(entry.priority))
                 continue
             return entry.entry_id, entry.blob
         return None
 
     def entry_ids(self) -> list[str]:
         """The ids of the entries waiting, in order."""
-        return [entry.entry_id for entry, _ in self._entries]
+        return [entry.entry_id for entry, _, _ in self._entries]
 
     def drop_all(self) -> list[str]:
         """Remove every waiting entry; returns their ids (to release)."""
-        ids = [entry.entry_id for entry, _ in self._entries]
+        ids = [entry.entry_id for entry, _, _ in self._entries]
         self._entries.clear()
         return ids

@@ -353,12 +353,13 @@ class NodeLink:
                 "outranked": self._prefetched.outranked}
 
     # ---- called on the reactor by the Redis thread (callFromThread) --------------------------
-    def leased(self, entries: tuple[Leased, ...], covered: int) -> None:
-        """A lease call's answer; wakes the engine when work arrives on an empty node."""
+    def leased(self, entries: tuple[Leased, ...], covered: int, returned: int = 0) -> None:
+        """A lease call's answer, made when Redis had the node's first ``covered`` pushes and
+        ``returned`` hand-backs; wakes the engine when work arrives on an empty node."""
         if self._closed is not None:
             return  # the Redis thread releases them: it knows them as not taken
         was_empty = not self._prefetched
-        self._prefetched.add(entries, covered)
+        self._prefetched.add(entries, covered, returned)
         self._woke_for_lease = False
         if was_empty and (entries or not self.pushes_unleased):
             self._on_leased()

@@ -288,7 +288,7 @@ class SyncWorker(TurnPart, HeartbeatPart, LeasingPart, OutagePart):
 
         def handed_back(message: HandedBack, now: float) -> None:
             self._unstarted.pop(message.entry_id, None)
-            self._writes.release([message.entry_id])
+            self._writes.hand_back(message.entry_id)
             self._urgent = True
 
         def demand(message: Demand, now: float) -> None:

@@ -40,6 +40,7 @@ class FlushCall:
 
     answer: Answer[FlushResult]
     pushes: int  # the pushes of the batch
+    returns: int  # the entries the reactor handed back that it releases
 
 
 class TurnPart:
@@ -73,7 +74,7 @@ class TurnPart:
         settling = flush.pushes if flush is not None else 0
         lease = None
         if not closing and self._lease_due(now, settling):
-            lease = self._lease_in(trip, settling)
+            lease = self._lease_in(trip, settling, flush.returns if flush is not None else 0)
         reading = not closing and self._away_since is None
         control = self._follower.read_in(trip, now) if reading else None
         took_s = self._send(trip)
@@ -122,7 +123,7 @@ class TurnPart:
                 self._set_aside(exc)
                 continue
             pushes = sum(isinstance(op, Push) for op in batch)
-            return FlushCall(answer, pushes)
+            return FlushCall(answer, pushes, self._writes.returns_in(batch))
 
     def _flush_answered(self, call: FlushCall) -> bool:
         """Apply a batch's answer; True if Redis took it before the calls after it in the
@@ -172,7 +173,8 @@ class TurnPart:
 
         def _prefetched_usable(self) -> int: ...
 
-        def _lease_in(self, trip: RoundTrip, settling: int = 0) -> LeaseCall: ...
+        def _lease_in(self, trip: RoundTrip, settling: int = 0,
+                      returning: int = 0) -> LeaseCall: ...
 
         def _lease_answered(self, call: LeaseCall, took_s: float,
                             settled: bool = False) -> bool: ...

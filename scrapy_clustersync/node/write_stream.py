@@ -41,6 +41,8 @@ class WriteStream:
         self._void: set[str] = set()  # leases whose acks must become releases
         self._pushes_added = 0
         self._pushes_settled = 0
+        self._returning: set[str] = set()  # the entries handed back, released not yet applied
+        self._returns_settled = 0
 
     def add(self, op: Op, now: float) -> None:
         """Buffer ``op`` (taken from the reactor's queue at ``now``) behind every op before it."""
@@ -59,6 +61,17 @@ class WriteStream:
     def pushes_settled(self) -> int:
         """How many of the first pushes Redis applied (or set aside): always a prefix."""
         return self._pushes_settled
+
+    @property
+    def returns_settled(self) -> int:
+        """How many of the entries the reactor handed back (``hand_back``) Redis released, or
+        set aside: always the first ones (releases keep their order among themselves)."""
+        return self._returns_settled
+
+    def returns_in(self, batch: list[Op]) -> int:
+        """How many of the hand-backs ``returns_settled`` counts are in ``batch``."""
+        returning = self._returning
+        return sum(type(op) is Release and op.entry_id in returning for op in batch)
 
     def __len__(self) -> int:
         """Ops not yet in Redis, including a batch whose call is under way or being retried."""
@@ -127,6 +140,7 @@ class WriteStream:
         # past the refused op (if any): back to full batches, doubling
         self._batch_limit = min(self.batch_size, self._batch_limit * 2)
         self._pushes_settled += sum(isinstance(op, Push) for op in batch)
+        self._settle_returns(batch)
         settled = [op.settles for op in batch if op.settles is not None]
         self._void.difference_update(settled)
         return settled
@@ -144,7 +158,15 @@ class WriteStream:
         [op] = batch
         if isinstance(op, Push):  # its dead letter takes its place: it is settled
             self._pushes_settled += 1
+        self._settle_returns(batch)
         return op
+
+    def _settle_returns(self, batch: list[Op]) -> None:
+        returns = self.returns_in(batch)
+        if returns:
+            self._returns_settled += returns
+            self._returning.difference_update(
+                op.entry_id for op in batch if type(op) is Release)
 
     def set_aside(self, op: Op, reason: str) -> None:
         """Send the dead letter of ``op``, which Redis refused for ``reason``, in its place."""
@@ -164,6 +186,12 @@ class WriteStream:
     def release(self, entry_ids: Iterable[str]) -> None:
         """Hand ``entry_ids`` back to the queue, after every op added so far."""
         self._ops.extend(Release(entry_id) for entry_id in entry_ids)
+
+    def hand_back(self, entry_id: str) -> None:
+        """Release ``entry_id``, which the reactor handed back untaken (counted as settled by
+        ``returns_settled`` once Redis applied it)."""
+        self._returning.add(entry_id)
+        self.release([entry_id])
 
     def undelivered(self, writes_seen: int) -> Undelivered:
         """What is not in Redis yet, for the spool. Stats counts are left out: they are best

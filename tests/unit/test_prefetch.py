@@ -115,3 +115,33 @@ def test_only_the_pushes_made_before_the_engine_asked_count_for_its_answer() -> 
     recent.add(3, 0, PushFlags.LIFO)
     # then the engine still gets the start request, as Scrapy's scheduler gave it then
     assert prefetch.take(recent, 0, [], exact=True, until=2) == ("1-second", b"second")
+
+
+def test_an_entry_handed_back_outranks_lower_ones_leased_before_redis_had_it_again() -> None:
+    # given an entry of priority 2 handed back (a newer push of its priority comes first, LIFO),
+    # and one of priority 1 leased before the hand-back reached Redis
+    prefetch = Prefetch()
+    recent = RecentPushes()
+    prefetch.add([Leased("0-two", b"two", 2)], covered=1)
+    recent.add(2, 2, PushFlags.LIFO)
+    prefetch.add([Leased("0-new", b"new", 2), Leased("0-one", b"one", 1)], covered=2)
+    handed_back: list[str] = []
+    assert prefetch.take(recent, 0, handed_back, exact=True) == ("0-new", b"new")
+    assert handed_back == ["0-two"]
+    # when the next lease, made once Redis released it, brings it back behind the lower one
+    prefetch.add([Leased("0-two", b"two", 2)], covered=2, returned=1)
+    # then the lower one goes back too: the queue serves the entry handed back first
+    assert prefetch.take(recent, 0, handed_back, exact=True) == ("0-two", b"two")
+    assert handed_back == ["0-two", "0-one"]
+
+
+def test_entries_leased_after_redis_had_the_hand_backs_are_handed_out_in_lease_order() -> None:
+    prefetch = Prefetch()
+    recent = RecentPushes()
+    prefetch.add([Leased("0-two", b"two", 2)], covered=1)
+    recent.add(2, 3)
+    assert prefetch.take(recent, 0, []) is None  # handed back: the push of priority 3 outranks
+    prefetch.add([Leased("0-three", b"three", 3), Leased("0-one", b"one", 1)], covered=2,
+                 returned=1)
+    taken = [prefetch.take(recent, 0, []) for _ in range(2)]
+    assert taken == [("0-three", b"three"), ("0-one", b"one")]

@@ -181,3 +181,22 @@ def test_a_batch_for_pushes_already_in_redis_is_cut_before_the_next_push() -> No
     assert len(stream) == 1
     # once the lease went, the later push goes out
     assert stream.batch()[1] == pushes(1, start=7)
+
+
+def test_hand_backs_count_as_settled_once_redis_applied_their_releases_only() -> None:
+    # given a node that pushed four requests, then handed back two prefetched entries, and
+    # released a third entry for another reason
+    stream, _ = stream_of(pushes(4), batch_size=4)
+    stream.hand_back("e-back-1")
+    stream.hand_back("e-back-2")
+    stream.release(["e-other"])
+    # when Redis confirmed the first batch (the pushes), then the next
+    _, batch = stream.batch()
+    assert stream.returns_in(batch) == 0
+    stream.confirmed()
+    assert stream.returns_settled == 0
+    _, batch = stream.batch()
+    assert stream.returns_in(batch) == 2
+    stream.confirmed()
+    # then both hand-backs, and only they, are counted
+    assert stream.returns_settled == 2
