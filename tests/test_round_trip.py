@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 from scrapy import Request
@@ -229,15 +229,8 @@ def test_a_lease_redis_made_in_a_round_trip_whose_batch_it_refused_is_handed_ove
     redis_server: RedisServer,
 ) -> None:
     # given a node (8 prefetched) with 16 requests queued and a push of its own to send
-    config = ClusterConfig.from_settings(Settings({
-        "CLUSTERSYNC_REDIS_URL": redis_server.url, "CLUSTERSYNC_PREFETCH": "8",
-        "CLUSTERSYNC_LEASE_TIMEOUT": "30"}), "job")
-    store = RefusesFirstBatch(make_client(redis_server.url), "job", config.node_id)
-    epoch, _ = store.join(ttl_ms=LEASE_MS, claim=False)
-    store.flush(epoch, [push(f"http://a/{i}") for i in range(16)], new_call_id())
-    node = NodeThread(store, config, epoch)  # its Redis thread's turns run here, by hand
+    store, node = node_with_16_queued(redis_server, RefusesFirstBatch)
     worker = node.worker
-    worker._follow(time.monotonic())
     node.submit(push("http://a/own"))
     # when its round trip of the push and a lease meets "OOM" for the batch (Redis made the
     # lease after it), and the node tries again
@@ -292,15 +285,8 @@ def test_a_round_trip_whose_replies_are_lost_is_applied_once_when_the_node_tries
     redis_server: RedisServer,
 ) -> None:
     # given a node (8 prefetched) that holds 8 leases of 16 queued requests, all under way
-    config = ClusterConfig.from_settings(Settings({
-        "CLUSTERSYNC_REDIS_URL": redis_server.url, "CLUSTERSYNC_PREFETCH": "8",
-        "CLUSTERSYNC_LEASE_TIMEOUT": "30"}), "job")
-    store = LosesFirstReply(make_client(redis_server.url), "job", config.node_id)
-    epoch, _ = store.join(ttl_ms=LEASE_MS, claim=False)
-    store.flush(epoch, [push(f"http://a/{i}") for i in range(16)], new_call_id())
-    node = NodeThread(store, config, epoch)  # its Redis thread's turns run here, by hand
+    store, node = node_with_16_queued(redis_server, LosesFirstReply)
     worker = node.worker
-    worker._follow(time.monotonic())
     worker._turn(time.monotonic())
     taken = [node.take() for _ in range(8)]
     assert None not in taken
@@ -328,3 +314,20 @@ def test_a_round_trip_whose_replies_are_lost_is_applied_once_when_the_node_tries
     assert len(prefetched) == len(set(prefetched))
     assert set(owners) == under_way | set(prefetched)
     assert worker._totals.pushed == 1
+
+
+S = TypeVar("S", bound=JobStore)
+
+
+def node_with_16_queued(redis_server: RedisServer, store_class: type[S]) -> tuple[S, NodeThread]:
+    """A node (8 prefetched) joined to a job with 16 requests queued, its store a
+    ``store_class``, its control state read (as its join does); its turns are run by hand."""
+    config = ClusterConfig.from_settings(Settings({
+        "CLUSTERSYNC_REDIS_URL": redis_server.url, "CLUSTERSYNC_PREFETCH": "8",
+        "CLUSTERSYNC_LEASE_TIMEOUT": "30"}), "job")
+    store = store_class(make_client(redis_server.url), "job", config.node_id)
+    epoch, _ = store.join(ttl_ms=LEASE_MS, claim=False)
+    store.flush(epoch, [push(f"http://a/{i}") for i in range(16)], new_call_id())
+    node = NodeThread(store, config, epoch)
+    node.worker._follow(time.monotonic())
+    return store, node
