@@ -200,8 +200,7 @@ def test_a_lease_in_the_round_trip_that_tells_a_node_it_was_declared_dead_is_not
     node.pump()
     # then each entry it has prefetched (and will hand to its engine) is leased to it in Redis,
     # once: none went back to the queue, where node b leased it and crawls it too
-    owners = {as_text(i): as_text(v).split("|", 1)[1] for i, v in
-              redis_server.client().hgetall("clustersync:{job}:leased").items()}
+    owners = lease_owners(redis_server)
     prefetched = node.link._prefetched.entry_ids()
     print(f"prefetched {len(prefetched)} ({len(set(prefetched))} distinct); "
           f"leased to b as well: {len(taken_by_b & set(prefetched))}")
@@ -238,15 +237,10 @@ def test_a_lease_redis_made_in_a_round_trip_whose_batch_it_refused_is_handed_ove
     worker._turn(time.monotonic())
     assert store.refused and worker._away_since is not None and worker._pending_lease
     assert redis_server.client().hlen("clustersync:{job}:leased") == 8
-    for _ in range(4):
-        node.pump()
-        worker._receive(time.monotonic())
-        worker._turn(time.monotonic())
-    node.pump()
+    try_again(node, 4)
     # then the 8 entries Redis leased to it are in its prefetch, once each, and its push is
     # queued
-    owners = {as_text(i): as_text(v).split("|", 1)[1] for i, v in
-              redis_server.client().hgetall("clustersync:{job}:leased").items()}
+    owners = lease_owners(redis_server)
     prefetched = node.link._prefetched.entry_ids()
     assert worker._away_since is None
     assert sorted(prefetched) == sorted(owners) and len(owners) == 8
@@ -298,15 +292,10 @@ def test_a_round_trip_whose_replies_are_lost_is_applied_once_when_the_node_tries
     worker._turn(time.monotonic())
     assert store.lost and worker._away_since is not None and worker._pending_lease
     assert store.status().counters.get("pushed") == 17  # (Redis ran it)
-    for _ in range(4):
-        node.pump()
-        worker._receive(time.monotonic())
-        worker._turn(time.monotonic())
-    node.pump()
+    try_again(node, 4)
     # then the push and the ack were applied once, and the entries Redis leased to it are
     # the 7 under way and those in its prefetch, once each
-    owners = {as_text(i): as_text(v).split("|", 1)[1] for i, v in
-              redis_server.client().hgetall("clustersync:{job}:leased").items()}
+    owners = lease_owners(redis_server)
     prefetched = node.link._prefetched.entry_ids()
     under_way = {entry_id for entry_id, _ in taken[1:]}  # type: ignore[misc]
     counters = store.status().counters
@@ -331,3 +320,19 @@ def node_with_16_queued(redis_server: RedisServer, store_class: type[S]) -> tupl
     node = NodeThread(store, config, epoch)
     node.worker._follow(time.monotonic())
     return store, node
+
+
+def lease_owners(redis_server: RedisServer) -> dict[str, str]:
+    """The job's leased entries in Redis: entry id -> the node that holds it."""
+    return {as_text(i): as_text(v).split("|", 1)[1] for i, v in
+            redis_server.client().hgetall("clustersync:{job}:leased").items()}
+
+
+def try_again(node: NodeThread, turns: int) -> None:
+    """Run ``turns`` turns of the node's Redis thread, each after the reactor's side answered
+    what the thread handed it, then let the reactor's side take the last turn's answers."""
+    for _ in range(turns):
+        node.pump()
+        node.worker._receive(time.monotonic())
+        node.worker._turn(time.monotonic())
+    node.pump()
