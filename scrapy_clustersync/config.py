@@ -45,12 +45,18 @@ DEFAULTS: dict[str, str | int | float | bool] = {
     "CLUSTERSYNC_BLOOM_ERROR_RATE": 0.001,
     "CLUSTERSYNC_RECRAWL": "",
     "CLUSTERSYNC_FAILED_KEEP": 1000,
+    "CLUSTERSYNC_SETTINGS_HISTORY": 1000,
+    # shared settings that may also come from settings.py (live_settings.py checks them)
+    "CLUSTERSYNC_PROXY": "",  # none: no proxy
+    "CLUSTERSYNC_SITE_DELAYS": "",  # none: DOWNLOAD_DELAY for every site
     # read by the scheduler when it builds the codec and the spool
     "CLUSTERSYNC_REQUEST_CLASSES": "",  # import paths, a list or "a.B,c.D"; empty: Scrapy's only
     "CLUSTERSYNC_SPOOL_DIR": ".clustersync-spool",
 }
 #: the most failed requests a job may keep (each about 300-600 bytes of Redis)
 FAILED_KEEP_MAX = 1_000_000
+#: the most shared settings changes a job's history may keep (each about 100-300 bytes)
+SETTINGS_HISTORY_MAX = 1_000_000
 DEDUP_MODES = ("bloom", "exact")
 #: CLUSTERSYNC_NODE_DEAD_AFTER when unset: this many heartbeat intervals without one
 DEAD_AFTER_HEARTBEATS = 3
@@ -277,6 +283,21 @@ def validate_failed_keep(settings: BaseSettings) -> int:
     raise ConfigError(
         f"CLUSTERSYNC_FAILED_KEEP = {raw!r} is not a number of failed requests to keep: give a "
         f"whole number from 0 (keep none) to {FAILED_KEEP_MAX:,}; the default is 1000."
+    )
+
+
+def validate_settings_history(settings: BaseSettings) -> int:
+    """``CLUSTERSYNC_SETTINGS_HISTORY``: a whole number from 1 to SETTINGS_HISTORY_MAX."""
+    raw = settings.get("CLUSTERSYNC_SETTINGS_HISTORY", DEFAULTS["CLUSTERSYNC_SETTINGS_HISTORY"])
+    try:
+        value = int(raw)
+        if value == float(raw) and 1 <= value <= SETTINGS_HISTORY_MAX:
+            return value
+    except (TypeError, ValueError):
+        pass
+    raise ConfigError(
+        f"CLUSTERSYNC_SETTINGS_HISTORY = {raw!r} is not a number of shared settings changes to "
+        f"keep: give a whole number from 1 to {SETTINGS_HISTORY_MAX:,}; the default is 1000."
     )
 
 

@@ -56,6 +56,14 @@ class JobKeys:
       summed node stats)
     - ``meta`` also holds the job's run (prelude.lua ``start_run``): ``run`` (its number),
       ``run_started_ms`` and ``run_base`` (JSON: the job's figures when the run started)
+    - ``settings`` hash: the job's shared settings, setting name -> canonical JSON of its value
+      (lua/settings.lua; store/shared_settings.py); ``meta`` also holds ``settings_version``
+      (absent = 0, one more per change) and ``settings_call`` (the last change's call id and
+      reply); a change is published on ``control_channel`` as "settings <version>"
+    - ``settings_log`` list: one JSON record per changed setting, oldest first ({"version",
+      "ms", "who", "key", "old", "new"}), the newest ``CLUSTERSYNC_SETTINGS_HISTORY`` of them
+    - ``live_keys`` hash: a key the spider declares live -> its type name ("str", "int",
+      "float", "bool", "list", "dict"), written by the nodes
     - ``call:<node>`` hash: the node's write counter (``writes``, see flush.lua) and its last
       flush and lease call ids with their results (a retried call changes nothing more)
     """
@@ -142,6 +150,18 @@ class JobKeys:
         return self._key("pruned")
 
     @property
+    def settings(self) -> str:
+        return self._key("settings")
+
+    @property
+    def settings_log(self) -> str:
+        return self._key("settings_log")
+
+    @property
+    def live_keys(self) -> str:
+        return self._key("live_keys")
+
+    @property
     def bloom(self) -> str:
         return self._key("bloom")
 
@@ -156,7 +176,8 @@ class JobKeys:
     @property
     def control_channel(self) -> str:
         """Not a key: the pub/sub channel on which ``control.lua`` announces a pause, resume or
-        stop (named with the job's hash tag, like its keys)."""
+        stop, and ``settings.lua`` a new version of the shared settings (named with the job's
+        hash tag, like its keys)."""
         return self._key("control")
 
     def shared_keys(self) -> list[str]:
@@ -165,5 +186,6 @@ class JobKeys:
             self.meta, self.queue, self.entries, self.deadlines, self.leased,
             self.seen, self.stats, self.nodes, self.node_info, self.idle, self.dead, self.bloom,
             self.failed, self.tasks, self.task_of, self.scrapy_stats, self.node_stats,
-            self.dead_nodes, self.node_seen, self.pruned,
+            self.dead_nodes, self.node_seen, self.pruned, self.settings, self.settings_log,
+            self.live_keys,
         ]

@@ -33,6 +33,7 @@ from scrapy_clustersync.store.join_scripts import (
 from scrapy_clustersync.store.keys import JobKeys
 from scrapy_clustersync.store.lease_script import LeaseScript
 from scrapy_clustersync.store.script_base import JobScript
+from scrapy_clustersync.store.shared_settings import UNSET, SettingsScript
 from scrapy_clustersync.store.write_ops import Ack, Push
 
 HELPERS = {"prelude", "bloom", "tasks"}
@@ -65,6 +66,7 @@ def sample_calls() -> list[Call]:
     control, check = ControlScript(CLIENT, KEYS), CheckScript(CLIENT, KEYS)
     prepare, migrate = BloomPrepareScript(CLIENT, KEYS), DedupMigrateScript(CLIENT, KEYS)
     requeue = RequeueScript(CLIENT, KEYS)
+    settings = SettingsScript(CLIENT, KEYS)
     ask = JoinRequest(NODE, "e", 1, True, "exact", DedupSettings(), "forget-seen")
     return [
         (flush, flush.call("e", "c", 0, FlushDedup("set-then-bloom", 9, TWO_LAYERS),
@@ -78,6 +80,8 @@ def sample_calls() -> list[Call]:
         (prepare, prepare.call("e", 1, 2, 64, 8), 0, 0),
         (migrate, migrate.call("e", 200, TWO_LAYERS), 3, 10),
         (requeue, requeue.call([(b"l\n", "id", "0"), (b"m\n", "id2", "-1")]), 0, 6),
+        (settings, settings.call({"DOWNLOAD_DELAY": 0.5, "USER_AGENT": UNSET}, "me@host", 3,
+                                 "c", 10), 0, 4),
     ]
 
 
