@@ -1,7 +1,8 @@
 """``clustersync``: see and steer the jobs of a cluster from any machine that reaches Redis.
 
 The group and its options; each command lives in the module of its kind (job_commands,
-seed_commands, check_commands, top_command, control_commands, task_commands, dead_commands).
+seed_commands, check_commands, top_command, control_commands, task_commands, dead_commands,
+config_commands).
 Inside a Scrapy project (or with ``--settings MODULE`` / ``-s NAME=VALUE``) the commands read
 ``CLUSTERSYNC_REDIS_URL``, ``CLUSTERSYNC_JOB`` and the request fingerprinter from the
 project's settings, as ``scrapy`` commands do (project.py). Also ``scrapy clustersync ...``
@@ -16,6 +17,7 @@ import click
 
 from .check_commands import check, nodes
 from .cluster_group import ClusterGroup
+from .config_commands import config
 from .context import CliContext, pass_cli
 from .control_commands import pause, resume, stop
 from .dead_commands import dead
@@ -50,7 +52,7 @@ def main(cli: CliContext, redis_url: str | None, settings_module: str | None) ->
 
 
 for _command in (jobs, status, nodes, top, check, seed, dead, failed, task, tasks, restart,
-                 pause, resume, stop, purge):
+                 pause, resume, stop, config, purge):
     main.add_command(_command)
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import click
 import pytest
 from click.testing import CliRunner, Result
 
@@ -123,21 +124,33 @@ def test_a_bad_line_of_a_seed_file_is_named_with_its_line(tmp_path: Path) -> Non
     assert f"line 4 of {urls}: 'http://' has no host" in result.stderr
 
 
+def leaf_commands() -> dict[str, click.Command]:
+    """Every command, those of a group (``config get``) by their full name."""
+    found: dict[str, click.Command] = {}
+    for name, command in main.commands.items():
+        if isinstance(command, click.Group):
+            found.update({f"{name} {sub}": each for sub, each in command.commands.items()})
+        else:
+            found[name] = command
+    return found
+
+
 def test_every_command_that_prints_data_has_json() -> None:
     # every command prints something a script may want: its data, or what it did
-    without = [name for name, command in main.commands.items()
+    without = [name for name, command in leaf_commands().items()
                if "as_json" not in {param.name for param in command.params}]
     assert without == []
 
 
 def test_every_limit_has_the_same_default() -> None:
-    limits = {name: param.default for name, command in main.commands.items()
+    limits = {name: param.default for name, command in leaf_commands().items()
               for param in command.params if param.name == "limit"}
-    assert set(limits) == {"dead", "failed"} and set(limits.values()) == {DEFAULT_LIMIT}
+    assert set(limits) == {"dead", "failed", "config history"}
+    assert set(limits.values()) == {DEFAULT_LIMIT}
 
 
 def test_every_command_takes_job_optionally_and_settings_after_it() -> None:
-    for name, command in main.commands.items():
+    for name, command in leaf_commands().items():
         params = {param.name: param for param in command.params}
         assert "overrides" in params, name  # -s NAME=VALUE after the command
         if name == "jobs":
