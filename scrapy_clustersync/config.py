@@ -271,15 +271,24 @@ def validate_recrawl(mode: str) -> str:
     return mode
 
 
-def validate_failed_keep(settings: BaseSettings) -> int:
-    """``CLUSTERSYNC_FAILED_KEEP``: a whole number from 0 (keep none) to FAILED_KEEP_MAX."""
-    raw = settings.get("CLUSTERSYNC_FAILED_KEEP", DEFAULTS["CLUSTERSYNC_FAILED_KEEP"])
+def _whole_number_in(settings: BaseSettings, name: str, low: int, high: int) -> int | None:
+    """Setting ``name`` as a whole number from ``low`` to ``high``; None if it is not one."""
+    raw = settings.get(name, DEFAULTS[name])
     try:
         value = int(raw)
-        if value == float(raw) and 0 <= value <= FAILED_KEEP_MAX:
+        if value == float(raw) and low <= value <= high:
             return value
     except (TypeError, ValueError):
         pass
+    return None
+
+
+def validate_failed_keep(settings: BaseSettings) -> int:
+    """``CLUSTERSYNC_FAILED_KEEP``: a whole number from 0 (keep none) to FAILED_KEEP_MAX."""
+    value = _whole_number_in(settings, "CLUSTERSYNC_FAILED_KEEP", 0, FAILED_KEEP_MAX)
+    if value is not None:
+        return value
+    raw = settings.get("CLUSTERSYNC_FAILED_KEEP", DEFAULTS["CLUSTERSYNC_FAILED_KEEP"])
     raise ConfigError(
         f"CLUSTERSYNC_FAILED_KEEP = {raw!r} is not a number of failed requests to keep: give a "
         f"whole number from 0 (keep none) to {FAILED_KEEP_MAX:,}; the default is 1000."
@@ -288,13 +297,10 @@ def validate_failed_keep(settings: BaseSettings) -> int:
 
 def validate_settings_history(settings: BaseSettings) -> int:
     """``CLUSTERSYNC_SETTINGS_HISTORY``: a whole number from 1 to SETTINGS_HISTORY_MAX."""
+    value = _whole_number_in(settings, "CLUSTERSYNC_SETTINGS_HISTORY", 1, SETTINGS_HISTORY_MAX)
+    if value is not None:
+        return value
     raw = settings.get("CLUSTERSYNC_SETTINGS_HISTORY", DEFAULTS["CLUSTERSYNC_SETTINGS_HISTORY"])
-    try:
-        value = int(raw)
-        if value == float(raw) and 1 <= value <= SETTINGS_HISTORY_MAX:
-            return value
-    except (TypeError, ValueError):
-        pass
     raise ConfigError(
         f"CLUSTERSYNC_SETTINGS_HISTORY = {raw!r} is not a number of shared settings changes to "
         f"keep: give a whole number from 1 to {SETTINGS_HISTORY_MAX:,}; the default is 1000."
