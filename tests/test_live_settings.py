@@ -1,0 +1,143 @@
+"""Shared settings applied live: `clustersync config set` while real `scrapy crawl` nodes crawl a
+real site; what the site (or a proxy) receives shows what every node applied."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from testkit.redis_server import RedisServer
+from testkit.site import TestSite
+
+from conftest import SiteFactory
+from support import (
+    Node,
+    clustersync,
+    project_with_spiders,
+    start_node,
+    wait_all,
+    wait_until,
+)
+
+JOB = "live"
+#: a node's own identity, set at download time (a request may be crawled by any node)
+NODE_HEADER = "X-Node"
+SLOW = {"CONCURRENT_REQUESTS_PER_DOMAIN": "2", "CONCURRENT_REQUESTS": "2"}
+
+LIVE_SPIDER = '''
+import os
+from typing import Any
+
+import scrapy
+
+
+class NodeHeader:
+    """Marks every request with the node that downloads it."""
+
+    def process_request(self, request: Any) -> None:
+        request.headers["X-Node"] = os.environ["NODE_NAME"]
+
+
+class LiveSpider(scrapy.Spider):
+    """Follows every link; an item's title carries the live rule TITLE_PREFIX."""
+
+    name = "live"
+    clustersync_live_settings = {"TITLE_PREFIX": "str"}
+    custom_settings = {
+        "DOWNLOADER_MIDDLEWARES": {"example.spiders.live.NodeHeader": 100},
+        "TITLE_PREFIX": "v1:",
+    }
+
+    def __init__(self, start_url: str = "", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.start_url = start_url
+
+    async def start(self):
+        yield scrapy.Request(self.start_url)
+
+    def parse(self, response):
+        prefix = self.live_settings["TITLE_PREFIX"]
+        yield {"title": prefix + (response.css("title::text").get() or ""),
+               "node": os.environ["NODE_NAME"]}
+        for href in response.css("a::attr(href)").getall():
+            yield response.follow(href)
+'''
+
+
+def live_nodes(count: int, redis_url: str, web: TestSite, tmp_path: Path,
+               settings: dict[str, str | None] | None = None, first: int = 1) -> list[Node]:
+    """``count`` nodes of the live spider; each writes its items to ``<name>.jsonl``."""
+    project = project_with_spiders(tmp_path, "live", LIVE_SPIDER)
+    nodes = []
+    for i in range(first, first + count):
+        name = f"node{i}"
+        nodes.append(start_node(name, redis_url, web.start_url, tmp_path,
+                                {**SLOW, **(settings or {})}, project_dir=project,
+                                spider="live", env={"NODE_NAME": name},
+                                options=("-o", str(tmp_path / f"{name}.jsonl"))))
+    return nodes
+
+
+def config_set(url: str, *pairs: str) -> float:
+    """`clustersync config set JOB KEY VALUE...`; returns when it returned (monotonic)."""
+    answer = clustersync(url, "config", "set", JOB, *pairs)
+    assert answer.returncode == 0, answer.stderr
+    return time.monotonic()
+
+
+def by_node(web: TestSite, since: float) -> dict[str, list[dict[str, str]]]:
+    """The headers of the GETs after ``since``, per node (its X-Node header)."""
+    seen: dict[str, list[dict[str, str]]] = {}
+    for headers in web.headers_seen(since):
+        seen.setdefault(headers.get(NODE_HEADER, "?"), []).append(headers)
+    return seen
+
+
+def items_of(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def crawling(web: TestSite, names: list[str]) -> bool:
+    seen = by_node(web, 0.0)
+    return all(len(seen.get(name, [])) >= 5 for name in names)
+
+
+@pytest.mark.timing
+def test_user_agent_headers_and_spider_rule_set_mid_crawl_reach_every_node_on_its_next_requests(
+    redis_server: RedisServer, site: SiteFactory, tmp_path: Path
+) -> None:
+    # given two nodes crawling a slow site, with no USER_AGENT of their own on the command line
+    web = site(300, delay_s=0.05)
+    nodes = live_nodes(2, redis_server.url, web, tmp_path, {"USER_AGENT": None})
+    names = [node.name for node in nodes]
+    wait_until(lambda: crawling(web, names), 30, "both nodes to crawl")
+    # when a user agent, a default header and the spider's own rule are set
+    changed_at = config_set(redis_server.url, "USER_AGENT", "shared-agent/2",
+                            "DEFAULT_REQUEST_HEADERS", '{"X-Probe": "two"}',
+                            "TITLE_PREFIX", "v2:")
+
+    # then every node sends them on its next requests
+    def applied(name: str) -> bool:
+        return any(h.get("User-Agent") == "shared-agent/2" and h.get("X-Probe") == "two"
+                   for h in by_node(web, changed_at).get(name, []))
+
+    wait_until(lambda: all(applied(name) for name in names), 5, "every node to apply")
+    settled = time.monotonic() + 1.0  # requests held before the change may still go out
+    wait_until(lambda: all(len(by_node(web, settled).get(n, [])) >= 3 for n in names), 10,
+               "more requests of every node")
+    later = by_node(web, settled)
+    for name in names:
+        assert {h.get("User-Agent") for h in later[name]} == {"shared-agent/2"}, name
+        assert {h.get("X-Probe") for h in later[name]} == {"two"}, name
+    wait_all(nodes, 120)
+    # and the spider's rule changed the items each node yields after the change
+    for name in names:
+        titles = [item["title"] for item in items_of(tmp_path / f"{name}.jsonl")]
+        assert titles[0].startswith("v1:") or titles[-1].startswith("v2:"), name
+        assert titles[-1].startswith("v2:"), (name, titles[-3:])
+    assert any(t.startswith("v1:") for n in names
+               for t in (i["title"] for i in items_of(tmp_path / f"{n}.jsonl")))
