@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from testkit.forward_proxy import ForwardProxy
 from testkit.redis_server import RedisServer
 from testkit.site import TestSite
 
@@ -115,10 +116,30 @@ def test_user_agent_headers_and_spider_rule_set_mid_crawl_reach_every_node_on_it
     nodes = live_nodes(2, redis_server.url, web, tmp_path, {"USER_AGENT": None})
     names = [node.name for node in nodes]
     wait_until(lambda: crawling(web, names), 30, "both nodes to crawl")
-    # when a user agent, a default header and the spider's own rule are set
-    changed_at = config_set(redis_server.url, "USER_AGENT", "shared-agent/2",
-                            "DEFAULT_REQUEST_HEADERS", '{"X-Probe": "two"}',
-                            "TITLE_PREFIX", "v2:")
+    # when a user agent, a default header, a proxy and the spider's own rule are set
+    proxy = ForwardProxy().start()
+    try:
+        proxy_url = proxy.url.replace("http://", "http://crawler:s3cret@")
+        changed_at = config_set(redis_server.url, "USER_AGENT", "shared-agent/2",
+                                "DEFAULT_REQUEST_HEADERS", '{"X-Probe": "two"}',
+                                "CLUSTERSYNC_PROXY", proxy_url, "TITLE_PREFIX", "v2:")
+        check_applied(web, proxy, names, changed_at)
+        wait_all(nodes, 120)
+    finally:
+        proxy.stop()
+    # and the spider's rule changed the items each node yields after the change
+    for name in names:
+        titles = [item["title"] for item in items_of(tmp_path / f"{name}.jsonl")]
+        assert titles[-1].startswith("v2:"), (name, titles[-3:])
+    assert any(t.startswith("v1:") for n in names
+               for t in (i["title"] for i in items_of(tmp_path / f"{n}.jsonl")))
+    # and the proxy's password is in no log
+    assert not any("s3cret" in node.log() for node in nodes)
+
+
+def check_applied(web: TestSite, proxy: ForwardProxy, names: list[str], changed_at: float
+                  ) -> None:
+    """Every node sends the new user agent and header through the proxy on its next requests."""
 
     # then every node sends them on its next requests
     def applied(name: str) -> bool:
@@ -133,11 +154,9 @@ def test_user_agent_headers_and_spider_rule_set_mid_crawl_reach_every_node_on_it
     for name in names:
         assert {h.get("User-Agent") for h in later[name]} == {"shared-agent/2"}, name
         assert {h.get("X-Probe") for h in later[name]} == {"two"}, name
-    wait_all(nodes, 120)
-    # and the spider's rule changed the items each node yields after the change
-    for name in names:
-        titles = [item["title"] for item in items_of(tmp_path / f"{name}.jsonl")]
-        assert titles[0].startswith("v1:") or titles[-1].startswith("v2:"), name
-        assert titles[-1].startswith("v2:"), (name, titles[-3:])
-    assert any(t.startswith("v1:") for n in names
-               for t in (i["title"] for i in items_of(tmp_path / f"{n}.jsonl")))
+    proxied = {headers.get(NODE_HEADER) for url, headers in proxy.requests}
+    assert proxied == set(names)
+    assert {headers.get("Proxy-Authorization") for url, headers in proxy.requests} == {
+        "Basic Y3Jhd2xlcjpzM2NyZXQ="}  # crawler:s3cret
+    # what the site received after the change came through the proxy
+    assert len(proxy.requests) >= sum(len(seen) for seen in later.values())
