@@ -11,10 +11,11 @@ from typing import Any
 import pytest
 
 from testkit.forward_proxy import ForwardProxy
+from testkit.proxy import TcpProxy
 from testkit.redis_server import RedisServer
 from testkit.site import TestSite
 
-from conftest import SiteFactory
+from conftest import ProxyFactory, SiteFactory
 from support import (
     Node,
     clustersync,
@@ -160,3 +161,85 @@ def check_applied(web: TestSite, proxy: ForwardProxy, names: list[str], changed_
         "Basic Y3Jhd2xlcjpzM2NyZXQ="}  # crawler:s3cret
     # what the site received after the change came through the proxy
     assert len(proxy.requests) >= sum(len(seen) for seen in later.values())
+
+
+def first_time_with(web: TestSite, agent: str) -> float | None:
+    """time.monotonic() of the first GET the site received with User-Agent ``agent``."""
+    with web._lock:
+        return next((at for at, headers in web._headers if headers.get("User-Agent") == agent),
+                    None)
+
+
+def reconnected_at(redis_proxy: TcpProxy, accepted: int, timeout_s: float) -> float:
+    """When the node's first connection after ``accepted`` reached Redis through the proxy."""
+    deadline = time.monotonic() + timeout_s
+    while redis_proxy.connections_accepted <= accepted:
+        assert time.monotonic() < deadline, "the node never reconnected"
+        time.sleep(0.001)  # a poll of the proxy's counter, not a wait for the node
+    return time.monotonic()
+
+
+@pytest.mark.timing
+def test_a_node_cut_off_while_a_setting_changed_applies_it_within_a_second_of_reconnecting(
+    redis_server: RedisServer, proxy_factory: ProxyFactory, site: SiteFactory, tmp_path: Path
+) -> None:
+    # given a node crawling, whose connection to Redis is cut
+    web = site(600, delay_s=0.05)
+    redis_proxy = proxy_factory(redis_server)
+    [node] = live_nodes(1, redis_proxy.url(), web, tmp_path, {"USER_AGENT": None})
+    wait_until(lambda: crawling(web, [node.name]), 30, "the node to crawl")
+    redis_proxy.cut()
+    wait_until(lambda: "is unreachable" in node.log(), 10, "the node to see Redis gone")
+    # when a setting changes meanwhile, and Redis comes back
+    config_set(redis_server.url, "USER_AGENT", "after-outage/1")
+    accepted = redis_proxy.connections_accepted
+    redis_proxy.restore()
+    back = reconnected_at(redis_proxy, accepted, 10)
+    # then its requests use it within a second of its first call after the outage
+    wait_until(lambda: first_time_with(web, "after-outage/1") is not None, 10, "the new agent")
+    applied = first_time_with(web, "after-outage/1")
+    assert applied is not None
+    print(f"\napplied {applied - back:.3f}s after the node reconnected")
+    assert applied - back < 1.0
+    node.kill()
+
+
+def record_of(server: RedisServer, node: Node) -> dict[str, Any]:
+    """The node record (heartbeat's node_info) of ``node``'s process."""
+    for raw in server.client().hvals(f"clustersync:{{{JOB}}}:node_info"):
+        record: dict[str, Any] = json.loads(raw)
+        if record.get("pid") == node.process.pid:
+            return record
+    return {}
+
+
+@pytest.mark.timing
+def test_a_late_node_uses_the_shared_settings_from_its_first_request_and_s_keys_win(
+    redis_server: RedisServer, site: SiteFactory, tmp_path: Path
+) -> None:
+    # given a node started with -s DOWNLOAD_TIMEOUT, crawling a site that answers in 0.3 s
+    web = site(200, delay_s=0.3)
+    [first] = live_nodes(1, redis_server.url, web, tmp_path,
+                         {"USER_AGENT": None, "DOWNLOAD_TIMEOUT": "10"})
+    wait_until(lambda: crawling(web, [first.name]), 30, "the first node to crawl")
+    # when a shorter timeout and a user agent are shared, then a second node starts
+    config_set(redis_server.url, "DOWNLOAD_TIMEOUT", "0.1", "USER_AGENT", "late/1")
+    # (its retries would carry its timeout in their meta to the first node: none here)
+    [late] = live_nodes(1, redis_server.url, web, tmp_path,
+                        {"USER_AGENT": None, "RETRY_ENABLED": "False"}, first=2)
+    wait_until(lambda: "took longer than 0.1 seconds" in late.log(), 20,
+               "the late node to time out")
+    # then the late node's very first request used the shared agent, and it times out
+    late_requests = by_node(web, 0.0)[late.name]
+    assert {h.get("User-Agent") for h in late_requests} == {"late/1"}
+    # and the first node kept its own timeout (and took the agent), as its record says
+    wait_until(lambda: record_of(redis_server, first).get("settings_version") == 1, 10,
+               "the first node's record")
+    assert "took longer than" not in first.log()
+    assert first_time_with(web, "late/1") is not None
+    assert record_of(redis_server, first)["settings_overrides"] == ["DOWNLOAD_TIMEOUT"]
+    wait_until(lambda: record_of(redis_server, late).get("settings_version") == 1, 10,
+               "the late node's record")
+    assert record_of(redis_server, late)["settings_overrides"] == []  # RETRY_* is not shared
+    first.kill()
+    late.kill()

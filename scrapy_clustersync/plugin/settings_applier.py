@@ -10,7 +10,7 @@ it hands them over in its ``NodeView``. Each time the thread hands something ove
 - changes Scrapy's running components (live_components.py);
 - updates ``spider.live_settings`` (a read-only mapping of every live key's value in force,
   the spider's declared keys included);
-- records the applied version and the keys it overrides in the node record;
+- records the applied version, and the shared keys its ``-s`` overrides, in the node record;
 - sends ``signals.settings_changed`` (``changed=``, ``version=``).
 
 Scrapy's components read some values again when the spider opens (AutoThrottle sets the
@@ -102,7 +102,7 @@ class SettingsApplier:
         self.in_force, self.version = now, shared.version
         self._log(shared.version, now, changed)
         self._publish_values(now.values)
-        self._record(shared.version)
+        self._record(shared.version, sorted(set(shared.values) & self.overridden))
         self.crawler.signals.send_catch_log(settings_changed, changed=changed,
                                             version=shared.version)
         return changed
@@ -112,11 +112,10 @@ class SettingsApplier:
         if spider is not None:
             setattr(spider, SPIDER_ATTR, MappingProxyType(dict(values)))
 
-    def _record(self, version: int) -> None:
-        node = self.node
-        info = getattr(node, "node_info", None)
+    def _record(self, version: int, overrides: list[str]) -> None:
+        info = getattr(self.node, "node_info", None)
         if info is not None:
-            info.settings_applied(version, sorted(self.overridden))
+            info.settings_applied(version, overrides)
 
     def _log(self, version: int, now: InForce, changed: dict[str, Any]) -> None:
         for key, message in now.refused.items():
