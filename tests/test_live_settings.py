@@ -243,3 +243,78 @@ def test_a_late_node_uses_the_shared_settings_from_its_first_request_and_s_keys_
     assert record_of(redis_server, late)["settings_overrides"] == []  # RETRY_* is not shared
     first.kill()
     late.kill()
+
+
+def status_check(url: str) -> tuple[int, list[str]]:
+    """`clustersync status JOB --check --json`: its exit code and what needs attention."""
+    answer = clustersync(url, "status", JOB, "--check", "--json")
+    return answer.returncode, json.loads(answer.stdout).get("needs_attention", [])
+
+
+def listed_states(url: str) -> dict[int, str]:
+    """`clustersync nodes JOB`'s state of each live node, by pid (from --json and the table)."""
+    answer = clustersync(url, "nodes", JOB, "--json")
+    assert answer.returncode == 0, answer.stderr
+    return {n["pid"]: ("settings behind" if n.get("settings_lag") else n["state"])
+            for n in json.loads(answer.stdout) if n["alive"]}
+
+
+@pytest.mark.timing
+def test_status_and_nodes_flag_a_node_that_lags_behind_the_shared_settings(
+    redis_server: RedisServer, proxy_factory: ProxyFactory, site: SiteFactory, tmp_path: Path
+) -> None:
+    # given two nodes, one of them cut off from Redis (and not declared dead for 30 s)
+    web = site(400, delay_s=0.05)
+    redis_proxy = proxy_factory(redis_server)
+    patient = {"USER_AGENT": None, "CLUSTERSYNC_NODE_DEAD_AFTER": "30",
+               "CLUSTERSYNC_LEASE_TIMEOUT": "30"}
+    [near] = live_nodes(1, redis_server.url, web, tmp_path, patient)
+    [far] = live_nodes(1, redis_proxy.url(), web, tmp_path, patient, first=2)
+    wait_until(lambda: crawling(web, [near.name, far.name]), 30, "both nodes to crawl")
+    redis_proxy.cut()
+    # when a setting changes
+    config_set(redis_server.url, "USER_AGENT", "lagging/1")
+    wait_until(lambda: record_of(redis_server, near).get("settings_version") == 1, 10,
+               "the near node to apply it")
+    # then status --check names the far node and exits 1; nodes flags it
+    code, attention = status_check(redis_server.url)
+    far_id = next(n for n in attention if "applies shared settings version 0" in n)
+    assert code == 1 and "version 0, the job's is 1" in far_id
+    states = listed_states(redis_server.url)
+    assert states[far.process.pid] == "settings behind"
+    assert states[near.process.pid] != "settings behind"
+    # and once Redis is back, it catches up and nothing is flagged
+    redis_proxy.restore()
+    wait_until(lambda: record_of(redis_server, far).get("settings_version") == 1, 15,
+               "the far node to catch up")
+    code, attention = status_check(redis_server.url)
+    assert not [line for line in attention if "shared settings" in line], attention
+    near.kill()
+    far.kill()
+
+
+@pytest.mark.timing
+def test_a_bad_value_changes_nothing_a_node_applies(
+    redis_server: RedisServer, site: SiteFactory, tmp_path: Path
+) -> None:
+    # given a node crawling with a shared user agent
+    web = site(300, delay_s=0.05)
+    [node] = live_nodes(1, redis_server.url, web, tmp_path, {"USER_AGENT": None})
+    wait_until(lambda: crawling(web, [node.name]), 30, "the node to crawl")
+    config_set(redis_server.url, "USER_AGENT", "good/1")
+    wait_until(lambda: first_time_with(web, "good/1") is not None, 5, "the node to apply it")
+    # when a bad value is set with the CLI, and another program writes one behind its back
+    refused = clustersync(redis_server.url, "config", "set", JOB, "CONCURRENT_REQUESTS", "0")
+    client = redis_server.client()
+    meta = f"clustersync:{{{JOB}}}:meta"
+    client.hset(f"clustersync:{{{JOB}}}:settings", "USER_AGENT", "5")  # a number: no agent
+    version = client.hincrby(meta, "settings_version", 1)
+    client.publish(f"clustersync:{{{JOB}}}:control", f"settings {version}")
+    # then the CLI refused it, changing no version, and the node keeps the last good agent
+    assert refused.returncode == 2 and "CONCURRENT_REQUESTS" in refused.stderr
+    assert version == 2
+    wait_until(lambda: "USER_AGENT is not applied" in node.log(), 5, "the node to refuse it")
+    later = time.monotonic()
+    wait_until(lambda: len(by_node(web, later).get(node.name, [])) >= 5, 10, "more requests")
+    assert {h.get("User-Agent") for h in by_node(web, later)[node.name]} == {"good/1"}
+    node.kill()

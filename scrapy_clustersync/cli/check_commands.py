@@ -14,6 +14,7 @@ from .exit_codes import exit_needing_a_person
 from .node_view import group_nodes, hidden_line, node_table
 from .options import all_option, job_argument, json_option, settings_option
 from .output import console, echo_json
+from .settings_lag import job_settings_version, lagging_lines
 from .status_view import print_status, status_dict
 
 
@@ -58,13 +59,15 @@ def _print_findings(job: str, findings: list[Finding], repair: bool, out: Consol
 
 def needs_a_person(store: JobStore, report: JobStatus) -> list[str]:
     """What ``status --check`` reports: dead nodes holding work, the settings, files or versions
-    that differ between live nodes (which, and on which nodes), dead letters."""
+    that differ between live nodes (which, and on which nodes), live nodes behind the job's
+    shared settings, dead letters."""
     found = []
     held = JobCheck(store).leases_of_dead_nodes()
     for node, count in sorted(held.items()):
         found.append(f"node {node} is not alive and still holds {count} lease(s)")
     live = {n["id"]: n for n in report.nodes if n["alive"]}
     found += [difference.line() for difference in node_differences(live)]
+    found += lagging_lines(live.values(), job_settings_version(report.meta))
     if report.dead_letters:
         found.append(f"{report.dead_letters} dead letter(s): `clustersync dead` lists them")
     return found

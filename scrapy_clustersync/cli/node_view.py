@@ -18,6 +18,7 @@ from rich.text import Text
 
 from ..store import JobStatus
 from ..store.job_runs import RunStart
+from .settings_lag import LAG_FIELD, job_settings_version, mark_lagging
 
 #: a node dead (or silent) longer than this is summed up with the earlier runs' nodes
 LONG_DEAD_S = 600.0
@@ -56,6 +57,7 @@ def group_nodes(report: JobStatus) -> NodeGroups:
     before this run started) and those dead or silent for more than LONG_DEAD_S."""
     run = RunStart.from_meta(report.meta)
     groups = NodeGroups(pruned=report.pruned.get("nodes", 0))
+    mark_lagging(report.nodes, job_settings_version(report.meta))
     for node in report.nodes:
         if not node.get("alive") and run.started_ms and _last_heard_ms(node) < run.started_ms:
             groups.earlier.append(node)
@@ -91,10 +93,13 @@ def hidden_line(groups: NodeGroups, every: bool) -> str | None:
 
 def state_text(node: dict[str, Any]) -> str:
     """A node's state as listed: "silent for 21s" for a node gone without a word that no live
-    node has declared dead yet, else its record's state ("dead" once declared)."""
+    node has declared dead yet, else its record's state ("dead" once declared), with
+    ", settings behind" for a node that does not apply the job's shared settings yet."""
     state = str(node.get("state", "?"))
     if state == "silent":
         return f"silent for {float(node.get('silent_s') or 0):.0f}s"
+    if node.get(LAG_FIELD):  # settings_lag.py
+        return f"{state}, settings behind"
     return state
 
 
