@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 
+from scrapy_clustersync.node.control_follower import ControlFollower
+from scrapy_clustersync.store import JobStore, make_client
 from testkit.forward_proxy import ForwardProxy
 from testkit.proxy import TcpProxy
 from testkit.redis_server import RedisServer
@@ -318,3 +320,27 @@ def test_a_bad_value_changes_nothing_a_node_applies(
     wait_until(lambda: len(by_node(web, later).get(node.name, [])) >= 5, 10, "more requests")
     assert {h.get("User-Agent") for h in by_node(web, later)[node.name]} == {"good/1"}
     node.kill()
+
+
+def test_a_paused_node_stays_paused_when_a_settings_version_is_announced(
+    redis_server: RedisServer,
+) -> None:
+    # given a node following a paused job, subscribed to its control channel
+    store = JobStore(make_client(redis_server.url), JOB, node_id="cli", writes_seen=None)
+    store.ensure_job()
+    store.set_control("pause")
+    follower = ControlFollower(store.control, JOB)  # run here as the node's Redis thread runs it
+    follower.follow(time.monotonic())
+    assert follower.state == "paused"
+    follower.listen(time.monotonic())  # subscribes
+    # when a setting changes ("settings 1" on the same channel)
+    config_set(redis_server.url, "DOWNLOAD_DELAY", "0.5")
+
+    # then the node learns the new version and stays paused
+    def heard() -> bool:
+        follower.listen(time.monotonic(), connect=False)
+        return follower.settings_version == 1
+
+    wait_until(heard, 5, "the node to hear the new version")
+    assert follower.state == "paused"
+    follower.close()
