@@ -9,6 +9,7 @@ from rich.console import Console
 from ..store import JobStatus, JobStore
 from ..store.consistency import Finding, JobCheck
 from ..store.node_differences import node_differences
+from ..store.shared_settings import SharedSettingsStore
 from .context import CliContext, pass_cli
 from .exit_codes import exit_needing_a_person
 from .node_view import group_nodes, hidden_line, node_table
@@ -66,7 +67,8 @@ def needs_a_person(store: JobStore, report: JobStatus) -> list[str]:
     for node, count in sorted(held.items()):
         found.append(f"node {node} is not alive and still holds {count} lease(s)")
     live = {n["id"]: n for n in report.nodes if n["alive"]}
-    found += [difference.line() for difference in node_differences(live)]
+    shared = SharedSettingsStore(store.client, store.keys).names()
+    found += [difference.line() for difference in node_differences(live, shared)]
     found += lagging_lines(live.values(), job_settings_version(report.meta))
     if report.dead_letters:
         found.append(f"{report.dead_letters} dead letter(s): `clustersync dead` lists them")

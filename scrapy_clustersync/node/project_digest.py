@@ -18,9 +18,7 @@ with a slow key derivation, so that its short digest cannot be searched for a gu
   but those that may rightly differ per node, ``PER_NODE`` and those starting with
   ``PER_NODE_PREFIXES``: where a node logs, keeps its JOBDIR, writes its feeds (``-o``/``-O``),
   dumps its stats, how it reaches Redis (URL, TLS files, socket timeout, spool), its telnet
-  console. A setting missing from a record has Scrapy's default there. Nor the settings a job
-  shares (live_settings.LIVE_SETTINGS and the spider's declared live keys): every node applies
-  the job's value, so a node's own value, or its ``-s`` override of it, is no drift.
+  console. A setting missing from a record has Scrapy's default there.
 - Bounded: at most ``MAX_ITEMS`` digests of each kind; past that, files are digested by
   directory, and what is left over is one digest under ``REST``.
 """
@@ -76,7 +74,7 @@ class ProjectDigests:
 def project_digests(settings: BaseSettings | None, spider_cls: type | None) -> ProjectDigests:
     """The digests of the project's code and of its settings that matter."""
     files = {name: hashlib.sha256(content).hexdigest() for name, content in code_files(spider_cls)}
-    values = setting_digests(settings, skip=shared_keys(spider_cls))
+    values = setting_digests(settings)
     whole = hashlib.sha256(json.dumps([sorted(files.items()), sorted(values.items())]).encode())
     return ProjectDigests(
         digest=whole.hexdigest()[:DIGEST_CHARS],
@@ -118,18 +116,8 @@ def code_files(spider_cls: type | None) -> list[tuple[str, bytes]]:
     return files
 
 
-def shared_keys(spider_cls: type | None) -> frozenset[str]:
-    """The keys a job shares live: not part of a node's digests."""
-    from ..live_settings import LIVE_SETTINGS
-    from ..plugin.settings_in_force import declared_live_keys
-
-    return frozenset(LIVE_SETTINGS) | frozenset(declared_live_keys(spider_cls))
-
-
-def setting_digests(settings: BaseSettings | None,
-                    skip: frozenset[str] = frozenset()) -> dict[str, str]:
-    """Full hex digests of the settings that matter (see the module doc), by name, but those
-    in ``skip``."""
+def setting_digests(settings: BaseSettings | None) -> dict[str, str]:
+    """Full hex digests of the settings that matter (see the module doc), by name."""
     if settings is None:
         return {}
     from scrapy.settings import Settings
@@ -137,7 +125,7 @@ def setting_digests(settings: BaseSettings | None,
     defaults = Settings().copy_to_dict()
     digests = {}
     for name, value in settings.copy_to_dict().items():
-        if per_node(name) or name in skip:
+        if per_node(name):
             continue
         text = setting_text(value)
         if name in defaults and not name.startswith("CLUSTERSYNC_") \

@@ -18,7 +18,7 @@ they are reported, never "mended": a wrong count is the trace of an entry findin
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +28,7 @@ from .errors import translate_errors
 from .node_differences import node_differences
 from .records import FormatError, LeaseValue, parse_node_record
 from .records import as_text as _text
+from .shared_settings import SharedSettingsStore
 
 if TYPE_CHECKING:
     from .job_store import JobStore
@@ -102,7 +103,8 @@ class JobCheck:
             suspects.update(dict.fromkeys(self._entry_suspects(snap, queue_ids)))
         findings = self._confirmed(list(suspects), repair, snap)
         findings += self._count_findings(snap)
-        findings += node_findings(snap)
+        shared = SharedSettingsStore(self.client, self.keys).names()
+        findings += node_findings(snap, shared)
         return findings
 
     def leases_of_dead_nodes(self) -> dict[str, int]:
@@ -211,18 +213,20 @@ class JobCheck:
         return found
 
 
-def node_findings(snap: Snapshot) -> list[Finding]:
-    """Live nodes that run other code or settings than the others (report only)."""
+def node_findings(snap: Snapshot, shared: Collection[str] = ()) -> list[Finding]:
+    """Live nodes that run other code or settings than the others (report only); the job's
+    ``shared`` settings are no difference."""
     live = {node: record for node, record in snap.records.items()
             if snap.live_until.get(node, 0) >= snap.server_ms}
-    return differing_nodes(live)
+    return differing_nodes(live, shared)
 
 
-def differing_nodes(live: dict[str, dict[str, Any]]) -> list[Finding]:
+def differing_nodes(live: dict[str, dict[str, Any]],
+                    shared: Collection[str] = ()) -> list[Finding]:
     """A finding per setting, file or versions not the same on every live node, naming which
-    nodes have what (node_differences.py)."""
+    nodes have what (node_differences.py); the job's ``shared`` settings are no difference."""
     return [Finding("nodes_differ", d.subject, d.detail if d.groups else d.note)
-            for d in node_differences(live)]
+            for d in node_differences(live, shared)]
 
 
 def queue_score_of(blob: bytes) -> str:

@@ -9,7 +9,7 @@ without those digests, are compared by their one ``digest``, node by node.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,14 +63,20 @@ class Difference:
         return f"{self.subject} differs: {self.detail}"
 
 
-def node_differences(live: Mapping[str, Mapping[str, Any]]) -> list[Difference]:
-    """What differs between the ``live`` node records (node id -> record)."""
+def node_differences(live: Mapping[str, Mapping[str, Any]],
+                     shared: Collection[str] = ()) -> list[Difference]:
+    """What differs between the ``live`` node records (node id -> record). ``shared``: the
+    settings the job shares (its shared settings' keys): every node applies the job's value, so
+    a node's own value of one (or its ``-s`` override) is no difference."""
     detailed = {node: record for node, record in live.items()
                 if isinstance(record.get("setting_digests"), dict)}
     found: list[Difference] = []
     if len(detailed) >= 2:
-        found += _by_item(detailed, "setting", "setting_digests")
+        settings = _by_item(detailed, "setting", "setting_digests")
+        found += [d for d in settings if d.name not in shared]
         found += _by_item(detailed, "file", "file_digests")
+        if len(found) < len(settings) and len(detailed) == len(live):
+            return found + _by_field(live, "versions", "the nodes run other versions")
     if not found:
         # older records, or digests that differ beyond what the records detail
         found += _by_field(live, "digest", "the code or settings differ")

@@ -172,6 +172,11 @@ class SharedSettingsStore:
                 records.append(record)
         return records
 
+    def names(self) -> set[str]:
+        """The keys the job shares now (one HKEYS)."""
+        with translate_errors(self.client):
+            return {as_text(name) for name in self.client.hkeys(self.keys.settings)}
+
     def declare_keys(self, declared: Mapping[str, str]) -> None:
         """Record the keys this node's spider declares live (key -> type name), so that
         ``clustersync config set`` accepts them (one HSET; nothing when there are none)."""

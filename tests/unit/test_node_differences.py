@@ -70,3 +70,13 @@ def test_a_number_given_as_text_with_s_is_the_same_setting() -> None:
     other = setting_digests(Settings({"DOWNLOAD_DELAY": 0.5}))
     # then neither differs: 16 is the default, and 0.5 is 0.5
     assert given == other and "CONCURRENT_REQUESTS" not in given
+
+
+def test_a_setting_the_job_shares_is_no_difference_whatever_each_node_has() -> None:
+    # given two nodes with their own USER_AGENT (one given with -s), the job sharing it
+    live = {"a": record({"USER_AGENT": "11111111", "ROBOTSTXT_OBEY": "1"}),
+            "b": record({"USER_AGENT": "22222222", "ROBOTSTXT_OBEY": "1"})}
+    # then nothing differs (their whole digests differ, but only by the shared key)
+    assert node_differences(live, shared={"USER_AGENT"}) == []
+    # and without the job sharing it, it does
+    assert [d.name for d in node_differences(live)] == ["USER_AGENT"]
