@@ -10,9 +10,16 @@ from scrapy.http import Response
 
 
 class SiteSpider(scrapy.Spider):
-    """``scrapy crawl site -a start_url=http://127.0.0.1:8000/page/0.html``"""
+    """``scrapy crawl site -a start_url=http://127.0.0.1:8000/page/0.html``
+
+    Its parse rule can change while the cluster crawls: ``clustersync config set site
+    TITLE_SELECTOR "h1::text"`` makes every node take the title from there from its next page.
+    """
 
     name = "site"
+    #: live settings of this spider's own (key -> type): ``self.live_settings`` holds their
+    #: values in force (the job's, else this project's settings)
+    clustersync_live_settings = {"TITLE_SELECTOR": "str"}
 
     def __init__(self, start_url: str = "", **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -26,6 +33,7 @@ class SiteSpider(scrapy.Spider):
         yield scrapy.Request(self.start_url, callback=self.parse, dont_filter=dont_filter)
 
     def parse(self, response: Response) -> Iterator[Any]:
-        yield {"url": response.url, "title": response.css("title::text").get()}
+        selector = getattr(self, "live_settings", {}).get("TITLE_SELECTOR") or "title::text"
+        yield {"url": response.url, "title": response.css(selector).get()}
         for href in response.css("a::attr(href)").getall():
             yield response.follow(href, callback=self.parse)
