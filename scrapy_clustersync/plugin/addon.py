@@ -14,7 +14,7 @@ from .job_control import JobControl
 from .node_lifecycle import NodeLifecycle
 from .progress_log import ClusterProgress
 from .proxy_rule import ORDER as PROXY_ORDER
-from .proxy_rule import ProxyRule
+from .proxy_rule import ProxyRule, check_proxy_setting
 from .settings_applier import SettingsApplier
 from .spider_middleware import ORDER, ClusterSpiderMiddleware
 
@@ -50,6 +50,7 @@ class Addon:
         try:
             check_settings_object(settings)
             ClusterConfig.from_settings(settings, spider_name=self.spider_name)
+            check_proxy_setting(settings)
         except ConfigError as exc:
             logger.error("clustersync: %s The node stops.", exc)
             settings.set("SCHEDULER", REFUSED_SCHEDULER_PATH, priority="addon")

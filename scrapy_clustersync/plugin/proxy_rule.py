@@ -17,11 +17,13 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy.utils.httpobj import urlparse_cached
 
+from ..live_settings import PROXY_KEY, check_value
 from ..url_secrets import redact_url
 
 if TYPE_CHECKING:
     from scrapy import Request
     from scrapy.crawler import Crawler
+    from scrapy.settings import BaseSettings
     from typing_extensions import Self
 
 #: before HttpProxyMiddleware (750)
@@ -77,6 +79,16 @@ class ProxyRule:
         elif isinstance(shown, Mapping):
             shown = {site: redact_url(url) for site, url in shown.items()}
         return f"ProxyRule({shown!r})"
+
+
+def check_proxy_setting(settings: BaseSettings) -> None:
+    """The project's own CLUSTERSYNC_PROXY, checked as ``config set`` checks it: a
+    LiveSettingError (a ConfigError) naming the value and what it accepts."""
+    from .settings_in_force import local_value
+
+    value = local_value(settings, PROXY_KEY, "proxy")
+    if value is not None:
+        check_value(PROXY_KEY, value)
 
 
 def site_proxy(table: Mapping[str, str], host: str) -> str | None:

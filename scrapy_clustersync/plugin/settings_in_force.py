@@ -69,7 +69,10 @@ def local_value(settings: BaseSettings, key: str, kind: str) -> Any:
     if kind == "proxy" and isinstance(raw, str):
         text = raw.strip()
         if text[:1] in ("[", "{"):
-            return json.loads(text)
+            try:
+                return json.loads(text)
+            except ValueError:  # not JSON: the node checks it as the text it is
+                return text
         return settings.getlist(key) if "," in text else (text or None)
     return raw
 

@@ -94,3 +94,14 @@ def test_a_request_with_a_proxy_of_its_own_keeps_it_and_no_password_is_shown() -
     rule.process_request(plain)
     assert plain.meta["proxy"] == "http://user:s3cret@p:1"
     assert "s3cret" not in repr(rule)
+
+
+def test_a_bad_proxy_in_the_project_settings_is_refused_naming_it() -> None:
+    import pytest
+
+    from scrapy_clustersync.config import ConfigError
+    from scrapy_clustersync.plugin.proxy_rule import check_proxy_setting
+
+    check_proxy_setting(Settings({"CLUSTERSYNC_PROXY": "http://p:1,http://q:2"}))
+    with pytest.raises(ConfigError, match="CLUSTERSYNC_PROXY"):
+        check_proxy_setting(Settings({"CLUSTERSYNC_PROXY": "ftp://p:1"}))
