@@ -282,6 +282,9 @@ def test_status_and_nodes_flag_a_node_that_lags_behind_the_shared_settings(
     code, attention = status_check(redis_server.url)
     far_id = next(n for n in attention if "applies shared settings version 0" in n)
     assert code == 1 and "version 0, the job's is 1" in far_id
+    listed = json.loads(clustersync(redis_server.url, "status", JOB, "--json").stdout)["nodes"]
+    assert {n["pid"]: n.get("settings_lag") for n in listed if n["alive"]} == {
+        far.process.pid: 1, near.process.pid: None}
     states = listed_states(redis_server.url)
     assert states[far.process.pid] == "settings behind"
     assert states[near.process.pid] != "settings behind"

@@ -20,6 +20,7 @@ from ..store.job_runs import run_summary, totals_summary
 from ..store.script_results import FinishedRun
 from .node_view import STATUS_COLUMNS, group_nodes, hidden_line, node_table
 from .output import when_iso
+from .settings_lag import job_settings_version, mark_lagging
 
 if TYPE_CHECKING:
     import redis
@@ -80,7 +81,9 @@ def state_of(report: JobStatus) -> str:
 
 def status_dict(report: JobStatus) -> dict[str, Any]:
     """The status as ``--json`` prints it: ``run`` has this run's figures, ``totals`` the
-    job's over every run (the top-level ``done`` and ``seen`` are the job's totals too)."""
+    job's over every run (the top-level ``done`` and ``seen`` are the job's totals too); a
+    live node behind the job's shared settings has ``settings_lag`` (settings_lag.py)."""
+    mark_lagging(report.nodes, job_settings_version(report.meta))
     summary = report.to_dict()
     state = state_of(report)
     # a finish record of a job seeded since is the end of nothing now under way
