@@ -28,6 +28,7 @@ from .lease_script import LeaseScript
 from .records import DeadLetter, FormatError, format_node_record
 from .records import as_text as _text
 from .round_trip import Answer, RoundTrip
+from .site_scripts import SiteStore
 from .script_base import JobScript, new_call_id, rolled_back_counter
 from .script_results import (
     FlushResult,
@@ -90,6 +91,8 @@ class JobStore:
         self._join = JoinScript(client, self.keys)
         self._restart = RestartScript(client, self.keys)
         self.control = ControlStore(client, self.keys)
+        #: the site scripts: one politeness budget per site for the cluster
+        self.sites = SiteStore(client, self.keys, node_id)
 
     @property
     def dedup(self) -> DedupSettings:
@@ -364,6 +367,8 @@ class JobStore:
             names.extend(_text(name) for name in
                          self.client.scan_iter(match=k.last_call("*"), count=1000))
             names.extend(DedupRecord.read(self.client, k).keys)
+            for site in map(_text, self.client.zrange(k.sites, 0, -1)):
+                names.extend((k.site(site), k.site_inflight(site)))
             # UNLINK: a huge queue or Bloom layer is freed in the background, not in the call
             return int(self.client.unlink(*dict.fromkeys(names)))
 
