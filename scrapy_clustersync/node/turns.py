@@ -1,8 +1,9 @@
 """One turn of the node's Redis thread: what is due, in one round trip (part of
 ``redis_thread.SyncWorker``).
 
-A turn sends what is due of the heartbeat, the next batch of writes, a lease and a look at the
-job's control state together (store/round_trip.py). Each would be a round trip of its own, and
+A turn sends what is due of the heartbeat, the next batch of writes, a lease, a look at the
+job's control state and the sites' politeness calls (site_calls.py) together
+(store/round_trip.py). Each would be a round trip of its own, and
 far from Redis that is what the thread spends its time on: a lease that waited behind the three
 others came three round trips later, while the downloader ran dry. Redis runs them in that
 order, so the lease finds the batch's pushes and releases queued, as the reactor judges the
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
     from .control_follower import ControlFollower
     from .heartbeats import BeatCall
     from .leasing import LeaseCall
+    from .site_calls import SiteCalls
     from .thread_messages import Totals
     from .write_stream import WriteStream
 
@@ -77,7 +79,9 @@ class TurnPart:
             lease = self._lease_in(trip, settling, flush.returns if flush is not None else 0)
         reading = not closing and self._away_since is None
         control = self._follower.read_in(trip, now) if reading else None
+        sites = self._site_calls_in(trip, closing)
         took_s = self._send(trip)
+        self._site_calls_answered(sites, took_s)
         if beat is not None:
             self._beat_answered(beat, took_s)
         if control is not None:
@@ -180,3 +184,8 @@ class TurnPart:
                             settled: bool = False) -> bool: ...
 
         def _turned_idle(self) -> bool: ...
+
+        def _site_calls_in(self, trip: RoundTrip,
+                           closing: bool = False) -> SiteCalls | None: ...
+
+        def _site_calls_answered(self, calls: SiteCalls | None, took_s: float) -> None: ...

@@ -28,7 +28,6 @@ from .lease_script import LeaseScript
 from .records import DeadLetter, FormatError, format_node_record
 from .records import as_text as _text
 from .round_trip import Answer, RoundTrip
-from .site_scripts import SiteStore
 from .script_base import JobScript, new_call_id, rolled_back_counter
 from .script_results import (
     FlushResult,
@@ -38,6 +37,7 @@ from .script_results import (
     Leased,
     Restarted,
 )
+from .site_scripts import SiteStore
 from .write_ops import Op
 
 __all__ = ["FAILED_KEPT", "JobStore", "beat_of", "new_call_id"]

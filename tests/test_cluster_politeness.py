@@ -1,0 +1,92 @@
+"""One politeness budget per site for the whole cluster: real `scrapy crawl` nodes, a real
+redis-server, counted from the test site's own access times."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from testkit.redis_server import RedisServer
+from testkit.site import TestSite
+
+from conftest import SiteFactory
+from support import pages_fetched, pages_fetched_twice, project_with_spiders, start_nodes, wait_all
+
+#: the nodes' names, which the site counts their requests by (their User-Agent)
+NODES = ["node1", "node2"]
+
+
+def project_with(tmp_path: Path, settings_py: str) -> Path:
+    """The example project with ``settings_py`` added to its settings.py (not -s)."""
+    root = project_with_spiders(tmp_path, "nothing_more", "")
+    settings = root / "example" / "settings.py"
+    settings.write_text(settings.read_text() + "\n" + settings_py + "\n")
+    return root
+
+
+def site_times(web: TestSite) -> list[float]:
+    """When the site answered each page, every node together, sorted."""
+    return sorted(t for name in NODES for t in web.agent_hits(name).times)
+
+
+def rate_per_s(times: list[float]) -> float:
+    """Requests per second over the span of ``times``."""
+    return (len(times) - 1) / (times[-1] - times[0])
+
+
+def most_in_window(times: list[float], window_s: float) -> int:
+    """The most requests in any ``window_s`` long window."""
+    most, first = 0, 0
+    for last, at in enumerate(times):
+        while at - times[first] > window_s:
+            first += 1
+        most = max(most, last - first + 1)
+    return most
+
+
+def crawl_with_two_nodes(redis_server: RedisServer, web: TestSite, tmp_path: Path,
+                         settings_py: str) -> list[float]:
+    project = project_with(tmp_path, settings_py)
+    nodes = start_nodes(2, redis_server.url, web.start_url, tmp_path, None, project_dir=project)
+    wait_all(nodes, timeout_s=120)
+    assert [node.process.returncode for node in nodes] == [0, 0]
+    assert pages_fetched(web) == web.pages and not pages_fetched_twice(web)
+    assert all(web.agent_hits(name).times for name in NODES)  # both nodes took part
+    return site_times(web)
+
+
+@pytest.mark.timing
+def test_two_nodes_keep_download_delay_for_the_cluster_not_each(
+        redis_server: RedisServer, site: SiteFactory, tmp_path: Path) -> None:
+    # given a project whose settings.py says DOWNLOAD_DELAY = 0.5 (not jittered: the script's
+    # draws are tested on their own), and two nodes
+    web = site(24)
+    # when they crawl a site together
+    times = crawl_with_two_nodes(redis_server, web, tmp_path,
+                                 "DOWNLOAD_DELAY = 0.5\nRANDOMIZE_DOWNLOAD_DELAY = False")
+    # then the site saw at most two requests a second from both together
+    rate, most = rate_per_s(times), most_in_window(times, 5.0)
+    print(f"\ncluster politeness: {rate:.2f} req/s over {times[-1] - times[0]:.1f}s, "
+          f"at most {most} in a 5 s window; shortest gap "
+          f"{min(b - a for a, b in zip(times, times[1:], strict=False)):.3f}s")
+    assert 1.6 <= rate <= 2.1
+    assert most <= 11  # 10 per 5 s, one more at the window's edge
+
+
+@pytest.mark.timing
+def test_node_politeness_keeps_the_delay_on_each_node_as_scrapy_does(
+        redis_server: RedisServer, site: SiteFactory, tmp_path: Path) -> None:
+    # given the same project with CLUSTERSYNC_POLITENESS = "node"
+    web = site(40)
+    times = crawl_with_two_nodes(redis_server, web, tmp_path,
+                                 "DOWNLOAD_DELAY = 0.5\nRANDOMIZE_DOWNLOAD_DELAY = False\n"
+                                 'CLUSTERSYNC_POLITENESS = "node"')
+    # then each node keeps its own delay: about four requests a second in all
+    rate = rate_per_s(times)
+    each = [rate_per_s(web.agent_hits(name).times) for name in NODES]
+    spans = [(web.agent_hits(name).first, web.agent_hits(name).last) for name in NODES]
+    print(f"\nnode politeness: {rate:.2f} req/s over {times[-1] - times[0]:.1f}s; each node "
+          f"{each[0]:.2f} and {each[1]:.2f} req/s; spans {spans}, pauses "
+          f"{[round(web.agent_hits(n).longest_pause_s, 2) for n in NODES]}")
+    assert 3.6 <= rate <= 4.2
