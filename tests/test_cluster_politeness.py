@@ -90,3 +90,44 @@ def test_node_politeness_keeps_the_delay_on_each_node_as_scrapy_does(
           f"{each[0]:.2f} and {each[1]:.2f} req/s; spans {spans}, pauses "
           f"{[round(web.agent_hits(n).longest_pause_s, 2) for n in NODES]}")
     assert 3.6 <= rate <= 4.2
+
+
+def hits_in(times: list[float], start: float, end: float) -> list[float]:
+    return [t for t in times if start < t < end]
+
+
+#: a turn reserved before a site was blocked still goes: turns are reserved this far ahead
+RESERVED_AHEAD_S = 0.25
+FAST_POLITE = "DOWNLOAD_DELAY = 0.2\nRANDOMIZE_DOWNLOAD_DELAY = False"
+
+
+@pytest.mark.timing
+def test_a_429_with_retry_after_holds_the_site_for_every_node_until_then(
+        redis_server: RedisServer, site: SiteFactory, tmp_path: Path) -> None:
+    # given a site that answers one request with 429 and Retry-After: 3, after 6 pages
+    web = site(30)
+    web.answer_badly(6, 429, "3")
+    # when two nodes crawl it
+    times = crawl_with_two_nodes(redis_server, web, tmp_path, FAST_POLITE)
+    # then neither node sent it a request for 3 s (but a turn reserved before the 429 came)
+    told = web.bad_answer_times[0]
+    early = hits_in(times, told + RESERVED_AHEAD_S + 0.1, told + 2.95)
+    after = min(t for t in times if t > told + RESERVED_AHEAD_S + 0.1) - told
+    print(f"\n429: next request {after:.2f}s after it; {len(early)} within the 3 s")
+    assert early == [] and after < 3.5
+
+
+@pytest.mark.timing
+def test_a_503_without_retry_after_slows_the_site_down_for_every_node(
+        redis_server: RedisServer, site: SiteFactory, tmp_path: Path) -> None:
+    # given a site that answers three requests in a row with 503 (no header), after 10 pages
+    web = site(40)
+    web.answer_badly(10, 503, None, times=3)
+    # when two nodes crawl it at five requests a second
+    times = crawl_with_two_nodes(redis_server, web, tmp_path, FAST_POLITE)
+    # then the site sees far fewer requests a second after the 503s than before
+    first, last = web.bad_answer_times[0], web.bad_answer_times[-1]
+    before = len(hits_in(times, first - 1.5, first)) / 1.5
+    after = len(hits_in(times, last + RESERVED_AHEAD_S, last + 2.0 + RESERVED_AHEAD_S)) / 2.0
+    print(f"\n503: {before:.2f} req/s before, {after:.2f} req/s in the 2 s after")
+    assert after <= 0.5 * before
