@@ -368,23 +368,28 @@ class _PageHandler(BaseHTTPRequestHandler):
         if send_body:
             site.record_request(self.path, agent)
         page = site.page_number(path)
-        bad = site.bad_answer() if page is not None and send_body else None
-        if bad is not None:
-            status, retry_after = bad
-            self._send(status, "text/plain; charset=utf-8", b"slow down\n", send_body,
-                       retry_after=retry_after)
-        elif page is not None:
-            if site.delay_s > 0:
-                time.sleep(site.delay_s)
-            if send_body:
-                site.record_hit(path, agent)
-            self._send(200, "text/html; charset=utf-8", site.page_body(page), send_body)
+        if page is not None:
+            self._answer_page(path, page, agent, send_body)
         elif (shape := shapes.answer(site, path, agent)) is not None:
             self._send(shape.status, "text/html; charset=utf-8", shape.body, send_body,
                        shape.location)
         else:
             site.record_not_found(path)
             self._send(404, "text/plain; charset=utf-8", b"not found\n", send_body)
+
+    def _answer_page(self, path: str, page: int, agent: str, send_body: bool) -> None:
+        site = self.server.site
+        bad = site.bad_answer() if send_body else None
+        if bad is not None:
+            status, retry_after = bad
+            self._send(status, "text/plain; charset=utf-8", b"slow down\n", send_body,
+                       retry_after=retry_after)
+            return
+        if site.delay_s > 0:
+            time.sleep(site.delay_s)
+        if send_body:
+            site.record_hit(path, agent)
+        self._send(200, "text/html; charset=utf-8", site.page_body(page), send_body)
 
     def _answer_counters(self, path: str, query: str, send_body: bool) -> None:
         site = self.server.site
