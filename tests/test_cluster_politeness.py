@@ -3,6 +3,7 @@ redis-server, counted from the test site's own access times."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,15 @@ from testkit.redis_server import RedisServer
 from testkit.site import TestSite
 
 from conftest import SiteFactory
-from support import pages_fetched, pages_fetched_twice, project_with_spiders, start_nodes, wait_all
+from support import (
+    missing_pages,
+    pages_fetched,
+    pages_fetched_twice,
+    project_with_spiders,
+    start_nodes,
+    wait_all,
+    wait_until,
+)
 
 #: the nodes' names, which the site counts their requests by (their User-Agent)
 NODES = ["node1", "node2"]
@@ -131,3 +140,34 @@ def test_a_503_without_retry_after_slows_the_site_down_for_every_node(
     after = len(hits_in(times, last + RESERVED_AHEAD_S, last + 2.0 + RESERVED_AHEAD_S)) / 2.0
     print(f"\n503: {before:.2f} req/s before, {after:.2f} req/s in the 2 s after")
     assert after <= 0.5 * before
+
+
+@pytest.mark.timing
+def test_a_node_killed_holding_a_sites_slot_blocks_it_no_longer_than_the_lease(
+        redis_server: RedisServer, site: SiteFactory, tmp_path: Path) -> None:
+    # given two nodes sharing a site capped at one request under way for the cluster
+    # (CONCURRENT_REQUESTS_PER_DOMAIN = 1 in settings.py; leases of 3 s: FAST_SETTINGS)
+    web = site(40, delay_s=0.5)
+    project = project_with(tmp_path, "CONCURRENT_REQUESTS_PER_DOMAIN = 1")
+    one, two = start_nodes(2, redis_server.url, web.start_url, tmp_path, None,
+                           project_dir=project)
+    wait_until(lambda: all(len(web.agent_hits(n).times) >= 2 for n in NODES), 60,
+               "both nodes to crawl")
+    # when the first is killed with -9 while its request is under way (it holds the slot)
+    wait_until(lambda: len(web.requests_of("node1")) > len(web.agent_hits("node1").times), 30,
+               "node1 to have a request under way")
+    one.kill()
+    killed = time.monotonic()
+    wait_all([two], timeout_s=120)
+    # then the other node's next request starts once the slot's lease ended, not before, and
+    # never two requests of the site were under way at once
+    starts = [t - web.delay_s for t in web.agent_hits("node2").times]
+    resumed = min(t for t in starts if t > killed) - killed
+    under_way = [(t - web.delay_s + 0.02, t - 0.02) for t in site_times(web)]
+    overlaps = sum(a_end > b_start for (_, a_end), (b_start, _) in
+                   zip(under_way, under_way[1:], strict=False))
+    print(f"\nkill -9 with the slot: the other node resumed {resumed:.2f}s later "
+          f"(lease 3 s); {overlaps} overlapping requests")
+    assert 1.0 < resumed < 3.0 + 0.7
+    assert overlaps == 0
+    assert missing_pages(web) == []  # the page under way when node1 died came again

@@ -13,7 +13,9 @@
 --
 -- KEYS[1]  site         hash    tat_ms, blocked_ms (no turn before: a Retry-After), backoff_ms
 --                               (the delay after 503s), delay_ms (the step in force), seq (the
---                               tokens' counter), last_ms (the last reservation); expires idle
+--                               tokens' counter), last_ms (the last reservation), waiter and
+--                               waiter_ms (the node first refused by the full cap, and when: it
+--                               has the next free slot for WAITER_MS); expires idle
 -- KEYS[2]  inflight     zset    token -> lease deadline (server ms): the site's turns under way
 -- KEYS[3]  sites        zset    site -> server ms of its last reservation (status, purge)
 -- ARGV[1]  site         string  the site (its Scrapy download slot key)
@@ -31,10 +33,12 @@
 -- ARGV[12..] done       string  tokens of this node's turns that ended (their slots are free)
 -- Returns {now_ms, step_ms, backoff_ms, retry_ms, offset_ms_1, token_1, offset_ms_2, ...}:
 -- offsets from now_ms of the turns reserved, in order (tokens "" without a cap); retry_ms: with
--- the cap full, when its first slot's lease ends (-1: not full).
+-- the cap full, when to ask again (CAP_POLL_MS at most; -1: not full).
 
 local BACKOFF_RECOVERY = 0.9  -- a backoff shrinks to this share with each good response
 local BACKOFF_FLOOR_MS = 1    -- a smaller backoff is none
+local CAP_POLL_MS = 100       -- a node refused by a full cap asks again this soon
+local WAITER_MS = 500         -- the node first refused has the next free slot this long
 
 local site_key = KEYS[1]
 local inflight_key = KEYS[2]
@@ -71,11 +75,19 @@ local step = math.max(delay_ms, backoff)
 
 local room = count
 local retry = -1
-if cap > 0 then
+if cap > 0 and count > 0 then
   room = math.min(count, cap - redis.call('ZCARD', inflight_key))
+  -- fairness: the node first refused takes the next free slot, not the node that freed it
+  local waiter = redis.call('HMGET', site_key, 'waiter', 'waiter_ms')
+  local waits = waiter[1] and tonumber(waiter[2]) > now - WAITER_MS
+  if waits and waiter[1] ~= node then room = 0 end
   if room <= 0 then
     local first = redis.call('ZRANGE', inflight_key, 0, 0, 'WITHSCORES')
-    retry = math.max(0, tonumber(first[2]) - now)
+    retry = CAP_POLL_MS
+    if first[2] then retry = math.min(retry, math.max(0, tonumber(first[2]) - now)) end
+    if not waits then redis.call('HSET', site_key, 'waiter', node, 'waiter_ms', now) end
+  elseif waits then
+    redis.call('HDEL', site_key, 'waiter', 'waiter_ms')
   end
 end
 
