@@ -4,6 +4,7 @@ with leases, slowed down by 429/503."""
 
 from __future__ import annotations
 
+import json
 import statistics
 import time
 
@@ -11,6 +12,8 @@ from scrapy_clustersync.store import make_client
 from scrapy_clustersync.store.keys import JobKeys
 from scrapy_clustersync.store.site_scripts import SiteStore, Turns, TurnsAsk
 from testkit.redis_server import RedisServer
+
+from support import clustersync, joined
 
 SITE = "a.example"
 
@@ -114,3 +117,28 @@ def test_the_site_keys_expire_and_the_sites_index_names_the_site(
     client, keys = make_client(redis_server.url), JobKeys("job")
     assert client.pttl(keys.site(SITE)) > 0 and client.pttl(keys.site_inflight(SITE)) > 0
     assert client.zrange(keys.sites, 0, -1) == [SITE.encode()]
+
+
+def test_status_sites_shows_each_sites_budget_bounded_and_purge_deletes_them(
+        redis_server: RedisServer) -> None:
+    # given a job whose node reserved turns of three sites, one capped, one slowed down
+    store, _ = joined(redis_server)
+    for name in ("a.com", "b.com", "c.com"):
+        store.sites.turns(TurnsAsk(name, 2, 0.5, 0.0, 1, 1.0, 2 if name == "b.com" else 0, 60.0))
+    store.sites.slow_down("c.com", 30.0, 0.5)
+    # when `status --sites 2 --json` is asked
+    answer = clustersync(redis_server.url, "status", "job", "--sites", "2", "--json")
+    # then it shows the two sites used last of three, with their delay, cap use and block
+    assert answer.returncode == 0, answer.stderr
+    sites = json.loads(answer.stdout)["sites"]
+    assert sites["total"] == 3 and [s["site"] for s in sites["shown"]] == ["c.com", "b.com"]
+    c, b = sites["shown"]
+    assert 29.0 < c["blocked_s"] <= 30.0 and c["next_turn_s"] >= c["blocked_s"]
+    assert b["in_flight"] == 2 and b["delay_s"] == 0.5 and 0.5 < b["next_turn_s"] <= 1.0
+    # and the text form is a table of them
+    text = clustersync(redis_server.url, "status", "job", "--sites")
+    assert text.returncode == 0 and "sites: 3 of 3" in text.stdout and "a.com" in text.stdout
+    # and purge deletes every site key with the job
+    assert clustersync(redis_server.url, "purge", "job", "--yes").returncode == 0
+    client = make_client(redis_server.url)
+    assert client.keys("*site*") == [] and client.keys("*inflight*") == []

@@ -14,6 +14,7 @@ from typing import Any
 
 import redis
 
+from .errors import translate_errors
 from .keys import JobKeys
 from .records import as_text
 from .round_trip import Answer, RoundTrip
@@ -150,3 +151,48 @@ class SiteStore:
 def _add(trip: RoundTrip, script: JobScript, keys: Sequence[str], args: list[Any],
          answer: Answer[Any]) -> Answer[Any]:
     return trip.add(lambda pipe: script.queue(pipe, keys, args), answer, ran=script.sent)
+
+
+#: sites ``clustersync status --sites`` shows unless told
+SITES_SHOWN = 20
+
+
+@dataclass(frozen=True)
+class SiteStatus:
+    """One site's budget as Redis holds it now: the delay in force (its backoff if longer),
+    requests under way (with a cap), seconds until its next turn and until its block ends."""
+
+    site: str
+    delay_s: float
+    backoff_s: float
+    in_flight: int
+    next_turn_s: float
+    blocked_s: float
+    idle_s: float
+
+
+def read_sites(client: redis.Redis, keys: JobKeys, limit: int = SITES_SHOWN
+               ) -> tuple[int, list[SiteStatus]]:
+    """How many sites the job has in use, and the ``limit`` used last, newest first (read
+    only: two round trips whatever ``limit``)."""
+    with translate_errors(client):
+        pipe = client.pipeline(transaction=False)
+        pipe.time()
+        pipe.zcard(keys.sites)
+        pipe.zrevrange(keys.sites, 0, limit - 1, withscores=True)
+        (seconds, micros), total, named = pipe.execute()
+        now_ms = seconds * 1000 + micros // 1000
+        pipe = client.pipeline(transaction=False)
+        for site, _ in named:
+            pipe.hgetall(keys.site(as_text(site)))
+            pipe.zcount(keys.site_inflight(as_text(site)), now_ms, "+inf")
+        replies = pipe.execute()
+    shown = []
+    for i, (site, last_ms) in enumerate(named):
+        state = {as_text(k): float(as_text(v)) for k, v in replies[2 * i].items()
+                 if as_text(k) != "waiter"}
+        shown.append(SiteStatus(
+            as_text(site), state.get("delay_ms", 0.0) / 1000, state.get("backoff_ms", 0.0) / 1000,
+            int(replies[2 * i + 1]), max(0.0, state.get("tat_ms", now_ms) - now_ms) / 1000,
+            max(0.0, state.get("blocked_ms", 0.0) - now_ms) / 1000, (now_ms - last_ms) / 1000))
+    return int(total), shown
