@@ -195,7 +195,10 @@ class ClusterTurns:
             return
         assert self._link is not None
         self._asked[key] = self._version
-        count = max(1, min(TURNS_PER_CALL_MAX, self._demand(key)))
+        # the turns of the horizon, even before their requests wait: a short delay then costs
+        # one call per few requests (a turn with nothing to start is dropped, unused)
+        ahead = int(HORIZON_S / delay) + 1 if delay > 0 else 0
+        count = max(1, min(TURNS_PER_CALL_MAX, max(self._demand(key), ahead)))
         self._link.want_turns(TurnsAsk(
             key, count, delay, self.jitter, random.getrandbits(31), HORIZON_S,
             self.per_domain, self.lease_s, self._good.pop(key, 0),
