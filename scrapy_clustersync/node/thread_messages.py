@@ -18,6 +18,7 @@ from .thread_api import StartState
 
 if TYPE_CHECKING:
     from ..store.script_results import Heartbeat
+    from ..store.shared_settings import SharedSettings
     from ..store.site_scripts import TurnsAsk
 
 
@@ -105,7 +106,8 @@ class NodeView:
     not in Redis yet; ``round_trip_s``: how long its lease calls take (an average);
     ``finished_at``: the reactor's activity count the heartbeat that found the job finished
     was sent with (None: not finished); ``control``: the job's control state (None until
-    first read).
+    first read); ``settings``: the job's shared settings as last read (None until read; the
+    reactor applies a version it has not applied: plugin/settings_applier.py).
     """
 
     ops_received: int = 0
@@ -120,6 +122,7 @@ class NodeView:
     away: bool = False
     control: str | None = None
     round_trip_s: float = 0.0
+    settings: SharedSettings | None = None
 
 
 @dataclass(frozen=True)

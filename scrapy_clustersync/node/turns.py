@@ -2,7 +2,8 @@
 ``redis_thread.SyncWorker``).
 
 A turn sends what is due of the heartbeat, the next batch of writes, a lease, a look at the
-job's control state and the sites' politeness calls (site_calls.py) together
+job's control state, when their version moved the job's shared settings, and the sites'
+politeness calls (site_calls.py) together
 (store/round_trip.py). Each would be a round trip of its own, and
 far from Redis that is what the thread spends its time on: a lease that waited behind the three
 others came three round trips later, while the downloader ran dry. Redis runs them in that
@@ -23,9 +24,11 @@ from typing import TYPE_CHECKING
 from ..store import FlushResult, JobStore, Push
 from ..store.errors import BadBatch
 from ..store.round_trip import Answer, RoundTrip
+from ..store.shared_settings import SharedSettings
 
 if TYPE_CHECKING:
     from ..config import ClusterConfig
+    from ..store.control_state import ControlState
     from .control_follower import ControlFollower
     from .heartbeats import BeatCall
     from .leasing import LeaseCall
@@ -34,6 +37,9 @@ if TYPE_CHECKING:
     from .write_stream import WriteStream
 
 logger = logging.getLogger(__name__)
+
+#: the reads of a turn: the control state's and the shared settings' (None: not due)
+Reads = tuple["Answer[ControlState] | None", "Answer[SharedSettings] | None"]
 
 
 @dataclass(frozen=True)
@@ -77,16 +83,14 @@ class TurnPart:
         lease = None
         if not closing and self._lease_due(now, settling):
             lease = self._lease_in(trip, settling, flush.returns if flush is not None else 0)
-        reading = not closing and self._away_since is None
-        control = self._follower.read_in(trip, now) if reading else None
+        reads = self._reads_in(trip, now) if not closing and self._away_since is None else None
         sites = self._site_calls_in(trip, closing)
         took_s = self._send(trip)
         self._site_calls_answered(sites, took_s)
         if beat is not None:
             self._beat_answered(beat, took_s)
-        if control is not None:
-            self._follower.answered(control, now)
-            self._control = self._follower.state
+        if reads is not None:
+            self._reads_answered(reads, now)
         settled = flush is not None and self._flush_answered(flush)
         busy = flush is not None
         if lease is not None:
@@ -96,6 +100,18 @@ class TurnPart:
         if not closing:  # bloom-prepare: next Bloom layer ahead of need, one chunk per step
             busy = self.store.prepare_bloom(self.epoch) or busy
         return busy
+
+    def _reads_in(self, trip: RoundTrip, now: float) -> Reads:
+        """The looks at the job's control state and shared settings due, added to ``trip``."""
+        return self._follower.read_in(trip, now), self._settings_in(trip)
+
+    def _reads_answered(self, reads: Reads, now: float) -> None:
+        control, shared = reads
+        if control is not None:
+            self._follower.answered(control, now)
+            self._control = self._follower.state
+        if shared is not None:
+            self._settings_answered(shared)
 
     def _send(self, trip: RoundTrip) -> float:
         """Send ``trip``; returns how long it took."""
@@ -184,6 +200,10 @@ class TurnPart:
                             settled: bool = False) -> bool: ...
 
         def _turned_idle(self) -> bool: ...
+
+        def _settings_in(self, trip: RoundTrip) -> Answer[SharedSettings] | None: ...
+
+        def _settings_answered(self, answer: Answer[SharedSettings]) -> None: ...
 
         def _site_calls_in(self, trip: RoundTrip,
                            closing: bool = False) -> SiteCalls | None: ...

@@ -67,8 +67,12 @@ class ClusterTurns:
 
     def __init__(self, *, download_delay: float, randomize: bool, site_delays: dict[str, float],
                  per_domain: int, lease_s: float, slot_driven: bool = False,
-                 later: Callable[[float, Callable[[], None]], Any] | None = None) -> None:
+                 later: Callable[[float, Callable[[], None]], Any] | None = None,
+                 uncapped_per_domain: int | None = None) -> None:
         self.lease_s = lease_s
+        #: Scrapy's CONCURRENT_REQUESTS_PER_DOMAIN when the project did not set it (no cap):
+        #: ``configure`` given that value leaves the cluster uncapped
+        self.uncapped_per_domain = uncapped_per_domain
         #: AutoThrottle or DOWNLOAD_SLOTS: a site's Scrapy slot says its delay
         self.slot_driven = slot_driven
         self._later = later
@@ -92,8 +96,9 @@ class ClusterTurns:
         """Built from a crawler's settings (``DOWNLOAD_DELAY``, ``CLUSTERSYNC_SITE_DELAYS``, the
         cap: ``CONCURRENT_REQUESTS_PER_DOMAIN`` if the project set it)."""
         per_domain = settings.getint("CONCURRENT_REQUESTS_PER_DOMAIN")
+        uncapped = None
         if settings.getpriority("CONCURRENT_REQUESTS_PER_DOMAIN") in (None, 0):
-            per_domain = 0  # Scrapy's default stays per node
+            uncapped, per_domain = per_domain, 0  # Scrapy's default stays per node
         return cls(download_delay=settings.getfloat("DOWNLOAD_DELAY"),
                    randomize=settings.getbool("RANDOMIZE_DOWNLOAD_DELAY", True),
                    site_delays={str(k): float(v) for k, v in
@@ -101,16 +106,18 @@ class ClusterTurns:
                    per_domain=per_domain,
                    lease_s=settings.getfloat("CLUSTERSYNC_LEASE_TIMEOUT", 60.0),
                    slot_driven=settings.getbool("AUTOTHROTTLE_ENABLED")
-                   or bool(settings.getdict("DOWNLOAD_SLOTS")))
+                   or bool(settings.getdict("DOWNLOAD_SLOTS")), uncapped_per_domain=uncapped)
 
     def configure(self, *, download_delay: float, randomize: bool,
                   site_delays: dict[str, float], per_domain: int) -> None:
         """Take new politeness settings (the shared settings changed live): the turns reserved
-        and not used are dropped, and answers to asks made before are not used."""
+        and not used are dropped, and answers to asks made before are not used. A
+        ``per_domain`` of Scrapy's default, with the project not setting it, is no cap."""
         self.download_delay = max(0.0, float(download_delay))
         self.jitter = JITTER if randomize else 0.0
         self.site_delays = dict(site_delays)
-        self.per_domain = max(0, int(per_domain))
+        uncapped = per_domain == self.uncapped_per_domain
+        self.per_domain = 0 if uncapped else max(0, int(per_domain))
         self._version += 1
         for site in list(self._reserved):
             self._drop_reserved(site)

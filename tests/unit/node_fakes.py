@@ -128,6 +128,11 @@ class FakeRedisThread:
     def totals(self) -> dict[str, int]:
         return {"pushed": self.pushed_total, "filtered": 0, "released": 0, "set_aside": 0}
 
+    @property
+    def shared_settings(self) -> Any:
+        """None: the scheduler's tests read no shared settings."""
+        return None
+
     def want_turns(self, ask: Any) -> None:
         """No politeness calls: the scheduler's tests have no site turns to reserve."""
 

@@ -133,3 +133,11 @@ def test_the_projects_per_domain_setting_caps_the_cluster_and_scrapys_default_do
     settings = Settings()
     settings.set("CONCURRENT_REQUESTS_PER_DOMAIN", 2, priority="project")
     assert ClusterTurns.from_settings(settings).per_domain == 2
+
+
+def test_a_live_change_to_scrapys_default_per_domain_leaves_the_cluster_uncapped() -> None:
+    turns = ClusterTurns.from_settings(Settings())
+    turns.configure(download_delay=1.0, randomize=True, site_delays={}, per_domain=8)
+    assert turns.per_domain == 0
+    turns.configure(download_delay=1.0, randomize=True, site_delays={}, per_domain=3)
+    assert turns.per_domain == 3
