@@ -89,8 +89,7 @@ def test_node_politeness_keeps_the_delay_on_each_node_as_scrapy_does(
     # given the same project with CLUSTERSYNC_POLITENESS = "node"
     web = site(40)
     times = crawl_with_two_nodes(redis_server, web, tmp_path,
-                                 "DOWNLOAD_DELAY = 0.5\nRANDOMIZE_DOWNLOAD_DELAY = False\n"
-                                 'CLUSTERSYNC_POLITENESS = "node"')
+                                 'DOWNLOAD_DELAY = 0.5\nCLUSTERSYNC_POLITENESS = "node"')
     # then each node keeps its own delay: about four requests a second in all
     rate = rate_per_s(times)
     each = [rate_per_s(web.agent_hits(name).times) for name in NODES]

@@ -241,11 +241,21 @@ class DownloadGate:
                 ) -> bool:
         """Whether Scrapy starts ``request``, arriving in ``slot``, at once; if so, it counts as
         on its way until it is on the wire, and a delay it waited at the gate is not drawn
-        again."""
-        if slot.queue or slot.latercall is not None or slot.free_transfer_slots() <= 0:
+        again. Scrapy draws that second delay as soon as it starts a request (its
+        ``_process_queue`` looks again at once, finds the queue empty and the delay not passed,
+        and sets ``slot.latercall``): with nothing queued and no start since the gate let this
+        request through, that call holds nothing but this request, and is cancelled."""
+        if slot.queue or slot.free_transfer_slots() <= 0:
             return False
+        turn_came = bool(slot.delay) and lastseen is not None and slot.lastseen == lastseen
+        if slot.latercall is not None:
+            if not turn_came:
+                return False
+            slot.latercall.cancel()
+            slot.latercall = None
         self._starting.setdefault(slot_key, set()).add(request)
-        if slot.delay and lastseen is not None and slot.lastseen == lastseen:
+        if turn_came:
+            assert lastseen is not None
             slot.lastseen = min(lastseen, monotonic() - longest_delay_s(slot) - 1.0)
         return True
 
