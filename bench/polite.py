@@ -1,7 +1,7 @@
 """Benchmark variant "polite": one politeness budget per site for the whole cluster.
 
     python bench/run.py --polite [--polite-pages 120] [--polite-mode cluster|node]
-                                 [--polite-prefetch N]
+                                 [--polite-prefetch N] [--polite-no-jitter]
     python bench/polite.py [the same options]
 
 Serves 20 local sites (distinct hostnames 127.0.0.2-21: distinct Scrapy download slots) in
@@ -49,7 +49,7 @@ SPIDER = '''
 '''
 
 
-def write_project(root: Path, mode: str) -> Path:
+def write_project(root: Path, mode: str, jitter: bool = True) -> Path:
     (root / "polite" / "spiders").mkdir(parents=True)
     (root / "scrapy.cfg").write_text("[settings]\ndefault = polite.settings\n")
     (root / "polite" / "__init__.py").write_text("")
@@ -64,6 +64,7 @@ def write_project(root: Path, mode: str) -> Path:
         CLUSTERSYNC_IDLE_CLOSE_AFTER = 1.0
         CLUSTERSYNC_POLITENESS = {mode!r}
         DOWNLOAD_DELAY = {DELAY_S}
+        RANDOMIZE_DOWNLOAD_DELAY = {jitter}
         CONCURRENT_REQUESTS = 64
         ROBOTSTXT_OBEY = False
         TELNETCONSOLE_ENABLED = False
@@ -100,12 +101,12 @@ def report(sites: list[TestSite], took_s: float) -> dict[str, float]:
             "max_excess_5s": excess, "max_excess_5s_share": round(excess / (allowed - 1), 3)}
 
 
-def run(pages: int, mode: str, prefetch: int = 0) -> dict[str, float]:
+def run(pages: int, mode: str, prefetch: int = 0, jitter: bool = True) -> dict[str, float]:
     workdir = Path(tempfile.mkdtemp(prefix="clustersync-polite-"))
     sites = [TestSite(pages, host=f"127.0.0.{i + 2}").start() for i in range(SITES)]
     redis = RedisServer(workdir / "redis").start()
     try:
-        project = write_project(workdir / "project", mode)
+        project = write_project(workdir / "project", mode, jitter)
         start_urls = ",".join(site.start_url for site in sites)
         env = {**os.environ, "CLUSTERSYNC_REDIS_URL": redis.url}
         started = time.monotonic()
@@ -135,6 +136,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="CLUSTERSYNC_POLITENESS of the nodes (default cluster)")
     parser.add_argument("--polite-prefetch", type=int, default=0,
                         help="CLUSTERSYNC_PREFETCH of the nodes (default 0: sized)")
+    parser.add_argument("--polite-no-jitter", action="store_true",
+                        help="RANDOMIZE_DOWNLOAD_DELAY = False (default: Scrapy's jitter)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -147,9 +150,11 @@ def main(argv: list[str] | None = None) -> int:
 
 def print_run(args: argparse.Namespace) -> None:
     """Run the variant with ``args`` (``add_arguments``'s) and print its figures."""
-    figures = run(args.polite_pages, args.polite_mode, args.polite_prefetch)
+    jitter = not args.polite_no_jitter
+    figures = run(args.polite_pages, args.polite_mode, args.polite_prefetch, jitter)
     prefetch = args.polite_prefetch or "sized"
-    print(f"polite ({args.polite_mode}, prefetch {prefetch}): 2 nodes, {SITES} sites at "
+    print(f"polite ({args.polite_mode}, prefetch {prefetch}, jitter {'on' if jitter else 'off'})"
+          f": 2 nodes, {SITES} sites at "
           f"DOWNLOAD_DELAY {DELAY_S}: "
           f"{figures['requests']} requests in {figures['span_s']}s; reached "
           f"{figures['reached']:.1%} of the {SITES / DELAY_S:.0f} req/s budget "
