@@ -96,8 +96,9 @@ class SiteCallsPart:
         if calls is None:
             return
         self._slow_downs[:0] = [each for each, _ in calls.slow_downs]
-        for ask, _ in calls.asks:
-            self._site_asks[ask.site] = merged(ask, self._site_asks.get(ask.site, ask))
+        for ask, _ in calls.asks:  # the earlier ask first, with what came since
+            newer = self._site_asks.get(ask.site)
+            self._site_asks[ask.site] = ask if newer is None else merged(ask, newer)
 
     def _site_calls_answered(self, calls: SiteCalls | None, took_s: float) -> None:
         """Hand the reactor the turns reserved, on its clock (see the module doc)."""
