@@ -14,7 +14,6 @@ from scrapy_clustersync.node.thread_messages import SlowDown, WantTurns
 from scrapy_clustersync.store.errors import StoreError
 from scrapy_clustersync.store.site_scripts import SlowedDown, Turns, TurnsAsk
 
-
 #: the round trip the calls go in: the fake store adds nothing to it
 TRIP: Any = object()
 
