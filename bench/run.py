@@ -34,6 +34,7 @@ from typing import Any
 # testkit, the dev and test kit, is not installed: it is imported from the repository root
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import polite
 from baseline import baseline_python
 from report import (
     Ratio,
@@ -89,6 +90,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "revision (installed in .bench-baseline/), in the same rounds")
     parser.add_argument("--keep", action="store_true", help="keep node logs and stats")
     parser.add_argument("--out", type=Path, default=RESULTS_PATH, help="where to write JSON")
+    parser.add_argument("--polite", action="store_true",
+                        help="run only the politeness variant (polite.py): 2 nodes, 20 sites at "
+                             "DOWNLOAD_DELAY 0.1, the budget reached and any site's excess")
+    polite.add_arguments(parser)
     args = parser.parse_args(argv)
     args.pages = args.pages or (QUICK_PAGES if args.quick else DEFAULT_PAGES)
     args.repeat = args.repeat or (2 if args.quick else 3)
@@ -219,6 +224,9 @@ def main(argv: list[str] | None = None) -> int:
     if redis_server_binary() is None:
         print("redis-server not found: install it (apt-get install redis-server)", file=sys.stderr)
         return 2
+    if args.polite:
+        polite.print_run(args)
+        return 0
     variants = selected_variants(args.only, args.baseline, args.skip)
     compile_checkout()
     meta = environment(args)

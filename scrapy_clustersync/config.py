@@ -46,6 +46,7 @@ DEFAULTS: dict[str, str | int | float | bool] = {
     "CLUSTERSYNC_RECRAWL": "",
     "CLUSTERSYNC_FAILED_KEEP": 1000,
     "CLUSTERSYNC_SETTINGS_HISTORY": 1000,
+    "CLUSTERSYNC_POLITENESS": "cluster",  # one budget per site for the cluster; "node": Scrapy's
     # shared settings that may also come from settings.py (live_settings.py checks them)
     "CLUSTERSYNC_PROXY": "",  # none: no proxy
     "CLUSTERSYNC_SITE_DELAYS": "",  # none: DOWNLOAD_DELAY for every site
@@ -70,6 +71,9 @@ SIZED_PREFETCH_MAX = 8
 #: "keep-seen" restart it (only URLs not seen before are crawled), "forget-seen" restart it
 #: and forget the seen record (every URL is crawled again)
 RECRAWL_MODES = ("", "keep-seen", "forget-seen")
+#: "cluster": one politeness budget per site for the whole cluster (plugin/cluster_turns.py);
+#: "node": Scrapy's own, per node (each node keeps DOWNLOAD_DELAY on its own)
+POLITENESS_MODES = ("cluster", "node")
 
 URL_SCHEMES = ("redis", "rediss", "unix")
 JOB_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,199}$")
@@ -157,6 +161,8 @@ class ClusterConfig:
     prefetch_sized: bool = False
     #: a sized prefetch's size before the node measured anything (``new_site_room``)
     prefetch_start: int = 1
+    #: whose politeness: "cluster" (one budget per site) or "node" (Scrapy's, per node)
+    politeness: str = "cluster"
 
     @classmethod
     def from_settings(cls, settings: BaseSettings, spider_name: str) -> ClusterConfig:
@@ -204,6 +210,7 @@ class ClusterConfig:
             ),
             recrawl=validate_recrawl(settings.get("CLUSTERSYNC_RECRAWL") or ""),
             failed_keep=validate_failed_keep(settings),
+            politeness=validate_politeness(settings.get("CLUSTERSYNC_POLITENESS") or "cluster"),
             node_dead_after_s=dead_after,
             node_retention_s=validate_node_retention(
                 _number(settings, "CLUSTERSYNC_NODE_RETENTION", float, minimum=0.0), dead_after),
@@ -258,6 +265,16 @@ def validate_redis_url(url: str, given_as: str = "CLUSTERSYNC_REDIS_URL") -> str
             "redis://host:port/db, rediss://host:port/db (TLS) or unix:///path/to/redis.sock."
         )
     return url
+
+
+def validate_politeness(mode: object) -> str:
+    """``CLUSTERSYNC_POLITENESS``: "cluster" or "node"; raise ConfigError otherwise."""
+    if mode not in POLITENESS_MODES:
+        raise ConfigError(
+            f"CLUSTERSYNC_POLITENESS = {mode!r} is not a politeness mode; accepted: 'cluster' "
+            "(default: one DOWNLOAD_DELAY budget per site for the whole cluster) or 'node' "
+            "(Scrapy's own: each node keeps the delay on its own).")
+    return str(mode)
 
 
 def validate_recrawl(mode: str) -> str:

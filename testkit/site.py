@@ -120,6 +120,11 @@ class TestSite(Service):
         self._hit_times: defaultdict[str, list[float]] = defaultdict(list)  # agent -> times
         self._not_found: Counter[str] = Counter()
         self._requests: defaultdict[str, list[str]] = defaultdict(list)  # agent -> targets
+        #: pages answered so far, and the bad answers to give (``answer_badly``)
+        self._served = 0
+        self._bad: tuple[int, int, str | None, int] | None = None
+        #: when each bad answer was sent (``time.monotonic()``)
+        self.bad_answer_times: list[float] = []
         #: (time.monotonic(), headers) of every GET, in the order they arrived
         self._headers: list[tuple[float, dict[str, str]]] = []
         self._server: _SiteHTTPServer | None = None
@@ -191,6 +196,24 @@ class TestSite(Service):
         with self._lock:
             self._hits[agent][path] += 1
             self._hit_times[agent].append(now)
+
+    def answer_badly(self, after_pages: int, status: int, retry_after: str | None = None,
+                     times: int = 1) -> None:
+        """Once ``after_pages`` pages were served, answer the next ``times`` page requests with
+        ``status`` (429, 503), with a ``Retry-After: retry_after`` header if given."""
+        with self._lock:
+            self._bad = (after_pages, status, retry_after, times)
+
+    def bad_answer(self) -> tuple[int, str | None] | None:
+        """The (status, Retry-After) to answer a page request with now, if one is due."""
+        with self._lock:
+            self._served += 1
+            if self._bad is None or self._served <= self._bad[0]:
+                return None
+            after, status, retry_after, times = self._bad
+            self._bad = (after, status, retry_after, times - 1) if times > 1 else None
+            self.bad_answer_times.append(time.monotonic())
+            return status, retry_after
 
     def record_request(self, target: str, agent: str) -> None:
         """Log one GET of ``target`` (path and query) by ``agent``, whatever its answer."""
@@ -361,17 +384,27 @@ class _PageHandler(BaseHTTPRequestHandler):
             site.record_headers(dict(self.headers.items()))
         page = site.page_number(path)
         if page is not None:
-            if site.delay_s > 0:
-                time.sleep(site.delay_s)
-            if send_body:
-                site.record_hit(path, agent)
-            self._send(200, "text/html; charset=utf-8", site.page_body(page), send_body)
+            self._answer_page(path, page, agent, send_body)
         elif (shape := shapes.answer(site, path, agent)) is not None:
             self._send(shape.status, "text/html; charset=utf-8", shape.body, send_body,
                        shape.location)
         else:
             site.record_not_found(path)
             self._send(404, "text/plain; charset=utf-8", b"not found\n", send_body)
+
+    def _answer_page(self, path: str, page: int, agent: str, send_body: bool) -> None:
+        site = self.server.site
+        bad = site.bad_answer() if send_body else None
+        if bad is not None:
+            status, retry_after = bad
+            self._send(status, "text/plain; charset=utf-8", b"slow down\n", send_body,
+                       retry_after=retry_after)
+            return
+        if site.delay_s > 0:
+            time.sleep(site.delay_s)
+        if send_body:
+            site.record_hit(path, agent)
+        self._send(200, "text/html; charset=utf-8", site.page_body(page), send_body)
 
     def _answer_counters(self, path: str, query: str, send_body: bool) -> None:
         site = self.server.site
@@ -385,9 +418,11 @@ class _PageHandler(BaseHTTPRequestHandler):
         self._send(200, "application/json", body, send_body)
 
     def _send(self, status: int, content_type: str, body: bytes, send_body: bool,
-              location: str | None = None) -> None:
+              location: str | None = None, retry_after: str | None = None) -> None:
         connection = "close" if self.close_connection else "keep-alive"
         moved = f"Location: {location}\r\n" if location else ""
+        if retry_after is not None:
+            moved += f"Retry-After: {retry_after}\r\n"
         head = (
             f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\nContent-Type: {content_type}\r\n"
             f"{moved}Content-Length: {len(body)}\r\nConnection: {connection}\r\n\r\n"

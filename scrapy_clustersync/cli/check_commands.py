@@ -3,6 +3,8 @@ invariants and its nodes, for people and for cron and monitoring."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 from rich.console import Console
 
@@ -16,6 +18,7 @@ from .node_view import group_nodes, hidden_line, node_table
 from .options import all_option, job_argument, json_option, settings_option
 from .output import console, echo_json
 from .settings_lag import job_settings_version, lagging_lines
+from .site_view import print_sites
 from .status_view import print_status, status_dict
 
 
@@ -76,17 +79,22 @@ def needs_a_person(store: JobStore, report: JobStatus) -> list[str]:
 
 
 def show_status(report: JobStatus, attention: list[str] | None, as_json: bool,
-                every: bool = False) -> None:
+                every: bool = False, sites: dict[str, Any] | None = None) -> None:
     """The status; with ``attention`` (``status --check``) what needs a person, or that
-    nothing does; ``every``: list every node (``--all``)."""
+    nothing does; ``every``: list every node (``--all``); ``sites``: ``site_view.sites_dict``
+    (``--sites``)."""
     if as_json:
         summary = status_dict(report)
         if attention is not None:
             summary["needs_attention"] = attention
+        if sites is not None:
+            summary["sites"] = sites
         echo_json(summary)
         return
     out = console()
     print_status(report, out, every)
+    if sites is not None:
+        print_sites(sites, out)
     for line in attention or []:
         out.print(f"needs attention: {line}", markup=False)
     if attention == []:

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import click
 
+from ..store.site_scripts import SITES_SHOWN, read_sites
 from .check_commands import needs_a_person, show_status
 from .context import CliContext, pass_cli
 from .exit_codes import JobRefused, exit_needing_a_person
 from .options import all_option, job_argument, json_option, settings_option
 from .output import console, echo_json
+from .site_view import sites_dict
 from .status_view import job_rows, print_jobs
 
 
@@ -35,10 +37,14 @@ def jobs(cli: CliContext, as_json: bool) -> None:
 @click.option("--check", "check_health", is_flag=True,
               help="Exit 1 when something needs a person: dead nodes holding work, nodes on "
                    "other code or settings, dead letters (for cron and monitoring).")
+@click.option("--sites", "top_sites", type=click.IntRange(min=1), is_flag=False,
+              flag_value=SITES_SHOWN, default=None,
+              help=f"Also show the sites' politeness budgets for the cluster: delay in force, "
+                   f"backoff, in flight, next turn; the N used last ({SITES_SHOWN} unless told).")
 @settings_option
 @pass_cli
 def status(cli: CliContext, job: str | None, every: bool, as_json: bool,
-           check_health: bool) -> None:
+           check_health: bool, top_sites: int | None) -> None:
     """State, figures of the run under way (and the job's totals beside them), queued, leased,
     rate, dead letters and the nodes of this run of JOB (--all: every node)."""
     store = cli.store(job)
@@ -46,7 +52,10 @@ def status(cli: CliContext, job: str | None, every: bool, as_json: bool,
     if not report.exists:
         cli.not_found(store.keys.job)
     attention = needs_a_person(store, report) if check_health else None
-    show_status(report, attention, as_json, every)
+    sites = None
+    if top_sites is not None:
+        sites = sites_dict(*read_sites(store.client, store.keys, top_sites))
+    show_status(report, attention, as_json, every, sites)
     if attention:
         exit_needing_a_person()
 

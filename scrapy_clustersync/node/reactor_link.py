@@ -24,6 +24,7 @@ from ..store.control_state import RUNNING
 from ..store.write_ops import Push, StartDone
 from .lease_sizing import LeaseSizer, Measure
 from .prefetch import Prefetch, RecentPushes
+from .site_link import SiteLinkPart
 from .thread_api import FINISHED, STATE_LOST, NodeOpened, StartState, Undelivered
 from .thread_messages import (
     Busy,
@@ -124,7 +125,7 @@ class Inbox:
 NO_REACTOR_WAIT_S = 60.0
 
 
-class NodeLink:
+class NodeLink(SiteLinkPart):
     """The reactor's side of the node's Redis thread; see the module doc and ``RedisThread``."""
 
     def __init__(self, config: ClusterConfig, channel: Channel, inbox: Inbox,

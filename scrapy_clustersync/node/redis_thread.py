@@ -33,6 +33,7 @@ from .leasing import LeasingPart
 from .outages import OutagePart
 from .reactor_link import Channel, Inbox, Message, NodeLink
 from .settings_reads import SettingsPart
+from .site_calls import SiteCallsPart
 from .thread_api import NodeOpened, StartState, Undelivered, end_of_turn
 from .thread_messages import (
     Busy,
@@ -43,9 +44,11 @@ from .thread_messages import (
     Idle,
     NodeView,
     ReactorAlive,
+    SlowDown,
     Took,
     Totals,
     WantLease,
+    WantTurns,
 )
 from .turns import TurnPart
 from .write_stream import FLUSH_LINGER_S, WriteStream
@@ -85,7 +88,8 @@ def open_redis_thread(
                       later=None if post is not None else end_of_turn(reactor)).link
 
 
-class SyncWorker(TurnPart, HeartbeatPart, LeasingPart, OutagePart, SettingsPart):
+class SyncWorker(TurnPart, HeartbeatPart, LeasingPart, OutagePart, SettingsPart,
+                 SiteCallsPart):
     """The node's Redis thread (see the module doc); ``link`` is its reactor side."""
 
     def __init__(
@@ -122,6 +126,7 @@ class SyncWorker(TurnPart, HeartbeatPart, LeasingPart, OutagePart, SettingsPart)
         self._urgent = False  # an entry was handed back: the next batch goes out now
         self._sent_at: float | None = None  # when the last round trip began (turns.py)
         self._init_leasing()
+        self._init_site_calls()
         self._handlers = self._message_handlers()
         self._retry_at = 0.0  # Redis away: the next try
         self._follower = ControlFollower(store.control, config.job)
@@ -299,6 +304,7 @@ class SyncWorker(TurnPart, HeartbeatPart, LeasingPart, OutagePart, SettingsPart)
 
         return {Took: took, Busy: activity, Idle: activity, ReactorAlive: alive,
                 HandedBack: handed_back, Demand: demand,
+                WantTurns: self._want_turns, SlowDown: self._slow_down,
                 WantLease: lambda message, now: self._lease_wanted_after(message.pushes),
                 Dropped: lambda message, now: self._dropped(message.entry_ids)}
 

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from ..store import JobStore
     from ..store.script_results import Heartbeat
     from ..store.shared_settings import SharedSettings
+    from ..store.site_scripts import TurnsAsk
 
 def end_of_turn(reactor: Any) -> Callable[[Callable[[], None]], object]:
     """What calls a function on ``reactor`` once its current turn is over: asyncio's
@@ -61,6 +62,20 @@ class Undelivered:
 
     def __len__(self) -> int:
         return len(self.ops) + (len(self.pending[1]) if self.pending else 0)
+
+
+@dataclass(frozen=True)
+class ReservedTurns:
+    """Turns of one site reserved for this node: ``starts`` on the node's ``time.monotonic()``
+    (with their in-flight ``tokens``, "" without a cap), ``step_s`` the site's delay in force
+    for the cluster, ``retry_at`` when to ask again if none came (the cap is full, or Redis
+    refused the call; None: ask when needed)."""
+
+    starts: tuple[float, ...]
+    tokens: tuple[str, ...]
+    step_s: float = 0.0
+    backoff_s: float = 0.0
+    retry_at: float | None = None
 
 
 class RedisThread(Protocol):
@@ -173,6 +188,15 @@ class RedisThread(Protocol):
     def totals(self) -> dict[str, int]:
         """What Redis did with this node's writes so far (pushed, filtered, released, ...), and
         how many leased entries were handed back untaken, outranked by a higher priority."""
+
+    def want_turns(self, ask: TurnsAsk) -> None:
+        """Reserve turns of a site for this node (site_link.py); ``listen_turns`` hears."""
+
+    def slow_down(self, site: str, retry_after_s: float | None, delay_s: float) -> None:
+        """A site answered 429/503: slow it down for the whole cluster (site_link.py)."""
+
+    def listen_turns(self, callback: Callable[[str, ReservedTurns], None]) -> None:
+        """Call ``callback(site, turns)`` on the reactor with each reservation's answer."""
 
     def close(self, unacked: list[str]) -> Deferred[Undelivered]:
         """Release ``unacked`` leases and what was not handed out, flush everything, leave the

@@ -19,6 +19,7 @@ from .thread_api import StartState
 if TYPE_CHECKING:
     from ..store.script_results import Heartbeat
     from ..store.shared_settings import SharedSettings
+    from ..store.site_scripts import TurnsAsk
 
 
 @dataclass(frozen=True)
@@ -122,3 +123,22 @@ class NodeView:
     control: str | None = None
     round_trip_s: float = 0.0
     settings: SharedSettings | None = None
+
+
+@dataclass(frozen=True)
+class WantTurns:
+    """The reactor wants turns of ``ask.site`` (and frees ``ask.done``): the Redis thread
+    reserves them in its next round trip and hands them back (``NodeLink.turns_reserved``).
+    Asks of one site not sent yet are merged."""
+
+    ask: TurnsAsk
+
+
+@dataclass(frozen=True)
+class SlowDown:
+    """``site`` answered 429 or 503: block it for ``retry_after_s`` (its Retry-After), or, with
+    None, back its delay off, for the whole cluster (``delay_s``: its delay on this node)."""
+
+    site: str
+    retry_after_s: float | None
+    delay_s: float

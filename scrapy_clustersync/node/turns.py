@@ -2,7 +2,8 @@
 ``redis_thread.SyncWorker``).
 
 A turn sends what is due of the heartbeat, the next batch of writes, a lease, a look at the
-job's control state and, when their version moved, the job's shared settings together
+job's control state, when their version moved the job's shared settings, and the sites'
+politeness calls (site_calls.py) together
 (store/round_trip.py). Each would be a round trip of its own, and
 far from Redis that is what the thread spends its time on: a lease that waited behind the three
 others came three round trips later, while the downloader ran dry. Redis runs them in that
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
     from .control_follower import ControlFollower
     from .heartbeats import BeatCall
     from .leasing import LeaseCall
+    from .site_calls import SiteCalls
     from .thread_messages import Totals
     from .write_stream import WriteStream
 
@@ -82,7 +84,9 @@ class TurnPart:
         if not closing and self._lease_due(now, settling):
             lease = self._lease_in(trip, settling, flush.returns if flush is not None else 0)
         reads = self._reads_in(trip, now) if not closing and self._away_since is None else None
+        sites = self._site_calls_in(trip, closing)
         took_s = self._send(trip)
+        self._site_calls_answered(sites, took_s)
         if beat is not None:
             self._beat_answered(beat, took_s)
         if reads is not None:
@@ -200,3 +204,8 @@ class TurnPart:
         def _settings_in(self, trip: RoundTrip) -> Answer[SharedSettings] | None: ...
 
         def _settings_answered(self, answer: Answer[SharedSettings]) -> None: ...
+
+        def _site_calls_in(self, trip: RoundTrip,
+                           closing: bool = False) -> SiteCalls | None: ...
+
+        def _site_calls_answered(self, calls: SiteCalls | None, took_s: float) -> None: ...

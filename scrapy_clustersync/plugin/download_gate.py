@@ -47,7 +47,7 @@ from ..store.control_state import STOPPED, STOPPING
 from .crawler_parts import started_part
 from .held_requests import HeldRequests
 from .signals import node_opened
-from .site_turns import LocalTurns, SiteTurns, longest_delay_s
+from .site_turns import LocalTurns, SiteTurns, longest_delay_s, site_turns_for
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider
@@ -93,7 +93,7 @@ class DownloadGate:
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
-        gate = cls(crawler)
+        gate = cls(crawler, site_turns_for(crawler.settings))
         crawler.signals.connect(gate.node_opened, signal=node_opened)
         crawler.signals.connect(gate._reached_slot, signal=signals.request_reached_downloader)
         crawler.signals.connect(gate._left_downloader, signal=signals.request_left_downloader)
@@ -104,6 +104,9 @@ class DownloadGate:
         scheduler.gate_tells_starts = True  # from _reached_slot: one receiver, not two
         if scheduler.io is not None:
             scheduler.io.listen(self.wake)
+            bind = getattr(self.turns, "bind", None)
+            if bind is not None:  # ClusterTurns: its turns come from the node's Redis thread
+                bind(scheduler.io, self.wake, lambda key: self.held.per_slot.get(key, 0))
         self._watch_close(started_part(self.crawler, "engine"))
 
     # ---- the downloader middleware ---------------------------------------------------------
@@ -127,6 +130,7 @@ class DownloadGate:
                          spider: Spider | None = None) -> Response:
         if self._en_route:  # answered before it reached its slot (the HTTP cache)
             self._not_arriving(request)
+        self.turns.answered(self._key_of(request), response.status, response.headers)
         return response
 
     def process_exception(self, request: Request, exception: Exception,
@@ -197,7 +201,7 @@ class DownloadGate:
         if key in self._starting:
             on_the_way += self._still_starting(key, slot)
         if slot is None:  # Scrapy makes it when the first request arrives
-            return 0.0 if not on_the_way else math.inf
+            return self.turns.wait_s(key, None, now) if not on_the_way else math.inf
         if slot.queue:  # a request that did not pass this gate waits there: let it go first
             return QUEUED_RECHECK_S
         if slot.free_transfer_slots() - on_the_way <= 0:
@@ -237,15 +241,26 @@ class DownloadGate:
                 ) -> bool:
         """Whether Scrapy starts ``request``, arriving in ``slot``, at once; if so, it counts as
         on its way until it is on the wire, and a delay it waited at the gate is not drawn
-        again."""
-        if slot.queue or slot.latercall is not None or slot.free_transfer_slots() <= 0:
+        again. Scrapy draws that second delay as soon as it starts a request (its
+        ``_process_queue`` looks again at once, finds the queue empty and the delay not passed,
+        and sets ``slot.latercall``): with nothing queued and no start since the gate let this
+        request through, that call holds nothing but this request, and is cancelled."""
+        if slot.queue or slot.free_transfer_slots() <= 0:
             return False
+        turn_came = bool(slot.delay) and lastseen is not None and slot.lastseen == lastseen
+        if slot.latercall is not None:
+            if not turn_came:
+                return False
+            slot.latercall.cancel()
+            slot.latercall = None
         self._starting.setdefault(slot_key, set()).add(request)
-        if slot.delay and lastseen is not None and slot.lastseen == lastseen:
+        if turn_came:
+            assert lastseen is not None
             slot.lastseen = min(lastseen, monotonic() - longest_delay_s(slot) - 1.0)
         return True
 
     def _left_downloader(self, request: Request, **_: Any) -> None:
+        self.turns.done(self._key_of(request))
         if self._starting:
             starting = self._starting.get(request.meta.get("download_slot", ""))
             if starting:
@@ -265,8 +280,11 @@ class DownloadGate:
         return len(starting)
 
     def _not_arriving(self, request: Request) -> None:
-        if self._forget(request) is not None and self.held.waiting:
-            self._wake_in(0.0)
+        known = self._forget(request)
+        if known is not None:
+            self.turns.done(known[0])  # it never reaches its slot, whose signal would say so
+            if self.held.waiting:
+                self._wake_in(0.0)
 
     def _forget(self, request: Request) -> tuple[str, float | None] | None:
         known = self._en_route.pop(request, None)
@@ -346,6 +364,13 @@ class DownloadGate:
     def _runs(self) -> bool:
         io = self.node.io if self.node is not None else None
         return io is None or io.allows_downloads
+
+    def _key_of(self, request: Request) -> str:
+        """The download slot key of ``request`` (Scrapy's, as the gate let it through)."""
+        key = request.meta.get("download_slot")
+        if key is None:
+            key = (self._downloader or self._get_downloader()).get_slot_key(request)
+        return str(key)
 
     def _get_downloader(self) -> Downloader:
         if self._downloader is None:

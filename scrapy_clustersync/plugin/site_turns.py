@@ -5,30 +5,39 @@ The gate asks a ``SiteTurns`` only once the request's Scrapy download slot has r
 transfer slot, nothing queued in it, no request on its way to it), so an implementation says
 only *when* the site's next request may start. ``LocalTurns`` is Scrapy's own rule, today's:
 one start per slot per ``DOWNLOAD_DELAY`` (jittered as Scrapy jitters it), counted from the
-slot's last start. A cluster-wide budget (one request per delay per site for the whole cluster,
-decided in Redis with GCRA and reserved in small batches) implements the same two methods:
-``wait_s`` answers from the turns this node reserved and, when none are left, asks the Redis
-thread for more and answers ``math.inf``; when they arrive it calls the gate's ``wake()``.
+slot's last start (``CLUSTERSYNC_POLITENESS = "node"``). ``ClusterTurns`` (cluster_turns.py, the
+default) is one budget per site for the whole cluster, decided in Redis with GCRA and reserved
+in small batches: ``wait_s`` answers from the turns this node reserved and, when none are left,
+asks the Redis thread for more and answers ``math.inf``; when they arrive it calls the gate's
+``wake()``.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from scrapy.core.downloader import Slot
+    from scrapy.settings import BaseSettings
 
 
 class SiteTurns(Protocol):
     """When may the site of a download slot start its next request?"""
 
-    def wait_s(self, key: str, slot: Slot, now: float) -> float:
+    def wait_s(self, key: str, slot: Slot | None, now: float) -> float:
         """Seconds from ``now`` (``time.monotonic()``) until site ``key``, whose Scrapy download
-        slot is ``slot``, may start a request: 0 (or less) means now; ``math.inf`` means not
-        before the gate is woken (``DownloadGate.wake``). Asking again changes nothing."""
+        slot is ``slot`` (None: Scrapy has none yet), may start a request: 0 (or less) means
+        now; ``math.inf`` means not before the gate is woken (``DownloadGate.wake``). Asking
+        again changes nothing."""
 
     def taken(self, key: str, now: float) -> None:
         """A request of site ``key`` was let through at ``now``: its turn is used."""
+
+    def done(self, key: str) -> None:
+        """A request of site ``key`` let through ended (its response or error came)."""
+
+    def answered(self, key: str, status: int, headers: Any) -> None:
+        """A response of site ``key`` came with ``status`` and ``headers`` (429/503 matter)."""
 
 
 class LocalTurns:
@@ -46,13 +55,20 @@ class LocalTurns:
         #: per site, the gap the delay was drawn for (slot.lastseen, delay, jitter) and the draw
         self._draws: dict[str, tuple[float, float, float, float]] = {}
 
-    def wait_s(self, key: str, slot: Slot, now: float) -> float:
-        if not slot.delay:
+    def wait_s(self, key: str, slot: Slot | None, now: float) -> float:
+        if slot is None or not slot.delay:
             return 0.0
         return slot.lastseen + self._delay_of(key, slot) - now
 
     def taken(self, key: str, now: float) -> None:
         self._draws.pop(key, None)
+
+    def done(self, key: str) -> None:
+        """Nothing to do: Scrapy's slot counts its own transfers."""
+
+    def answered(self, key: str, status: int, headers: Any) -> None:
+        """Nothing to do: Scrapy's own politeness does not look at responses."""
+
 
     def _delay_of(self, key: str, slot: Slot) -> float:
         """The delay drawn for the slot's current gap (drawn again once the slot started a
@@ -64,6 +80,16 @@ class LocalTurns:
         delay = slot.download_delay()
         self._draws[key] = (*gap, delay)
         return delay
+
+
+def site_turns_for(settings: BaseSettings) -> SiteTurns:
+    """The ``SiteTurns`` of ``CLUSTERSYNC_POLITENESS`` (checked at start by the add-on):
+    ``ClusterTurns`` ("cluster", the default) or ``LocalTurns`` ("node")."""
+    if (settings.get("CLUSTERSYNC_POLITENESS") or "cluster") == "node":
+        return LocalTurns()
+    from .cluster_turns import ClusterTurns
+
+    return ClusterTurns.from_settings(settings)
 
 
 def slot_jitter(slot: Slot) -> float:

@@ -37,6 +37,7 @@ from .script_results import (
     Leased,
     Restarted,
 )
+from .site_scripts import SiteStore
 from .write_ops import Op
 
 __all__ = ["FAILED_KEPT", "JobStore", "beat_of", "new_call_id"]
@@ -90,6 +91,8 @@ class JobStore:
         self._join = JoinScript(client, self.keys)
         self._restart = RestartScript(client, self.keys)
         self.control = ControlStore(client, self.keys)
+        #: the site scripts: one politeness budget per site for the cluster
+        self.sites = SiteStore(client, self.keys, node_id)
 
     @property
     def dedup(self) -> DedupSettings:
@@ -364,6 +367,8 @@ class JobStore:
             names.extend(_text(name) for name in
                          self.client.scan_iter(match=k.last_call("*"), count=1000))
             names.extend(DedupRecord.read(self.client, k).keys)
+            for site in map(_text, self.client.zrange(k.sites, 0, -1)):
+                names.extend((k.site(site), k.site_inflight(site)))
             # UNLINK: a huge queue or Bloom layer is freed in the background, not in the call
             return int(self.client.unlink(*dict.fromkeys(names)))
 

@@ -64,6 +64,12 @@ class JobKeys:
       "ms", "who", "key", "old", "new"}), the newest ``CLUSTERSYNC_SETTINGS_HISTORY`` of them
     - ``live_keys`` hash: a key the spider declares live -> its type name ("str", "int",
       "float", "bool", "list", "dict"), written by the nodes
+    - ``site:<site>`` hash: one site's politeness budget for the cluster (lua/site_turns.lua):
+      tat_ms (when its next turn may start, server ms), blocked_ms (a Retry-After), backoff_ms,
+      delay_ms (the step in force), seq, last_ms; it expires when the site is idle
+    - ``inflight:<site>`` sorted set: token -> lease deadline (server ms), the site's turns under
+      way when CONCURRENT_REQUESTS_PER_DOMAIN caps it for the cluster; expires with the site
+    - ``sites``    sorted set: site -> server ms of its last turn (``clustersync status --sites``)
     - ``call:<node>`` hash: the node's write counter (``writes``, see flush.lua) and its last
       flush and lease call ids with their results (a retried call changes nothing more)
     """
@@ -169,6 +175,18 @@ class JobKeys:
         """One string of a Bloom filter layer (layers are cut into chunks, see bloom_layout.py)."""
         return self._key(f"bloom:{layer}:{chunk}")
 
+    def site(self, site: str) -> str:
+        """One site's politeness budget (``site`` is its Scrapy download slot key)."""
+        return self._key(f"site:{site}")
+
+    def site_inflight(self, site: str) -> str:
+        """One site's turns under way, when the cluster caps its concurrency."""
+        return self._key(f"inflight:{site}")
+
+    @property
+    def sites(self) -> str:
+        return self._key("sites")
+
     def last_call(self, node: str) -> str:
         """The node's last script call id and result, so a retried call changes nothing more."""
         return self._key(f"call:{node}")
@@ -187,5 +205,5 @@ class JobKeys:
             self.seen, self.stats, self.nodes, self.node_info, self.idle, self.dead, self.bloom,
             self.failed, self.tasks, self.task_of, self.scrapy_stats, self.node_stats,
             self.dead_nodes, self.node_seen, self.pruned, self.settings, self.settings_log,
-            self.live_keys,
+            self.live_keys, self.sites,
         ]

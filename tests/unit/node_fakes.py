@@ -128,6 +128,20 @@ class FakeRedisThread:
     def totals(self) -> dict[str, int]:
         return {"pushed": self.pushed_total, "filtered": 0, "released": 0, "set_aside": 0}
 
+    @property
+    def shared_settings(self) -> Any:
+        """None: the scheduler's tests read no shared settings."""
+        return None
+
+    def want_turns(self, ask: Any) -> None:
+        """No politeness calls: the scheduler's tests have no site turns to reserve."""
+
+    def slow_down(self, site: str, retry_after_s: float | None, delay_s: float) -> None:
+        """No politeness calls (see ``want_turns``)."""
+
+    def listen_turns(self, callback: Any) -> None:
+        """No politeness calls (see ``want_turns``)."""
+
     def close(self, unacked: list[str]) -> Deferred[Undelivered]:
         self.closed_with = unacked
         return succeed(Undelivered(None, list(self.undeliverable), 0))

@@ -34,6 +34,7 @@ from scrapy_clustersync.store.keys import JobKeys
 from scrapy_clustersync.store.lease_script import LeaseScript
 from scrapy_clustersync.store.script_base import JobScript
 from scrapy_clustersync.store.shared_settings import UNSET, SettingsScript
+from scrapy_clustersync.store.site_scripts import SiteSlowDownScript, SiteTurnsScript, TurnsAsk
 from scrapy_clustersync.store.write_ops import Ack, Push
 
 HELPERS = {"prelude", "bloom", "tasks"}
@@ -67,13 +68,15 @@ def sample_calls() -> list[Call]:
     prepare, migrate = BloomPrepareScript(CLIENT, KEYS), DedupMigrateScript(CLIENT, KEYS)
     requeue = RequeueScript(CLIENT, KEYS)
     settings = SettingsScript(CLIENT, KEYS)
-    ask = JoinRequest(NODE, "e", 1, True, "exact", DedupSettings(), "forget-seen")
+    turns, slow_down = SiteTurnsScript(CLIENT, KEYS, NODE), SiteSlowDownScript(CLIENT, KEYS)
+    ask = TurnsAsk("a.com", 3, 0.5, 0.5, 7, 0.2, 2, 60.0, 1, ("n1:1", "n1:2"))
+    join_ask = JoinRequest(NODE, "e", 1, True, "exact", DedupSettings(), "forget-seen")
     return [
         (flush, flush.call("e", "c", 0, FlushDedup("set-then-bloom", 9, TWO_LAYERS),
                            [Push(b"f" * 20, 0, b"r"), Ack("id")]), 3, 10 + 5 + 2),
         (lease, lease.call("e", "c", 10, 1000, 0), 0, 0),
         (heartbeat, heartbeat.call("e", Beat(1, 2, "{}", 0, 3, 4, 5, 6, ["l1", "l2"]), 0), 0, 2),
-        (join, join.call(ask, RECORD), 3, 4),
+        (join, join.call(join_ask, RECORD), 3, 4),
         (restart, restart.call(True, RECORD), 3, 4),
         (control, control.call("pause"), 0, 0),
         (check, check.call([("k", "id", ""), ("k", "id2", "1")], True), 0, 6),
@@ -82,6 +85,8 @@ def sample_calls() -> list[Call]:
         (requeue, requeue.call([(b"l\n", "id", "0"), (b"m\n", "id2", "-1")]), 0, 6),
         (settings, settings.call({"DOWNLOAD_DELAY": 0.5, "USER_AGENT": UNSET}, "me@host", 3,
                                  "c", 10), 0, 4),
+        (turns, turns.call(ask), 0, 2),
+        (slow_down, slow_down.call("a.com", 3.0, 0.5), 0, 0),
     ]
 
 
@@ -156,7 +161,8 @@ def test_the_class_passes_the_keys_its_header_names_and_as_many_arguments(
     script: JobScript, call: tuple[list[str], list[Any]], tail_keys: int, tail_args: int,
 ) -> None:
     keys, args = call
-    named = {"last_call": KEYS.last_call(NODE), "chunk": None}
+    named = {"last_call": KEYS.last_call(NODE), "chunk": None, "site": KEYS.site("a.com"),
+             "inflight": KEYS.site_inflight("a.com")}
     expected = [named[name] if name in named else getattr(KEYS, name) for name in script.KEYS]
     if script.FILE == "bloom_prepare":  # its one chunk is a fixed key: layer 1, chunk 2
         expected[-1] = KEYS.bloom_chunk(1, 2)

@@ -1,0 +1,245 @@
+"""ClusterTurns: one politeness budget per site for the whole cluster, the ``SiteTurns`` of
+``CLUSTERSYNC_POLITENESS = "cluster"`` (the default; "node" keeps Scrapy's own, ``LocalTurns``).
+
+A site's turns are decided in Redis, on its clock (GCRA: store/lua/site_turns.lua), one start
+per delay for every node together, and reserved by a node a few at a time (those that start
+within ``HORIZON_S``), so a short delay costs no round trip per request. ``wait_s`` answers from
+the turns this node reserved; with none left it asks the node's Redis thread for more (a
+message: the reactor never waits on Redis), answers ``math.inf``, and wakes the gate when they
+come. A turn not used by the end of its own delay is dropped (the gate had nothing for it).
+
+What a site's delay is: its ``CLUSTERSYNC_SITE_DELAYS`` entry, else (with AutoThrottle on, or
+``DOWNLOAD_SLOTS``) the delay of its Scrapy slot, so AutoThrottle drives the cluster's pace,
+else ``DOWNLOAD_DELAY``. ``RANDOMIZE_DOWNLOAD_DELAY`` draws each turn's delay in 0.5-1.5 x in
+the script (from a seed the node sends), so the jitter holds for the cluster as a whole.
+
+With ``CONCURRENT_REQUESTS_PER_DOMAIN`` set by the project (not Scrapy's default), it is a cap
+for the cluster too: each turn takes one of the site's in-flight slots, leased for
+``CLUSTERSYNC_LEASE_TIMEOUT`` at most (a node killed with -9 blocks them no longer), freed when
+its response or error comes (told to Redis with the next call, or at the end of the reactor's
+turn). A 429, or a 503 with ``Retry-After`` (seconds or an HTTP date), blocks the site for the
+cluster until then; a 503 without one doubles its backoff (capped), which good responses shrink.
+A site with no delay and no cap costs nothing: no Redis call at all (unless it was slowed down).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections import Counter, deque
+from collections.abc import Callable
+from time import monotonic
+from typing import TYPE_CHECKING, Any, Protocol
+
+from ..store.site_scripts import TurnsAsk
+from .retry_after import retry_after_s
+
+if TYPE_CHECKING:
+    from scrapy.core.downloader import Slot
+    from scrapy.settings import BaseSettings
+
+    from ..node.thread_api import ReservedTurns
+
+#: turns one reservation asks for at most
+TURNS_PER_CALL_MAX = 32
+#: a reservation takes the turns that start this soon (at least one)
+HORIZON_S = 0.25
+#: a reserved turn is dropped once this long late, if its delay is shorter
+STALE_MIN_S = 0.05
+#: Scrapy's RANDOMIZE_DOWNLOAD_DELAY: each delay in 0.5-1.5 x
+JITTER = 0.5
+#: the statuses that slow a site down for the cluster
+SLOW_DOWN_STATUSES = (429, 503)
+
+
+class SiteLink(Protocol):
+    """What ClusterTurns needs of the node's Redis thread (node/site_link.py)."""
+
+    def want_turns(self, ask: TurnsAsk) -> None: ...
+
+    def slow_down(self, site: str, retry_after_s: float | None, delay_s: float) -> None: ...
+
+    def listen_turns(self, callback: Callable[[str, ReservedTurns], None]) -> None: ...
+
+
+class ClusterTurns:
+    """The cluster's turns of each site (see the module doc)."""
+
+    def __init__(self, *, download_delay: float, randomize: bool, site_delays: dict[str, float],
+                 per_domain: int, lease_s: float, slot_driven: bool = False,
+                 later: Callable[[float, Callable[[], None]], Any] | None = None,
+                 uncapped_per_domain: int | None = None) -> None:
+        self.lease_s = lease_s
+        #: Scrapy's CONCURRENT_REQUESTS_PER_DOMAIN when the project did not set it (no cap):
+        #: ``configure`` given that value leaves the cluster uncapped
+        self.uncapped_per_domain = uncapped_per_domain
+        #: AutoThrottle or DOWNLOAD_SLOTS: a site's Scrapy slot says its delay
+        self.slot_driven = slot_driven
+        self._later = later
+        self._link: SiteLink | None = None
+        self._wake: Callable[[], None] = lambda: None
+        self._demand: Callable[[str], int] = lambda key: 1
+        self._reserved: dict[str, deque[tuple[float, str]]] = {}
+        self._asked: dict[str, int] = {}  # site -> the settings' version it was asked with
+        self._version = 0
+        self._retry_at: dict[str, float] = {}
+        self._inflight: dict[str, list[str]] = {}  # tokens of turns under way
+        self._done: dict[str, list[str]] = {}  # tokens of turns ended, not told yet
+        self._good: Counter[str] = Counter()  # good responses of slowed sites, not told yet
+        self._slowed: set[str] = set()  # sites with a backoff or block: asked even with no delay
+        self._flush_due = False
+        self.configure(download_delay=download_delay, randomize=randomize,
+                       site_delays=site_delays, per_domain=per_domain)
+
+    @classmethod
+    def from_settings(cls, settings: BaseSettings) -> ClusterTurns:
+        """Built from a crawler's settings (``DOWNLOAD_DELAY``, ``CLUSTERSYNC_SITE_DELAYS``, the
+        cap: ``CONCURRENT_REQUESTS_PER_DOMAIN`` if the project set it)."""
+        per_domain = settings.getint("CONCURRENT_REQUESTS_PER_DOMAIN")
+        uncapped = None
+        if settings.getpriority("CONCURRENT_REQUESTS_PER_DOMAIN") in (None, 0):
+            uncapped, per_domain = per_domain, 0  # Scrapy's default stays per node
+        return cls(download_delay=settings.getfloat("DOWNLOAD_DELAY"),
+                   randomize=settings.getbool("RANDOMIZE_DOWNLOAD_DELAY", True),
+                   site_delays={str(k): float(v) for k, v in
+                                settings.getdict("CLUSTERSYNC_SITE_DELAYS").items()},
+                   per_domain=per_domain,
+                   lease_s=settings.getfloat("CLUSTERSYNC_LEASE_TIMEOUT", 60.0),
+                   slot_driven=settings.getbool("AUTOTHROTTLE_ENABLED")
+                   or bool(settings.getdict("DOWNLOAD_SLOTS")), uncapped_per_domain=uncapped)
+
+    def configure(self, *, download_delay: float, randomize: bool,
+                  site_delays: dict[str, float], per_domain: int) -> None:
+        """Take new politeness settings (the shared settings changed live): the turns reserved
+        and not used are dropped, and answers to asks made before are not used. A
+        ``per_domain`` of Scrapy's default, with the project not setting it, is no cap."""
+        self.download_delay = max(0.0, float(download_delay))
+        self.jitter = JITTER if randomize else 0.0
+        self.site_delays = dict(site_delays)
+        uncapped = per_domain == self.uncapped_per_domain
+        self.per_domain = 0 if uncapped else max(0, int(per_domain))
+        self._version += 1
+        for site in list(self._reserved):
+            self._drop_reserved(site)
+
+    def bind(self, link: SiteLink, wake: Callable[[], None],
+             demand: Callable[[str], int] = lambda key: 1) -> None:
+        """Talk to the node's Redis thread through ``link``; call ``wake`` when turns came;
+        ``demand(site)``: how many requests of the site wait (what one call asks for)."""
+        self._link, self._wake, self._demand = link, wake, demand
+        link.listen_turns(self.reserved)
+
+    # ---- SiteTurns ---------------------------------------------------------------------------
+    def delay_of(self, key: str, slot: Slot | None) -> float:
+        """The delay of site ``key`` (see the module doc)."""
+        if key in self.site_delays:
+            return self.site_delays[key]
+        if self.slot_driven and slot is not None:
+            return float(slot.delay)
+        return self.download_delay
+
+    def wait_s(self, key: str, slot: Slot | None, now: float) -> float:
+        delay = self.delay_of(key, slot)
+        if self._link is None or not (delay or self.per_domain or key in self._slowed):
+            return 0.0  # nothing to keep: no Redis call at all
+        turns = self._reserved.get(key)
+        while turns and turns[0][0] + max(delay, STALE_MIN_S) < now:
+            self._ended(key, turns.popleft()[1])  # its time passed with nothing to start
+        if turns:
+            return turns[0][0] - now
+        self._ask(key, delay, now)
+        return math.inf
+
+    def taken(self, key: str, now: float) -> None:
+        turns = self._reserved.get(key)
+        if turns and turns[0][0] <= now:
+            token = turns.popleft()[1]
+            if token:
+                self._inflight.setdefault(key, []).append(token)
+
+    def done(self, key: str) -> None:
+        """A request of site ``key`` let through ended (its response or error came)."""
+        tokens = self._inflight.get(key)
+        if tokens:
+            self._ended(key, tokens.pop(0))
+
+    def answered(self, key: str, status: int, headers: Any) -> None:
+        """A response of site ``key`` came: a 429/503 slows the site for the cluster."""
+        if status not in SLOW_DOWN_STATUSES:
+            if key in self._slowed:
+                self._good[key] += 1
+            return
+        retry = retry_after_s(headers.get(b"Retry-After") if headers is not None else None)
+        if self._link is None:
+            return
+        self._slowed.add(key)
+        self._drop_reserved(key)
+        self._link.slow_down(key, retry, self.delay_of(key, None))
+
+    # ---- the Redis thread's answers ---------------------------------------------------------
+    def reserved(self, site: str, turns: ReservedTurns) -> None:
+        """Turns of ``site`` came (on the reactor); the gate is woken."""
+        version = self._asked.pop(site, None)
+        self._retry_at.pop(site, None)
+        if version != self._version:  # asked before the settings changed: not used
+            self._done.setdefault(site, []).extend(t for t in turns.tokens if t)
+            self._flush_soon()
+        else:
+            queue = self._reserved.setdefault(site, deque())
+            queue.extend(zip(turns.starts, turns.tokens, strict=True))
+            if turns.retry_at is not None and not turns.starts:
+                self._retry_at[site] = turns.retry_at
+                self._call_later(turns.retry_at - monotonic(), self._wake)
+        if turns.backoff_s > 0:
+            self._slowed.add(site)
+        elif site in self._slowed and not self._good.get(site):
+            self._slowed.discard(site)
+        self._wake()
+
+    # ---- internals ---------------------------------------------------------------------------
+    def _ask(self, key: str, delay: float, now: float) -> None:
+        if key in self._asked or now < self._retry_at.get(key, 0.0):
+            return
+        assert self._link is not None
+        self._asked[key] = self._version
+        # the turns of the horizon, even before their requests wait: a short delay then costs
+        # one call per few requests (a turn with nothing to start is dropped, unused)
+        ahead = int(HORIZON_S / delay) + 1 if delay > 0 else 0
+        count = max(1, min(TURNS_PER_CALL_MAX, max(self._demand(key), ahead)))
+        self._link.want_turns(TurnsAsk(
+            key, count, delay, self.jitter, random.getrandbits(31), HORIZON_S,
+            self.per_domain, self.lease_s, self._good.pop(key, 0),
+            tuple(self._done.pop(key, ()))))
+
+    def _ended(self, key: str, token: str) -> None:
+        if token:
+            self._done.setdefault(key, []).append(token)
+            self._flush_soon()
+
+    def _drop_reserved(self, site: str) -> None:
+        for _, token in self._reserved.pop(site, ()):
+            self._ended(site, token)
+
+    def _flush_soon(self) -> None:
+        if not self._flush_due:
+            self._flush_due = True
+            self._call_later(0.0, self._flush_done)
+
+    def _flush_done(self) -> None:
+        """Tell Redis the turns that ended of sites no ask is under way for (else the next ask
+        carries them)."""
+        self._flush_due = False
+        if self._link is None:
+            return
+        for site in [s for s in self._done if s not in self._asked]:
+            self._link.want_turns(TurnsAsk(site, 0, 0.0, 0.0, 0, 0.0, self.per_domain,
+                                           self.lease_s, 0, tuple(self._done.pop(site))))
+
+    def _call_later(self, delay_s: float, call: Callable[[], None]) -> None:
+        if self._later is not None:
+            self._later(max(0.0, delay_s), call)
+            return
+        from twisted.internet import reactor
+
+        clock: Any = reactor
+        clock.callLater(max(0.0, delay_s), call)

@@ -1,0 +1,172 @@
+"""One politeness budget per site for the whole cluster: real `scrapy crawl` nodes, a real
+redis-server, counted from the test site's own access times."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from testkit.redis_server import RedisServer
+from testkit.site import TestSite
+
+from conftest import SiteFactory
+from support import (
+    missing_pages,
+    pages_fetched,
+    pages_fetched_twice,
+    project_with_spiders,
+    start_nodes,
+    wait_all,
+    wait_until,
+)
+
+#: the nodes' names, which the site counts their requests by (their User-Agent)
+NODES = ["node1", "node2"]
+
+
+def project_with(tmp_path: Path, settings_py: str) -> Path:
+    """The example project with ``settings_py`` added to its settings.py (not -s)."""
+    root = project_with_spiders(tmp_path, "nothing_more", "")
+    settings = root / "example" / "settings.py"
+    settings.write_text(settings.read_text() + "\n" + settings_py + "\n")
+    return root
+
+
+def site_times(web: TestSite) -> list[float]:
+    """When the site answered each page, every node together, sorted."""
+    return sorted(t for name in NODES for t in web.agent_hits(name).times)
+
+
+def rate_per_s(times: list[float]) -> float:
+    """Requests per second over the span of ``times``."""
+    return (len(times) - 1) / (times[-1] - times[0])
+
+
+def most_in_window(times: list[float], window_s: float) -> int:
+    """The most requests in any ``window_s`` long window."""
+    most, first = 0, 0
+    for last, at in enumerate(times):
+        while at - times[first] > window_s:
+            first += 1
+        most = max(most, last - first + 1)
+    return most
+
+
+def crawl_with_two_nodes(redis_server: RedisServer, web: TestSite, tmp_path: Path,
+                         settings_py: str) -> list[float]:
+    project = project_with(tmp_path, settings_py)
+    nodes = start_nodes(2, redis_server.url, web.start_url, tmp_path, None, project_dir=project)
+    wait_all(nodes, timeout_s=120)
+    assert [node.process.returncode for node in nodes] == [0, 0]
+    assert pages_fetched(web) == web.pages and not pages_fetched_twice(web)
+    assert all(web.agent_hits(name).times for name in NODES)  # both nodes took part
+    return site_times(web)
+
+
+@pytest.mark.timing
+def test_two_nodes_keep_download_delay_for_the_cluster_not_each(
+        redis_server: RedisServer, site: SiteFactory, tmp_path: Path) -> None:
+    # given a project whose settings.py says DOWNLOAD_DELAY = 0.5 (not jittered: the script's
+    # draws are tested on their own), and two nodes
+    web = site(24)
+    # when they crawl a site together
+    times = crawl_with_two_nodes(redis_server, web, tmp_path,
+                                 "DOWNLOAD_DELAY = 0.5\nRANDOMIZE_DOWNLOAD_DELAY = False")
+    # then the site saw at most two requests a second from both together
+    rate, most = rate_per_s(times), most_in_window(times, 5.0)
+    print(f"\ncluster politeness: {rate:.2f} req/s over {times[-1] - times[0]:.1f}s, "
+          f"at most {most} in a 5 s window; shortest gap "
+          f"{min(b - a for a, b in zip(times, times[1:], strict=False)):.3f}s")
+    assert 1.6 <= rate <= 2.1
+    assert most <= 11  # 10 per 5 s, one more at the window's edge
+
+
+@pytest.mark.timing
+def test_node_politeness_keeps_the_delay_on_each_node_as_scrapy_does(
+        redis_server: RedisServer, site: SiteFactory, tmp_path: Path) -> None:
+    # given the same project with CLUSTERSYNC_POLITENESS = "node"
+    web = site(40)
+    times = crawl_with_two_nodes(redis_server, web, tmp_path,
+                                 'DOWNLOAD_DELAY = 0.5\nCLUSTERSYNC_POLITENESS = "node"')
+    # then each node keeps its own delay: about four requests a second in all
+    rate = rate_per_s(times)
+    each = [rate_per_s(web.agent_hits(name).times) for name in NODES]
+    spans = [(web.agent_hits(name).first, web.agent_hits(name).last) for name in NODES]
+    print(f"\nnode politeness: {rate:.2f} req/s over {times[-1] - times[0]:.1f}s; each node "
+          f"{each[0]:.2f} and {each[1]:.2f} req/s; spans {spans}, pauses "
+          f"{[round(web.agent_hits(n).longest_pause_s, 2) for n in NODES]}")
+    assert 3.6 <= rate <= 4.2
+
+
+def hits_in(times: list[float], start: float, end: float) -> list[float]:
+    return [t for t in times if start < t < end]
+
+
+#: a turn reserved before a site was blocked still goes: turns are reserved this far ahead
+RESERVED_AHEAD_S = 0.25
+FAST_POLITE = "DOWNLOAD_DELAY = 0.2\nRANDOMIZE_DOWNLOAD_DELAY = False"
+
+
+@pytest.mark.timing
+def test_a_429_with_retry_after_holds_the_site_for_every_node_until_then(
+        redis_server: RedisServer, site: SiteFactory, tmp_path: Path) -> None:
+    # given a site that answers one request with 429 and Retry-After: 3, after 6 pages
+    web = site(30)
+    web.answer_badly(6, 429, "3")
+    # when two nodes crawl it
+    times = crawl_with_two_nodes(redis_server, web, tmp_path, FAST_POLITE)
+    # then neither node sent it a request for 3 s (but a turn reserved before the 429 came)
+    told = web.bad_answer_times[0]
+    early = hits_in(times, told + RESERVED_AHEAD_S + 0.1, told + 2.95)
+    after = min(t for t in times if t > told + RESERVED_AHEAD_S + 0.1) - told
+    print(f"\n429: next request {after:.2f}s after it; {len(early)} within the 3 s")
+    assert early == [] and after < 3.5
+
+
+@pytest.mark.timing
+def test_a_503_without_retry_after_slows_the_site_down_for_every_node(
+        redis_server: RedisServer, site: SiteFactory, tmp_path: Path) -> None:
+    # given a site that answers three requests in a row with 503 (no header), after 10 pages
+    web = site(40)
+    web.answer_badly(10, 503, None, times=3)
+    # when two nodes crawl it at five requests a second
+    times = crawl_with_two_nodes(redis_server, web, tmp_path, FAST_POLITE)
+    # then the site sees far fewer requests a second after the 503s than before
+    first, last = web.bad_answer_times[0], web.bad_answer_times[-1]
+    before = len(hits_in(times, first - 1.5, first)) / 1.5
+    after = len(hits_in(times, last + RESERVED_AHEAD_S, last + 2.0 + RESERVED_AHEAD_S)) / 2.0
+    print(f"\n503: {before:.2f} req/s before, {after:.2f} req/s in the 2 s after")
+    assert after <= 0.5 * before
+
+
+@pytest.mark.timing
+def test_a_node_killed_holding_a_sites_slot_blocks_it_no_longer_than_the_lease(
+        redis_server: RedisServer, site: SiteFactory, tmp_path: Path) -> None:
+    # given two nodes sharing a site capped at one request under way for the cluster
+    # (CONCURRENT_REQUESTS_PER_DOMAIN = 1 in settings.py; leases of 3 s: FAST_SETTINGS)
+    web = site(40, delay_s=0.5)
+    project = project_with(tmp_path, "CONCURRENT_REQUESTS_PER_DOMAIN = 1")
+    one, two = start_nodes(2, redis_server.url, web.start_url, tmp_path, None,
+                           project_dir=project)
+    wait_until(lambda: all(len(web.agent_hits(n).times) >= 2 for n in NODES), 60,
+               "both nodes to crawl")
+    # when the first is killed with -9 while its request is under way (it holds the slot)
+    wait_until(lambda: len(web.requests_of("node1")) > len(web.agent_hits("node1").times), 30,
+               "node1 to have a request under way")
+    one.kill()
+    killed = time.monotonic()
+    wait_all([two], timeout_s=120)
+    # then the other node's next request starts once the slot's lease ended, not before, and
+    # never two requests of the site were under way at once
+    starts = [t - web.delay_s for t in web.agent_hits("node2").times]
+    resumed = min(t for t in starts if t > killed) - killed
+    under_way = [(t - web.delay_s + 0.02, t - 0.02) for t in site_times(web)]
+    overlaps = sum(a_end > b_start for (_, a_end), (b_start, _) in
+                   zip(under_way, under_way[1:], strict=False))
+    print(f"\nkill -9 with the slot: the other node resumed {resumed:.2f}s later "
+          f"(lease 3 s); {overlaps} overlapping requests")
+    assert 1.0 < resumed < 3.0 + 0.7
+    assert overlaps == 0
+    assert missing_pages(web) == []  # the page under way when node1 died came again
