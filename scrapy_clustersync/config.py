@@ -46,6 +46,7 @@ DEFAULTS: dict[str, str | int | float | bool] = {
     "CLUSTERSYNC_RECRAWL": "",
     "CLUSTERSYNC_FAILED_KEEP": 1000,
     "CLUSTERSYNC_SETTINGS_HISTORY": 1000,
+    "CLUSTERSYNC_POLITENESS": "cluster",  # one budget per site for the cluster; "node": Scrapy's
     # shared settings that may also come from settings.py (live_settings.py checks them)
     "CLUSTERSYNC_PROXY": "",  # none: no proxy
     "CLUSTERSYNC_SITE_DELAYS": "",  # none: DOWNLOAD_DELAY for every site

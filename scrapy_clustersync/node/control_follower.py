@@ -58,6 +58,8 @@ class ControlFollower:
         self.job = job
         self._reread_s = reread_s
         self.state: str | None = None
+        #: the close reason a CLOSESPIDER_* limit stopped the job with ("": none)
+        self.reason = ""
         self._subscription: ControlSubscription | None = None
         self._next_read = 0.0
         self._subscribe_at = 0.0
@@ -111,7 +113,7 @@ class ControlFollower:
             self._drop(now)
         else:
             if read is not None:
-                self.state = read.state
+                self.state, self.reason = read.state, read.reason
 
     def _listen_if_allowed(self, now: float, connect: bool = True) -> None:
         """Listen on the channel, unless this client may not subscribe (an ACL user without
@@ -141,7 +143,9 @@ class ControlFollower:
             self._subscription = self._control.subscribe()
             self._next_read = now  # a change made while the node was not subscribed
         while (heard := self._subscription.wait(0)) is not None:
-            self.state = ControlState.parse(heard, None).state
+            state = ControlState.heard(heard)
+            if state is not None:
+                self.state, self.reason = state.state, state.reason
 
     def _drop(self, now: float) -> None:
         self.close()

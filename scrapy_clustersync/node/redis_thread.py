@@ -27,6 +27,8 @@ from typing import Any
 from ..config import ClusterConfig
 from ..plugin.stop_reasons import REDIS_UNREACHABLE
 from ..store import JobStore
+from .closespider_message import Counted
+from .closespider_part import CloseSpiderPart
 from .control_follower import FOLLOW_INTERVAL_S, ControlFollower
 from .heartbeats import PING_INTERVAL_S, HeartbeatPart
 from .leasing import LeasingPart
@@ -84,7 +86,7 @@ def open_redis_thread(
                       later=None if post is not None else end_of_turn(reactor)).link
 
 
-class SyncWorker(TurnPart, HeartbeatPart, LeasingPart, OutagePart):
+class SyncWorker(TurnPart, HeartbeatPart, LeasingPart, OutagePart, CloseSpiderPart):
     """The node's Redis thread (see the module doc); ``link`` is its reactor side."""
 
     def __init__(
@@ -128,6 +130,7 @@ class SyncWorker(TurnPart, HeartbeatPart, LeasingPart, OutagePart):
         self._told = NodeView()
         self._init_heartbeats(start_state)
         self._init_outages()
+        self._init_closespider()
 
     # ---- the loop ----------------------------------------------------------------------------
     def _run(self) -> None:
@@ -244,7 +247,9 @@ class SyncWorker(TurnPart, HeartbeatPart, LeasingPart, OutagePart):
             rollbacks=self._rollbacks, start_state=self._start_state, cluster=self._cluster,
             finished_at=self._finished_at, state_lost=self._state_lost is not None,
             away=self._away_since is not None, control=self._control,
-            round_trip_s=self._round_trip_told)
+            round_trip_s=self._round_trip_told,
+            stop_reason=self._follower.reason or self._cs_counts.stop_reason,
+            tickets=self._cs_granted)
         if view != self._told:
             self._told = view
             self._post(self._link.view_changed, view)
@@ -296,6 +301,7 @@ class SyncWorker(TurnPart, HeartbeatPart, LeasingPart, OutagePart):
 
         return {Took: took, Busy: activity, Idle: activity, ReactorAlive: alive,
                 HandedBack: handed_back, Demand: demand,
+                Counted: lambda message, now: self._counted(message),
                 WantLease: lambda message, now: self._lease_wanted_after(message.pushes),
                 Dropped: lambda message, now: self._dropped(message.entry_ids)}
 
@@ -351,6 +357,7 @@ class SyncWorker(TurnPart, HeartbeatPart, LeasingPart, OutagePart):
         self._writes.release(close.unacked)
         writes = len(self._writes)
         if reachable:
+            self._guard(lambda: self._step(time.monotonic(), closing=True))  # counts, tickets
             self._flush_and_leave()
             self._follower.settle()
         self._follower.close()

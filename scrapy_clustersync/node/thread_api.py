@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from ..config import ClusterConfig
     from ..store import JobStore
     from ..store.script_results import Heartbeat
+    from .closespider_message import Counted
 
 def end_of_turn(reactor: Any) -> Callable[[Callable[[], None]], object]:
     """What calls a function on ``reactor`` once its current turn is over: asyncio's
@@ -134,6 +135,19 @@ class RedisThread(Protocol):
     @property
     def allows_downloads(self) -> bool:
         """True while the job runs (``control`` is running)."""
+
+    @property
+    def stop_reason(self) -> str:
+        """The close reason a CLOSESPIDER_* limit stopped the job with ("": none)."""
+
+    @property
+    def tickets(self) -> int:
+        """Page tickets granted to this node so far (CLOSESPIDER_PAGECOUNT: a request goes to
+        a site only with one)."""
+
+    def counted(self, message: Counted, wake: bool = False) -> None:
+        """Hand the Redis thread what the cluster CloseSpider extension counted (``wake``: at
+        once rather than at the thread's next turn)."""
 
     def listen(self, callback: Callable[[], None]) -> None:
         """Call ``callback`` on the reactor whenever the thread handed over something new

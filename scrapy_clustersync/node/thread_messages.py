@@ -1,7 +1,8 @@
 """What the reactor and the node's Redis thread say to each other: nothing else crosses.
 
 Reactor -> Redis thread: the ops to write (``store.Op``) and the commands below, in one FIFO
-queue (``queue.SimpleQueue``), so the thread sees them in the order the reactor made them (a
+queue (``queue.SimpleQueue``; the CloseSpider counts are closespider_message.py's ``Counted``),
+so the thread sees them in the order the reactor made them (a
 ``Took`` before the pushes of that request's callback, for instance).
 
 Redis thread -> reactor: immutable values (``NodeView``, tuples of leased entries, the
@@ -104,7 +105,7 @@ class NodeView:
     not in Redis yet; ``round_trip_s``: how long its lease calls take (an average);
     ``finished_at``: the reactor's activity count the heartbeat that found the job finished
     was sent with (None: not finished); ``control``: the job's control state (None until
-    first read).
+    first read); ``stop_reason`` and ``tickets``: the cluster's CloseSpider (closespider_part.py).
     """
 
     ops_received: int = 0
@@ -119,3 +120,7 @@ class NodeView:
     away: bool = False
     control: str | None = None
     round_trip_s: float = 0.0
+    #: the close reason a CLOSESPIDER_* limit stopped the job with ("": none)
+    stop_reason: str = ""
+    #: page tickets granted to this node so far (closespider.lua)
+    tickets: int = 0

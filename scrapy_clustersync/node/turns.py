@@ -25,6 +25,7 @@ from ..store.round_trip import Answer, RoundTrip
 
 if TYPE_CHECKING:
     from ..config import ClusterConfig
+    from ..store.closespider_script import ClusterCounts
     from .control_follower import ControlFollower
     from .heartbeats import BeatCall
     from .leasing import LeaseCall
@@ -77,6 +78,7 @@ class TurnPart:
             lease = self._lease_in(trip, settling, flush.returns if flush is not None else 0)
         reading = not closing and self._away_since is None
         control = self._follower.read_in(trip, now) if reading else None
+        counts = self._closespider_in(trip, now, leaving=closing) if reading or closing else None
         took_s = self._send(trip)
         if beat is not None:
             self._beat_answered(beat, took_s)
@@ -89,8 +91,18 @@ class TurnPart:
             busy = self._lease_answered(lease, took_s, settled) or busy
         if not closing and self._turned_idle():
             self._beat(now)  # the job may be finished now: say so without waiting an interval
-        if not closing:  # bloom-prepare: next Bloom layer ahead of need, one chunk per step
-            busy = self.store.prepare_bloom(self.epoch) or busy
+        return self._finish_step(now, closing, counts) or busy
+
+    def _finish_step(self, now: float, closing: bool,
+                     counts: Answer[ClusterCounts] | None) -> bool:
+        """The end of ``_step``: the next Bloom layer ahead of need (one chunk per step; True
+        if there is more to prepare), then the CloseSpider answer (last: its error leaves the
+        others applied)."""
+        busy = False
+        if not closing:
+            busy = self.store.prepare_bloom(self.epoch)
+        if counts is not None:
+            self._closespider_answered(counts, now)
         return busy
 
     def _send(self, trip: RoundTrip) -> float:
@@ -180,3 +192,8 @@ class TurnPart:
                             settled: bool = False) -> bool: ...
 
         def _turned_idle(self) -> bool: ...
+
+        def _closespider_in(self, trip: RoundTrip, now: float,
+                            leaving: bool = False) -> Answer[ClusterCounts] | None: ...
+
+        def _closespider_answered(self, answer: Answer[ClusterCounts], now: float) -> None: ...

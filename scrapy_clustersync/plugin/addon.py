@@ -5,9 +5,12 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from scrapy.extensions.closespider import CloseSpider
+
 from ..config import ClusterConfig, ConfigError
 from ..setting_names import check_settings_object
 from . import download_gate
+from .cluster_closespider import ClusterCloseSpider, node_mode
 from .download_gate import DownloadGate
 from .exit_code import ExitCode
 from .job_control import JobControl
@@ -63,3 +66,6 @@ class Addon:
         settings.set_in_component_priority_dict("EXTENSIONS", NodeLifecycle, 0)
         settings.set_in_component_priority_dict("EXTENSIONS", ClusterProgress, 0)
         settings.set_in_component_priority_dict("EXTENSIONS", JobControl, 0)
+        if not node_mode(settings):  # CLOSESPIDER_* count for the cluster (cluster_closespider)
+            settings.set_in_component_priority_dict("EXTENSIONS", CloseSpider, None)
+            settings.set_in_component_priority_dict("EXTENSIONS", ClusterCloseSpider, 0)

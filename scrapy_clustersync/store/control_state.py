@@ -30,21 +30,32 @@ STOPPED = "stopped"
 STATES = (RUNNING, PAUSED, STOPPING, STOPPED)
 #: what ``control.lua`` accepts
 ACTIONS = ("pause", "resume", "stop", "settle")
+#: the meta fields a read of the state reads
+_FIELDS = ["control", "control_ms", "stop_reason"]
 
 
 @dataclass(frozen=True)
 class ControlState:
-    """The job's control state and the server ms of its last change (0: never changed)."""
+    """The job's control state, the server ms of its last change (0: never changed) and the
+    close reason a CLOSESPIDER_* limit stopped it with ("": none, closespider.lua)."""
 
     state: str = RUNNING
     since_ms: int = 0
+    reason: str = ""
 
     @classmethod
-    def parse(cls, state: Any, since_ms: Any) -> ControlState:
+    def parse(cls, state: Any, since_ms: Any, reason: Any = None) -> ControlState:
         """From the meta fields as read; a value this version does not know reads as running."""
         text = as_text(state) if state else RUNNING
         return cls(text if text in STATES else RUNNING, int(as_text(since_ms) or 0) if since_ms
-                   else 0)
+                   else 0, as_text(reason) if reason else "")
+
+    @classmethod
+    def heard(cls, message: str) -> ControlState | None:
+        """From a message of the control channel: "<state>" or "<state> <reason>"; None for a
+        message that names no state (a new settings version: "settings <version>")."""
+        state, _, reason = message.partition(" ")
+        return cls(state, 0, reason) if state in STATES else None
 
 
 @dataclass(frozen=True)
@@ -93,13 +104,12 @@ class ControlStore:
     def read(self) -> ControlState:
         """The state as Redis holds it now (one HMGET)."""
         with translate_errors(self.client):
-            state, since = self.client.hmget(self.keys.meta, ["control", "control_ms"])
-        return ControlState.parse(state, since)
+            state, since, reason = self.client.hmget(self.keys.meta, _FIELDS)
+        return ControlState.parse(state, since, reason)
 
     def read_in(self, trip: RoundTrip) -> Answer[ControlState]:
         """``read`` in ``trip`` (round_trip.py)."""
-        fields = ["control", "control_ms"]
-        return trip.add(lambda pipe: pipe.hmget(self.keys.meta, fields),
+        return trip.add(lambda pipe: pipe.hmget(self.keys.meta, _FIELDS),
                         Answer(self.client, lambda reply: ControlState.parse(*reply), self.read))
 
     def subscribe(self) -> ControlSubscription:

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 import redis
 
 from ..config import DedupSettings
+from .closespider_script import CloseSpiderStore
 from .control_state import ControlChange, ControlState, ControlStore
 from .dedup import bloom_refusal
 from .dedup_upkeep import DedupUpkeep
@@ -90,6 +91,7 @@ class JobStore:
         self._join = JoinScript(client, self.keys)
         self._restart = RestartScript(client, self.keys)
         self.control = ControlStore(client, self.keys)
+        self.closespider = CloseSpiderStore(client, self.keys, node_id)
 
     @property
     def dedup(self) -> DedupSettings:

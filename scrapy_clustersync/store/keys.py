@@ -64,6 +64,11 @@ class JobKeys:
       "ms", "who", "key", "old", "new"}), the newest ``CLUSTERSYNC_SETTINGS_HISTORY`` of them
     - ``live_keys`` hash: a key the spider declares live -> its type name ("str", "int",
       "float", "bool", "list", "dict"), written by the nodes
+    - ``closespider`` hash: the cluster's CLOSESPIDER_* counts (lua/closespider.lua):
+      ``pages``, ``items``, ``errors``, ``pages_no_item``, ``started_ms``, ``last_item_ms``,
+      ``tickets`` (page tickets out), ``stop_reason`` and "call:<node>" (that node's last call
+      id); ``meta`` also holds ``stop_reason`` (the close reason a limit stopped the job with;
+      a resume removes it)
     - ``call:<node>`` hash: the node's write counter (``writes``, see flush.lua) and its last
       flush and lease call ids with their results (a retried call changes nothing more)
     """
@@ -169,6 +174,10 @@ class JobKeys:
         """One string of a Bloom filter layer (layers are cut into chunks, see bloom_layout.py)."""
         return self._key(f"bloom:{layer}:{chunk}")
 
+    @property
+    def closespider(self) -> str:
+        return self._key("closespider")
+
     def last_call(self, node: str) -> str:
         """The node's last script call id and result, so a retried call changes nothing more."""
         return self._key(f"call:{node}")
@@ -187,5 +196,5 @@ class JobKeys:
             self.seen, self.stats, self.nodes, self.node_info, self.idle, self.dead, self.bloom,
             self.failed, self.tasks, self.task_of, self.scrapy_stats, self.node_stats,
             self.dead_nodes, self.node_seen, self.pruned, self.settings, self.settings_log,
-            self.live_keys,
+            self.live_keys, self.closespider,
         ]

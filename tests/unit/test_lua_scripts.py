@@ -19,6 +19,11 @@ import redis
 from scrapy_clustersync.config import DedupSettings
 from scrapy_clustersync.store.bloom_scripts import BloomPrepareScript, DedupMigrateScript
 from scrapy_clustersync.store.check_script import CheckScript
+from scrapy_clustersync.store.closespider_script import (
+    CloseLimits,
+    CloseSpiderScript,
+    SpiderCounts,
+)
 from scrapy_clustersync.store.control_state import ControlScript
 from scrapy_clustersync.store.dead_requeue import RequeueScript
 from scrapy_clustersync.store.dedup import LayersDescribed
@@ -67,6 +72,7 @@ def sample_calls() -> list[Call]:
     prepare, migrate = BloomPrepareScript(CLIENT, KEYS), DedupMigrateScript(CLIENT, KEYS)
     requeue = RequeueScript(CLIENT, KEYS)
     settings = SettingsScript(CLIENT, KEYS)
+    closespider = CloseSpiderScript(CLIENT, KEYS, NODE)
     ask = JoinRequest(NODE, "e", 1, True, "exact", DedupSettings(), "forget-seen")
     return [
         (flush, flush.call("e", "c", 0, FlushDedup("set-then-bloom", 9, TWO_LAYERS),
@@ -82,6 +88,7 @@ def sample_calls() -> list[Call]:
         (requeue, requeue.call([(b"l\n", "id", "0"), (b"m\n", "id2", "-1")]), 0, 6),
         (settings, settings.call({"DOWNLOAD_DELAY": 0.5, "USER_AGENT": UNSET}, "me@host", 3,
                                  "c", 10), 0, 4),
+        (closespider, closespider.call("c", SpiderCounts(1, 2, 3), CloseLimits(50), 4, 0), 0, 0),
     ]
 
 
