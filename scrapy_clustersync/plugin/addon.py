@@ -10,7 +10,7 @@ from scrapy.extensions.closespider import CloseSpider
 from ..config import ClusterConfig, ConfigError
 from ..setting_names import check_settings_object
 from . import download_gate
-from .cluster_closespider import ClusterCloseSpider, node_mode
+from .cluster_closespider import ClusterCloseSpider, limits_from, node_mode
 from .download_gate import DownloadGate
 from .exit_code import ExitCode
 from .job_control import JobControl
@@ -28,6 +28,7 @@ logger = logging.getLogger(__name__)
 SCHEDULER_PATH = "scrapy_clustersync.scheduler.ClusterScheduler"
 DUPEFILTER_PATH = "scrapy_clustersync.dupefilter.ClusterDupeFilter"
 REFUSED_SCHEDULER_PATH = "scrapy_clustersync.plugin.stop_reasons.RefusedScheduler"
+CLOSESPIDER_PATH = "scrapy.extensions.closespider.CloseSpider"
 
 
 class Addon:
@@ -50,7 +51,8 @@ class Addon:
         try:
             check_settings_object(settings)
             ClusterConfig.from_settings(settings, spider_name=self.spider_name)
-        except ConfigError as exc:
+            limits_from(settings)
+        except (ConfigError, ValueError) as exc:
             logger.error("clustersync: %s The node stops.", exc)
             settings.set("SCHEDULER", REFUSED_SCHEDULER_PATH, priority="addon")
             return
@@ -68,4 +70,8 @@ class Addon:
         settings.set_in_component_priority_dict("EXTENSIONS", JobControl, 0)
         if not node_mode(settings):  # CLOSESPIDER_* count for the cluster (cluster_closespider)
             settings.set_in_component_priority_dict("EXTENSIONS", CloseSpider, None)
+            # EXTENSIONS_BASE names it by path: that key must be off too
+            extensions = settings.getdict("EXTENSIONS")
+            extensions[CLOSESPIDER_PATH] = None
+            settings.set("EXTENSIONS", extensions, settings.getpriority("EXTENSIONS") or 0)
             settings.set_in_component_priority_dict("EXTENSIONS", ClusterCloseSpider, 0)
