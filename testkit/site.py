@@ -38,6 +38,7 @@ import sys
 import threading
 import time
 from collections import Counter, defaultdict
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -119,6 +120,8 @@ class TestSite(Service):
         self._hit_times: defaultdict[str, list[float]] = defaultdict(list)  # agent -> times
         self._not_found: Counter[str] = Counter()
         self._requests: defaultdict[str, list[str]] = defaultdict(list)  # agent -> targets
+        #: (time.monotonic(), headers) of every GET, in the order they arrived
+        self._headers: list[tuple[float, dict[str, str]]] = []
         self._server: _SiteHTTPServer | None = None
         self._thread: threading.Thread | None = None
         self.page_body = functools.lru_cache(maxsize=_PAGE_CACHE_SIZE)(self._render_page)
@@ -193,6 +196,17 @@ class TestSite(Service):
         """Log one GET of ``target`` (path and query) by ``agent``, whatever its answer."""
         with self._lock:
             self._requests[agent].append(target)
+
+    def record_headers(self, headers: Mapping[str, str]) -> None:
+        """Log the headers of one GET (names as sent), timed now."""
+        now = time.monotonic()
+        with self._lock:
+            self._headers.append((now, dict(headers)))
+
+    def headers_seen(self, since: float = 0.0) -> list[dict[str, str]]:
+        """The headers of every GET that arrived after ``since`` (time.monotonic()), in order."""
+        with self._lock:
+            return [headers for at, headers in self._headers if at > since]
 
     def requests_of(self, agent: str) -> list[str]:
         """Every GET target (path and ``?query``) ``agent`` sent, in the order they arrived,
@@ -344,6 +358,7 @@ class _PageHandler(BaseHTTPRequestHandler):
         agent = self.headers.get("User-Agent", "")
         if send_body:
             site.record_request(self.path, agent)
+            site.record_headers(dict(self.headers.items()))
         page = site.page_number(path)
         if page is not None:
             if site.delay_s > 0:

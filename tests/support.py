@@ -81,16 +81,18 @@ def start_node(
     redis_url: str,
     start_url: str,
     workdir: Path,
-    settings: Mapping[str, str] | None = None,
+    settings: Mapping[str, str | None] | None = None,
     project_dir: Path = EXAMPLE_PROJECT,
     spider: str = "site",
     env: Mapping[str, str] | None = None,
     options: tuple[str, ...] = (),
 ) -> Node:
     """Start ``scrapy crawl`` as a cluster node; its User-Agent is ``name`` (the site counts it)
-    unless ``settings`` say otherwise; ``options``: more of the command line (``-o FILE``)."""
-    merged = {**FAST_SETTINGS, "USER_AGENT": name,
-              "CLUSTERSYNC_SPOOL_DIR": str(workdir / "spool"), **(settings or {})}
+    unless ``settings`` say otherwise (a setting given as None is left off the command line);
+    ``options``: more of the command line (``-o FILE``)."""
+    given = {**FAST_SETTINGS, "USER_AGENT": name,
+             "CLUSTERSYNC_SPOOL_DIR": str(workdir / "spool"), **(settings or {})}
+    merged = {key: value for key, value in given.items() if value is not None}
     log_path = workdir / f"{name}.log"
     process = ZYGOTE.start_node(
         spider, cwd=project_dir, log_path=log_path, spider_args={"start_url": start_url},

@@ -2,16 +2,17 @@
 
 The state lives in Redis (the job's meta field ``control``, changed by ``control.lua``). The
 node's Redis thread calls ``listen`` on every turn of its loop (at least every
-``FOLLOW_INTERVAL_S``): it applies what the job's control channel said since (a subscription
-on a connection of its own, read without waiting); and it re-reads the field every
-``REREAD_S``, in the round trip of the turn's other calls (``read_in``, ``answered``), so that
-a node that missed a message (a dropped connection, a node that joined meanwhile) converges
-within that time. Until it subscribed (its thread subscribes when it has the time: see
-``SyncWorker._subscribe_if_free``) it re-reads in every round trip that goes anyway, up to every
-``FOLLOW_INTERVAL_S``. ``follow`` does both, the read a call of its own. When Redis is away it
-keeps the last state it knew and subscribes again quietly. The thread holds leasing while the
-job does not run and hands the state to the reactor in its ``NodeView``; the control extension
-(plugin/job_control.py) acts on it there.
+``FOLLOW_INTERVAL_S``): it applies what the job's control channel said since (a subscription on
+a connection of its own, read without waiting); and it re-reads the field every ``REREAD_S``,
+in the round trip of the turn's other calls (``read_in``, ``answered``), so that a node that
+missed a message (a dropped connection, a node that joined meanwhile) converges within that
+time. The same read and channel carry the job's shared-settings version (``settings_version``;
+a "settings <N>" message is no control state). Until it subscribed (its thread subscribes when
+it has the time: see ``SyncWorker._subscribe_if_free``) it re-reads in every round trip that
+goes anyway, up to every ``FOLLOW_INTERVAL_S``. ``follow`` does both, the read a call of its
+own. When Redis is away it keeps the last state it knew and subscribes again quietly. The
+thread holds leasing while the job does not run and hands the state to the reactor in its
+``NodeView``; the control extension (plugin/job_control.py) acts on it there.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from ..store.control_state import (
     STOPPING,
     ControlState,
     ControlSubscription,
+    heard_settings_version,
 )
 from ..store.errors import AccessRefused
 
@@ -60,6 +62,9 @@ class ControlFollower:
         self.state: str | None = None
         #: the close reason a CLOSESPIDER_* limit stopped the job with ("": none)
         self.reason = ""
+        #: the job's shared-settings version as last read or heard (0: none yet); the node
+        #: reads the settings again whenever it differs from the version it applies
+        self.settings_version = 0
         self._subscription: ControlSubscription | None = None
         self._next_read = 0.0
         self._subscribe_at = 0.0
@@ -114,6 +119,7 @@ class ControlFollower:
         else:
             if read is not None:
                 self.state, self.reason = read.state, read.reason
+                self.settings_version = read.settings_version
 
     def _listen_if_allowed(self, now: float, connect: bool = True) -> None:
         """Listen on the channel, unless this client may not subscribe (an ACL user without
@@ -143,8 +149,10 @@ class ControlFollower:
             self._subscription = self._control.subscribe()
             self._next_read = now  # a change made while the node was not subscribed
         while (heard := self._subscription.wait(0)) is not None:
-            state = ControlState.heard(heard)
-            if state is not None:
+            version = heard_settings_version(heard)
+            if version is not None:  # a new version of the shared settings, not a control state
+                self.settings_version = max(self.settings_version, version)
+            elif (state := ControlState.heard(heard)) is not None:
                 self.state, self.reason = state.state, state.reason
 
     def _drop(self, now: float) -> None:

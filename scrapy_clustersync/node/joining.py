@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
 from ..config import ClusterConfig, redact_url
+from ..plugin.settings_in_force import declared_live_keys
 from ..plugin.stop_reasons import (
     JOB_FINISHED,
     JOB_STOPPED,
@@ -23,6 +25,7 @@ from ..store.control_state import STOPPED, STOPPING, ControlState
 from ..store.errors import AccessRefused, JobUnreadable
 from ..store.join_scripts import HELD
 from ..store.script_results import FinishedRun, Joined
+from ..store.shared_settings import SharedSettings, SharedSettingsStore
 from .liveness import StartUpLiveness
 from .thread_api import NodeOpened
 
@@ -34,15 +37,19 @@ logger = logging.getLogger(__name__)
 MIN_REDIS_VERSION = (7, 0)
 
 
-def open_node(store: JobStore, config: ClusterConfig, spool: Spool) -> NodeOpened | str:
-    """Join the job, warn of risks and replay the spool (see spool.py), on the node's Redis
-    thread; returns what the node joined as, or the reason it must stop with (``join_job``)."""
+def open_node(store: JobStore, config: ClusterConfig, spool: Spool,
+              spider_cls: type | None = None) -> NodeOpened | str:
+    """Join the job, warn of risks, record the live keys ``spider_cls`` declares
+    (settings_in_force.declared_live_keys), read the shared settings (so the first request
+    uses them) and replay the spool (see spool.py), on the node's Redis thread; returns what
+    the node joined as, or the reason it must stop with (``join_job``)."""
     alive = StartUpLiveness(store, config)
     controlled: list[str] = []
     joined = join_job(store, config, alive, controlled)
     if isinstance(joined, str):
         return joined
     warn_of_risks(store, config)
+    shared = read_shared_settings(store, config, declared_live_keys(spider_cls))
     try:
         replayed = spool.replay(joined.epoch, store.as_node, keep_alive=alive.renew)
     except Exception:  # a spool that cannot be read must not keep the node from its job
@@ -50,7 +57,21 @@ def open_node(store: JobStore, config: ClusterConfig, spool: Spool) -> NodeOpene
                          "are kept for the next node", config.job)
         replayed = 0
     return NodeOpened(joined.epoch, joined.runs_start, replayed, call_s=alive.call_s,
-                      control=controlled[0] if controlled else None)
+                      control=controlled[0] if controlled else None, settings=shared)
+
+
+def read_shared_settings(store: JobStore, config: ClusterConfig,
+                         declared: Mapping[str, str]) -> SharedSettings | None:
+    """Declare the spider's live keys and read the job's shared settings; None if Redis did
+    not answer (the Redis thread reads them in its first turns then). Never raises."""
+    settings = SharedSettingsStore(store.client, store.keys)
+    try:
+        settings.declare_keys(declared)
+        return settings.read()
+    except StoreError as exc:
+        logger.warning("clustersync: could not read the shared settings of job %r (%s); this "
+                       "node reads them again as soon as it can", config.job, exc)
+        return None
 
 
 def warn_of_risks(store: JobStore, config: ClusterConfig) -> None:

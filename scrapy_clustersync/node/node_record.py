@@ -4,7 +4,8 @@ The record's fields (JSON, in the job's ``node_info`` hash; ``clustersync status
 read them, each as optional): node, host, ip, pid, started, updated (Unix seconds), spider,
 runs_start, concurrency (CONCURRENT_REQUESTS), inflight, pages, items, errors (spider
 exceptions and download errors), pages_per_min, unserializable, cpu_percent, rss_bytes,
-load_avg (1, 5, 15 min), settings_version (None until shared settings exist), versions
+load_avg (1, 5, 15 min), settings_version (the shared-settings version the node applies; None
+until it applied one), settings_overrides (the shared keys its ``-s`` gives), versions
 (clustersync, scrapy, python), digest, setting_digests and file_digests (project_digest.py). The
 Redis thread adds its own figures (leased, prefetched, buffered) and the state (heartbeats.py
 ``_state``).
@@ -80,6 +81,13 @@ class NodeInfo:
         self.started = time.time()
         #: (monotonic time, pages) at each snapshot of the last RATE_WINDOW_S, oldest first
         self._samples: deque[tuple[float, int]] = deque()
+
+    def settings_applied(self, version: int, overrides: list[str]) -> None:
+        """The node applies shared-settings ``version``; ``overrides``: the shared keys its
+        command line (``-s``) gives, which it does not take from the job. On the reactor: the
+        record's fixed part is replaced whole, never changed in place, as the Redis thread
+        reads it."""
+        self.fixed = {**self.fixed, "settings_version": version, "settings_overrides": overrides}
 
     def snapshot(self) -> dict[str, Any]:
         """A JSON-ready record; called from the Redis thread, so it only reads."""

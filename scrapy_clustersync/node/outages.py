@@ -41,6 +41,7 @@ class OutagePart:
     _held: set[str]
     _unstarted: dict[str, int]
     _next_heartbeat: float
+    _settings_due: bool
 
     def _init_outages(self) -> None:
         self._away_since: float | None = None
@@ -120,6 +121,7 @@ class OutagePart:
             time.monotonic() - self._away_since, len(self._writes),
         )
         self._away_since = None
+        self._settings_due = True  # the shared settings may have changed meanwhile
         self._outage_tries = 0
         self._next_heartbeat = 0.0
 

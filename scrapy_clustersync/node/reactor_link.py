@@ -336,6 +336,8 @@ class NodeLink(CloseSpiderLink):
     def allows_downloads(self) -> bool:
         return self._view.control == RUNNING
 
+    shared_settings = property(lambda self: self._view.settings)  # see thread_api.RedisThread
+
     @property
     def cluster(self) -> Heartbeat | None:
         return self._view.cluster
@@ -369,7 +371,8 @@ class NodeLink(CloseSpiderLink):
     def opened(self, opened: NodeOpened | str) -> None:
         if not isinstance(opened, str):
             self._start_state = StartState("mine" if opened.runs_start else "other")
-            self._view = dataclasses.replace(self._view, control=opened.control)
+            self._view = dataclasses.replace(self._view, control=opened.control,
+                                             settings=opened.settings)
         self._opened.callback(opened)
 
     def view_changed(self, view: NodeView) -> None:

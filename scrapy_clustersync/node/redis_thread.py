@@ -34,6 +34,7 @@ from .heartbeats import PING_INTERVAL_S, HeartbeatPart
 from .leasing import LeasingPart
 from .outages import OutagePart
 from .reactor_link import Channel, Inbox, Message, NodeLink
+from .settings_reads import SettingsPart
 from .thread_api import NodeOpened, StartState, Undelivered, end_of_turn
 from .thread_messages import (
     Busy,
@@ -86,7 +87,8 @@ def open_redis_thread(
                       later=None if post is not None else end_of_turn(reactor)).link
 
 
-class SyncWorker(TurnPart, HeartbeatPart, LeasingPart, OutagePart, CloseSpiderPart):
+class SyncWorker(TurnPart, HeartbeatPart, LeasingPart, OutagePart, SettingsPart,
+                 CloseSpiderPart):
     """The node's Redis thread (see the module doc); ``link`` is its reactor side."""
 
     def __init__(
@@ -127,6 +129,7 @@ class SyncWorker(TurnPart, HeartbeatPart, LeasingPart, OutagePart, CloseSpiderPa
         self._retry_at = 0.0  # Redis away: the next try
         self._follower = ControlFollower(store.control, config.job)
         self._control: str | None = None
+        self._init_settings()
         self._told = NodeView()
         self._init_heartbeats(start_state)
         self._init_outages()
@@ -194,6 +197,7 @@ class SyncWorker(TurnPart, HeartbeatPart, LeasingPart, OutagePart, CloseSpiderPa
         now = time.monotonic()
         if opened.control is not None:  # the join read it: subscribe after the first lease
             self._follower.joined(opened.control, now)
+        self._settings_joined(opened.settings)
         self._follow(now)  # the control state before any lease
         # the join made the node live: its first heartbeat need not hold up its first lease
         self._next_heartbeat = now + min(FIRST_BEAT_AFTER_S, self.config.heartbeat_interval_s)
@@ -247,7 +251,7 @@ class SyncWorker(TurnPart, HeartbeatPart, LeasingPart, OutagePart, CloseSpiderPa
             rollbacks=self._rollbacks, start_state=self._start_state, cluster=self._cluster,
             finished_at=self._finished_at, state_lost=self._state_lost is not None,
             away=self._away_since is not None, control=self._control,
-            round_trip_s=self._round_trip_told,
+            round_trip_s=self._round_trip_told, settings=self._shared,
             stop_reason=self._follower.reason or self._cs_counts.stop_reason,
             tickets=self._cs_granted)
         if view != self._told:

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from ..config import ClusterConfig
     from ..store import JobStore
     from ..store.script_results import Heartbeat
+    from ..store.shared_settings import SharedSettings
     from .closespider_message import Counted
 
 def end_of_turn(reactor: Any) -> Callable[[Callable[[], None]], object]:
@@ -149,6 +150,11 @@ class RedisThread(Protocol):
         """Hand the Redis thread what the cluster CloseSpider extension counted (``wake``: at
         once rather than at the thread's next turn)."""
 
+    @property
+    def shared_settings(self) -> SharedSettings | None:
+        """The job's shared settings as the Redis thread last read them (the join reads them
+        first), None before it could; a new version is there within a second of its change."""
+
     def listen(self, callback: Callable[[], None]) -> None:
         """Call ``callback`` on the reactor whenever the thread handed over something new
         (leases, outcome, cluster, start state, control state, totals)."""
@@ -199,6 +205,8 @@ class NodeOpened:
     control: str | None = None
     #: how long the node's call before its join took: its distance from Redis (liveness.py)
     call_s: float = 0.0
+    #: the job's shared settings as read right after the join (None: they could not be read)
+    settings: SharedSettings | None = None
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from .thread_api import StartState
 
 if TYPE_CHECKING:
     from ..store.script_results import Heartbeat
+    from ..store.shared_settings import SharedSettings
 
 
 @dataclass(frozen=True)
@@ -105,7 +106,9 @@ class NodeView:
     not in Redis yet; ``round_trip_s``: how long its lease calls take (an average);
     ``finished_at``: the reactor's activity count the heartbeat that found the job finished
     was sent with (None: not finished); ``control``: the job's control state (None until
-    first read); ``stop_reason`` and ``tickets``: the cluster's CloseSpider (closespider_part.py).
+    first read); ``settings``: the job's shared settings as last read (None until read; the
+    reactor applies a version it has not applied: plugin/settings_applier.py);
+    ``stop_reason`` and ``tickets``: the cluster's CloseSpider (closespider_part.py).
     """
 
     ops_received: int = 0
@@ -120,6 +123,7 @@ class NodeView:
     away: bool = False
     control: str | None = None
     round_trip_s: float = 0.0
+    settings: SharedSettings | None = None
     #: the close reason a CLOSESPIDER_* limit stopped the job with ("": none)
     stop_reason: str = ""
     #: page tickets granted to this node so far (closespider.lua)

@@ -1,8 +1,9 @@
 """One turn of the node's Redis thread: what is due, in one round trip (part of
 ``redis_thread.SyncWorker``).
 
-A turn sends what is due of the heartbeat, the next batch of writes, a lease and a look at the
-job's control state together (store/round_trip.py). Each would be a round trip of its own, and
+A turn sends what is due of the heartbeat, the next batch of writes, a lease, a look at the
+job's control state and, when their version moved, the job's shared settings together
+(store/round_trip.py). Each would be a round trip of its own, and
 far from Redis that is what the thread spends its time on: a lease that waited behind the three
 others came three round trips later, while the downloader ran dry. Redis runs them in that
 order, so the lease finds the batch's pushes and releases queued, as the reactor judges the
@@ -22,10 +23,12 @@ from typing import TYPE_CHECKING
 from ..store import FlushResult, JobStore, Push
 from ..store.errors import BadBatch
 from ..store.round_trip import Answer, RoundTrip
+from ..store.shared_settings import SharedSettings
 
 if TYPE_CHECKING:
     from ..config import ClusterConfig
     from ..store.closespider_script import ClusterCounts
+    from ..store.control_state import ControlState
     from .control_follower import ControlFollower
     from .heartbeats import BeatCall
     from .leasing import LeaseCall
@@ -33,6 +36,9 @@ if TYPE_CHECKING:
     from .write_stream import WriteStream
 
 logger = logging.getLogger(__name__)
+
+#: the reads of a turn: the control state's and the shared settings' (None: not due)
+Reads = tuple["Answer[ControlState] | None", "Answer[SharedSettings] | None"]
 
 
 @dataclass(frozen=True)
@@ -77,14 +83,13 @@ class TurnPart:
         if not closing and self._lease_due(now, settling):
             lease = self._lease_in(trip, settling, flush.returns if flush is not None else 0)
         reading = not closing and self._away_since is None
-        control = self._follower.read_in(trip, now) if reading else None
+        reads = self._reads_in(trip, now) if reading else None
         counts = self._closespider_in(trip, now, leaving=closing) if reading or closing else None
         took_s = self._send(trip)
         if beat is not None:
             self._beat_answered(beat, took_s)
-        if control is not None:
-            self._follower.answered(control, now)
-            self._control = self._follower.state
+        if reads is not None:
+            self._reads_answered(reads, now)
         settled = flush is not None and self._flush_answered(flush)
         busy = flush is not None
         if lease is not None:
@@ -104,6 +109,18 @@ class TurnPart:
         if counts is not None:
             self._closespider_answered(counts, now)
         return busy
+
+    def _reads_in(self, trip: RoundTrip, now: float) -> Reads:
+        """The looks at the job's control state and shared settings due, added to ``trip``."""
+        return self._follower.read_in(trip, now), self._settings_in(trip)
+
+    def _reads_answered(self, reads: Reads, now: float) -> None:
+        control, shared = reads
+        if control is not None:
+            self._follower.answered(control, now)
+            self._control = self._follower.state
+        if shared is not None:
+            self._settings_answered(shared)
 
     def _send(self, trip: RoundTrip) -> float:
         """Send ``trip``; returns how long it took."""
@@ -192,6 +209,10 @@ class TurnPart:
                             settled: bool = False) -> bool: ...
 
         def _turned_idle(self) -> bool: ...
+
+        def _settings_in(self, trip: RoundTrip) -> Answer[SharedSettings] | None: ...
+
+        def _settings_answered(self, answer: Answer[SharedSettings]) -> None: ...
 
         def _closespider_in(self, trip: RoundTrip, now: float,
                             leaving: bool = False) -> Answer[ClusterCounts] | None: ...

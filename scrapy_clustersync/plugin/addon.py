@@ -16,6 +16,9 @@ from .exit_code import ExitCode
 from .job_control import JobControl
 from .node_lifecycle import NodeLifecycle
 from .progress_log import ClusterProgress
+from .proxy_rule import ORDER as PROXY_ORDER
+from .proxy_rule import ProxyRule
+from .settings_applier import SettingsApplier
 from .spider_middleware import ORDER, ClusterSpiderMiddleware
 
 if TYPE_CHECKING:
@@ -68,6 +71,8 @@ class Addon:
         settings.set_in_component_priority_dict("EXTENSIONS", NodeLifecycle, 0)
         settings.set_in_component_priority_dict("EXTENSIONS", ClusterProgress, 0)
         settings.set_in_component_priority_dict("EXTENSIONS", JobControl, 0)
+        settings.set_in_component_priority_dict("EXTENSIONS", SettingsApplier, 0)
+        settings.set_in_component_priority_dict("DOWNLOADER_MIDDLEWARES", ProxyRule, PROXY_ORDER)
         if not node_mode(settings):  # CLOSESPIDER_* count for the cluster (cluster_closespider)
             settings.set_in_component_priority_dict("EXTENSIONS", CloseSpider, None)
             # EXTENSIONS_BASE names it by path: that key must be off too

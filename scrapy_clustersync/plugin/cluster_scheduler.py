@@ -135,13 +135,13 @@ class ClusterScheduler:
             self.codec.spider = spider
         inflight = self.leases.inflight
         # runs_start: the Redis thread reports it once it joined
-        node_info = NodeInfo(self.crawler.stats, spider.name, False,
+        self.node_info = node_info = NodeInfo(self.crawler.stats, spider.name, False,
                              inflight=lambda: len(inflight), node_id=self.config.node_id,
                              settings=self.crawler.settings, spider_cls=type(spider),
                              redis_url=self.config.redis_url)
-        io = self._make_redis_thread(
-            self.store, self.config, partial(open_node, self.store, self.config, self.spool),
-            node_info.snapshot, self.wake_engine)
+        joining = partial(open_node, self.store, self.config, self.spool, type(spider))
+        io = self._make_redis_thread(self.store, self.config, joining, node_info.snapshot,
+                                     self.wake_engine)
         opened = io.open().addCallback(self._opened, io)
         return opened.addCallback(lambda _: maybeDeferred(self.df.open))
 

@@ -30,32 +30,54 @@ STOPPED = "stopped"
 STATES = (RUNNING, PAUSED, STOPPING, STOPPED)
 #: what ``control.lua`` accepts
 ACTIONS = ("pause", "resume", "stop", "settle")
-#: the meta fields a read of the state reads
-_FIELDS = ["control", "control_ms", "stop_reason"]
+#: how settings.lua announces a new shared-settings version on the control channel
+SETTINGS_MESSAGE = "settings "
+#: the meta fields a follower reads in one HMGET
+_FIELDS = ["control", "control_ms", "settings_version", "stop_reason"]
 
 
 @dataclass(frozen=True)
 class ControlState:
-    """The job's control state, the server ms of its last change (0: never changed) and the
-    close reason a CLOSESPIDER_* limit stopped it with ("": none, closespider.lua)."""
+    """The job's control state and the server ms of its last change (0: never changed);
+    ``settings_version``: the job's shared-settings version, read with it (0: none yet);
+    ``reason``: the close reason a CLOSESPIDER_* limit stopped the job with ("": none,
+    closespider.lua)."""
 
     state: str = RUNNING
     since_ms: int = 0
+    settings_version: int = 0
     reason: str = ""
 
     @classmethod
-    def parse(cls, state: Any, since_ms: Any, reason: Any = None) -> ControlState:
+    def parse(cls, state: Any, since_ms: Any, settings_version: Any = None,
+              reason: Any = None) -> ControlState:
         """From the meta fields as read; a value this version does not know reads as running."""
         text = as_text(state) if state else RUNNING
         return cls(text if text in STATES else RUNNING, int(as_text(since_ms) or 0) if since_ms
-                   else 0, as_text(reason) if reason else "")
+                   else 0, settings_version_of(settings_version), as_text(reason) if reason else "")
 
     @classmethod
     def heard(cls, message: str) -> ControlState | None:
         """From a message of the control channel: "<state>" or "<state> <reason>"; None for a
         message that names no state (a new settings version: "settings <version>")."""
         state, _, reason = message.partition(" ")
-        return cls(state, 0, reason) if state in STATES else None
+        return cls(state, 0, 0, reason) if state in STATES else None
+
+
+def settings_version_of(raw: Any) -> int:
+    """A ``settings_version`` as read (absent or unreadable: 0)."""
+    try:
+        return max(0, int(as_text(raw))) if raw else 0
+    except ValueError:
+        return 0
+
+
+def heard_settings_version(message: str) -> int | None:
+    """The version a "settings <version>" message of the control channel names; None for any
+    other message (a control state)."""
+    if not message.startswith(SETTINGS_MESSAGE):
+        return None
+    return settings_version_of(message[len(SETTINGS_MESSAGE):].strip())
 
 
 @dataclass(frozen=True)
@@ -102,10 +124,10 @@ class ControlStore:
         return self._script.run(action)
 
     def read(self) -> ControlState:
-        """The state as Redis holds it now (one HMGET)."""
+        """The state (and the shared-settings version) as Redis holds it now (one HMGET)."""
         with translate_errors(self.client):
-            state, since, reason = self.client.hmget(self.keys.meta, _FIELDS)
-        return ControlState.parse(state, since, reason)
+            reply = self.client.hmget(self.keys.meta, _FIELDS)
+        return ControlState.parse(*reply)
 
     def read_in(self, trip: RoundTrip) -> Answer[ControlState]:
         """``read`` in ``trip`` (round_trip.py)."""
@@ -118,8 +140,9 @@ class ControlStore:
 
 
 class ControlSubscription:
-    """The job's control channel, on its own connection; ``wait`` answers the state a message
-    named, or None when none came in time. Errors are the store's own (``StoreError``)."""
+    """The job's control channel, on its own connection; ``wait`` answers the text of a
+    message (a state, or "settings <version>": ``heard_settings_version``), or None when none
+    came in time. Errors are the store's own (``StoreError``)."""
 
     def __init__(self, client: redis.Redis, channel: str) -> None:
         # its own connection, opened here (its handshake's round trips are the caller's now)

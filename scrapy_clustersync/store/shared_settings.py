@@ -172,6 +172,14 @@ class SharedSettingsStore:
                 records.append(record)
         return records
 
+    def declare_keys(self, declared: Mapping[str, str]) -> None:
+        """Record the keys this node's spider declares live (key -> type name), so that
+        ``clustersync config set`` accepts them (one HSET; nothing when there are none)."""
+        mapping: dict[Any, Any] = dict(declared)
+        if mapping:
+            with translate_errors(self.client):
+                self.client.hset(self.keys.live_keys, mapping=mapping)
+
     def declared_keys(self) -> dict[str, str]:
         """The keys the spider declares live, with their type names, as the nodes wrote them."""
         with translate_errors(self.client):
