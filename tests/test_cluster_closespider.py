@@ -3,6 +3,7 @@ the test site's own count of what it served."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ from support import (
     project_with_spiders,
     start_nodes,
     wait_all,
+    wait_until,
 )
 
 JOB = "site"
@@ -123,3 +125,34 @@ def test_a_timeout_closes_every_node_from_the_jobs_start(
         assert node.finish_reason() == "closespider_timeout", node.log()[-3000:]
     assert stopped_with(redis_server) == (b"stopped", b"closespider_timeout")
     assert pages_fetched(web) < 2000
+
+
+@pytest.mark.timing
+def test_a_page_limit_set_while_the_cluster_crawls_stops_it_that_many_pages_later(
+    redis_server: RedisServer, site: SiteFactory, tmp_path: Path
+) -> None:
+    # Given two nodes crawling a slow site of 1000 pages without a limit
+    web = site(1000, delay_s=0.1)
+    nodes = start_nodes(2, redis_server.url, web.start_url, tmp_path,
+                        {"CONCURRENT_REQUESTS": "2"})
+    started = time.monotonic()
+    wait_until(lambda: pages_fetched(web) >= 20, 30, "the crawl to start")
+    rate = pages_fetched(web) / (time.monotonic() - started)  # pages/s of the cluster
+    # When CLOSESPIDER_PAGECOUNT = 30 is set as a shared setting
+    answer = clustersync(redis_server.url, "config", "set", JOB, "CLOSESPIDER_PAGECOUNT",
+                         "30")
+    assert answer.returncode == 0, answer.stdout + answer.stderr
+    before = pages_fetched(web)
+    wait_all(nodes, 60)
+    # Then the cluster counted 30 responses from when its nodes applied the limit, and the few
+    # under way then without a ticket (2 per node); it fetched no more than those and what it
+    # fetched before the change reached every node (within a second: not counted)
+    counted = int(redis_server.client().hget(f"clustersync:{{{JOB}}}:closespider", "pages") or 0)
+    after = pages_fetched(web) - before
+    print(f"\nlive pagecount 30: {after} pages after the change, {counted} counted, "
+          f"{rate:.0f} pages/s before")
+    assert 30 <= counted <= 30 + 2 * 2
+    assert after <= 30 + rate * 1.0
+    for node in nodes:
+        assert node.finish_reason() == "closespider_pagecount", node.log()[-3000:]
+    assert stopped_with(redis_server) == (b"stopped", b"closespider_pagecount")
