@@ -39,7 +39,7 @@ def ticket_batch(pagecount: int) -> int:
 
 
 class CloseSpiderLink:
-    """The reactor side (part of ``reactor_link.NodeLink``)."""
+    """The reactor side (with ``reactor_link.NodeLink``: ``redis_thread.Link``)."""
 
     _view: NodeView
 
@@ -53,6 +53,10 @@ class CloseSpiderLink:
     @property
     def tickets(self) -> int:
         return self._view.tickets
+
+    @property
+    def closespider_totals(self) -> tuple[int, int, int]:
+        return self._view.closespider_totals
 
     if TYPE_CHECKING:
         def _say(self, message: object, wake: bool = False) -> None: ...
@@ -75,6 +79,10 @@ class CloseSpiderPart:
         self._cs_waits = False
         self._cs_next_check = 0.0
         self._cs_next_want = 0.0
+
+    def _cs_totals(self) -> tuple[int, int, int]:
+        counts = self._cs_counts
+        return counts.pages, counts.items, counts.errors
 
     def _counted(self, message: Counted) -> None:
         self._cs_pending += message.counts

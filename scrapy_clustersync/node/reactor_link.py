@@ -22,7 +22,6 @@ from twisted.internet.defer import Deferred
 from ..store import Leased, Op
 from ..store.control_state import RUNNING
 from ..store.write_ops import Push, StartDone
-from .closespider_part import CloseSpiderLink
 from .lease_sizing import LeaseSizer, Measure
 from .prefetch import Prefetch, RecentPushes
 from .thread_api import FINISHED, STATE_LOST, NodeOpened, StartState, Undelivered
@@ -125,7 +124,7 @@ class Inbox:
 NO_REACTOR_WAIT_S = 60.0
 
 
-class NodeLink(CloseSpiderLink):
+class NodeLink:
     """The reactor's side of the node's Redis thread; see the module doc and ``RedisThread``."""
 
     def __init__(self, config: ClusterConfig, channel: Channel, inbox: Inbox,

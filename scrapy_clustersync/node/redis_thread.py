@@ -28,7 +28,7 @@ from ..config import ClusterConfig
 from ..plugin.stop_reasons import REDIS_UNREACHABLE
 from ..store import JobStore
 from .closespider_message import Counted
-from .closespider_part import CloseSpiderPart
+from .closespider_part import CloseSpiderLink, CloseSpiderPart
 from .control_follower import FOLLOW_INTERVAL_S, ControlFollower
 from .heartbeats import PING_INTERVAL_S, HeartbeatPart
 from .leasing import LeasingPart
@@ -73,7 +73,7 @@ def open_redis_thread(
     store: JobStore, config: ClusterConfig, opening: Opening,
     node_info: Callable[[], dict[str, Any]], on_leased: Callable[[], None],
     post: Post | None = None,
-) -> NodeLink:
+) -> Link:
     """Build a node's Redis thread (not started; ``NodeLink.open`` starts it with
     ``opening``) and return its reactor side: a ``thread_api.RedisThreadFactory``. ``post``
     defaults to ``reactor.callFromThread`` (a test that gives its own runs what it posts)."""
@@ -85,6 +85,10 @@ def open_redis_thread(
     return SyncWorker(store, config, "", node_info, on_leased, "none",
                       post or reactor.callFromThread, opening, reactor_running,
                       later=None if post is not None else end_of_turn(reactor)).link
+
+
+class Link(CloseSpiderLink, NodeLink):
+    """The reactor's side of the thread: ``NodeLink`` and what the CloseSpider extension needs."""
 
 
 class SyncWorker(TurnPart, HeartbeatPart, LeasingPart, OutagePart, SettingsPart,
@@ -108,8 +112,8 @@ class SyncWorker(TurnPart, HeartbeatPart, LeasingPart, OutagePart, SettingsPart,
         self._runs_start = start_state == "mine"
         self._channel = channel = Channel()
         self._thread = threading.Thread(target=self._run, name="clustersync-io", daemon=True)
-        self.link = self._link = NodeLink(config, channel, inbox, self._thread.start, on_leased,
-                                          start_state, later)
+        self.link = self._link = Link(config, channel, inbox, self._thread.start, on_leased,
+                                      start_state, later)
         self._writes = WriteStream(config.batch_size)
         self._totals = Totals()
         self._ops_received = 0
@@ -253,7 +257,7 @@ class SyncWorker(TurnPart, HeartbeatPart, LeasingPart, OutagePart, SettingsPart,
             away=self._away_since is not None, control=self._control,
             round_trip_s=self._round_trip_told, settings=self._shared,
             stop_reason=self._follower.reason or self._cs_counts.stop_reason,
-            tickets=self._cs_granted)
+            tickets=self._cs_granted, closespider_totals=self._cs_totals())
         if view != self._told:
             self._told = view
             self._post(self._link.view_changed, view)

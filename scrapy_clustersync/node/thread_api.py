@@ -146,6 +146,10 @@ class RedisThread(Protocol):
         """Page tickets granted to this node so far (CLOSESPIDER_PAGECOUNT: a request goes to
         a site only with one)."""
 
+    @property
+    def closespider_totals(self) -> tuple[int, int, int]:
+        """The job's responses, items and errors as the last CloseSpider call answered."""
+
     def counted(self, message: Counted, wake: bool = False) -> None:
         """Hand the Redis thread what the cluster CloseSpider extension counted (``wake``: at
         once rather than at the thread's next turn)."""

@@ -128,3 +128,5 @@ class NodeView:
     stop_reason: str = ""
     #: page tickets granted to this node so far (closespider.lua)
     tickets: int = 0
+    #: the job's CloseSpider totals as last answered: responses, items, errors
+    closespider_totals: tuple[int, int, int] = (0, 0, 0)

@@ -50,6 +50,8 @@ LIMIT_SETTINGS = {
     "CLOSESPIDER_PAGECOUNT_NO_ITEM": "pagecount_no_item",
 }
 _FLOATS = {"timeout_s", "timeout_no_item_s"}
+#: counts this close to their limit (a share of it) are sent to Redis at once
+NEAR_LIMIT_SHARE = 0.25
 
 
 #: "cluster" (the default) or "node" (config.py validates it)
@@ -134,8 +136,20 @@ class ClusterCloseSpider:
         io = self.node.io if self.node is not None else None
         if io is None:
             return
+        wake = wake or self._near_a_limit(io.closespider_totals)
         io.counted(Counted(self._pending, self.limits, self._in_use, self._waits), wake)
         self._pending = SpiderCounts()
+
+    def _near_a_limit(self, totals: tuple[int, int, int]) -> bool:
+        """The job's items or errors, with what this node counted since, are within
+        ``NEAR_LIMIT_SHARE`` of their limit: the thread sends them at once (else with its next
+        turn), so that the cluster stops as soon as it may."""
+        pending = self._pending
+        for limit, total, more in ((self.limits.itemcount, totals[1], pending.items),
+                                   (self.limits.errorcount, totals[2], pending.errors)):
+            if limit and more and total + more >= limit * (1 - NEAR_LIMIT_SHARE):
+                return True
+        return False
 
     # ---- page tickets (the download gate) ----------------------------------------------------
     @property

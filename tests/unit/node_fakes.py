@@ -54,6 +54,7 @@ class FakeRedisThread:
         #: the close reason a CLOSESPIDER_* limit stopped the job with, and page tickets granted
         self.stop_reason = ""
         self.tickets = 0
+        self.closespider_totals = (0, 0, 0)
         #: what the cluster CloseSpider extension handed over
         self.counted_messages: list[object] = []
         self.listeners: list[Callable[[], None]] = []
