@@ -98,9 +98,16 @@ def status_dict(report: JobStatus) -> dict[str, Any]:
         eta_s=eta_s(report), finished_at=run["finished_at"],
         finished_reason=run["finished_reason"],
         start_run_by=report.start_claimed_by, control=control_of(report),
-        run=run, totals=totals_summary(report),
+        stop_reason=stop_reason_of(report), run=run, totals=totals_summary(report),
     )
     return summary
+
+
+def stop_reason_of(report: JobStatus) -> str | None:
+    """The close reason a CLOSESPIDER_* limit of the cluster stopped the job with (None: no
+    limit did; a resume clears it)."""
+    reason = report.meta.get("stop_reason")
+    return str(reason) if reason and control_of(report) != RUNNING else None
 
 
 def print_status(report: JobStatus, out: Console, every: bool = False) -> None:
@@ -116,8 +123,10 @@ def print_status(report: JobStatus, out: Console, every: bool = False) -> None:
 
 def headline(report: JobStatus, summary: dict[str, Any]) -> Text:
     """"job NAME  state STATE  run N", the job's name as plain text."""
-    line = Text.assemble(("job", "bold"), " ", report.job, "  ", ("state", "bold"), " ",
-                         str(summary["state"]))
+    state = str(summary["state"])
+    if summary.get("stop_reason"):
+        state += f" ({summary['stop_reason']})"
+    line = Text.assemble(("job", "bold"), " ", report.job, "  ", ("state", "bold"), " ", state)
     if summary["run"]["number"] > 1:
         line.append_text(Text.assemble("  ", ("run", "bold"), f" {summary['run']['number']}"))
     return line

@@ -60,6 +60,8 @@ class ControlFollower:
         self.job = job
         self._reread_s = reread_s
         self.state: str | None = None
+        #: the close reason a CLOSESPIDER_* limit stopped the job with ("": none)
+        self.reason = ""
         #: the job's shared-settings version as last read or heard (0: none yet); the node
         #: reads the settings again whenever it differs from the version it applies
         self.settings_version = 0
@@ -116,7 +118,7 @@ class ControlFollower:
             self._drop(now)
         else:
             if read is not None:
-                self.state = read.state
+                self.state, self.reason = read.state, read.reason
                 self.settings_version = read.settings_version
 
     def _listen_if_allowed(self, now: float, connect: bool = True) -> None:
@@ -148,10 +150,10 @@ class ControlFollower:
             self._next_read = now  # a change made while the node was not subscribed
         while (heard := self._subscription.wait(0)) is not None:
             version = heard_settings_version(heard)
-            if version is None:
-                self.state = ControlState.parse(heard, None).state
-            else:  # a new version of the shared settings, not a control state
+            if version is not None:  # a new version of the shared settings, not a control state
                 self.settings_version = max(self.settings_version, version)
+            elif (state := ControlState.heard(heard)) is not None:
+                self.state, self.reason = state.state, state.reason
 
     def _drop(self, now: float) -> None:
         self.close()

@@ -27,6 +27,8 @@ from typing import Any
 from ..config import ClusterConfig
 from ..plugin.stop_reasons import REDIS_UNREACHABLE
 from ..store import JobStore
+from .closespider_message import Counted
+from .closespider_part import CloseSpiderLink, CloseSpiderPart
 from .control_follower import FOLLOW_INTERVAL_S, ControlFollower
 from .heartbeats import PING_INTERVAL_S, HeartbeatPart
 from .leasing import LeasingPart
@@ -74,7 +76,7 @@ def open_redis_thread(
     store: JobStore, config: ClusterConfig, opening: Opening,
     node_info: Callable[[], dict[str, Any]], on_leased: Callable[[], None],
     post: Post | None = None,
-) -> NodeLink:
+) -> Link:
     """Build a node's Redis thread (not started; ``NodeLink.open`` starts it with
     ``opening``) and return its reactor side: a ``thread_api.RedisThreadFactory``. ``post``
     defaults to ``reactor.callFromThread`` (a test that gives its own runs what it posts)."""
@@ -88,8 +90,12 @@ def open_redis_thread(
                       later=None if post is not None else end_of_turn(reactor)).link
 
 
+class Link(CloseSpiderLink, NodeLink):
+    """The reactor's side of the thread: ``NodeLink`` and what the CloseSpider extension needs."""
+
+
 class SyncWorker(TurnPart, HeartbeatPart, LeasingPart, OutagePart, SettingsPart,
-                 SiteCallsPart):
+                 SiteCallsPart, CloseSpiderPart):
     """The node's Redis thread (see the module doc); ``link`` is its reactor side."""
 
     def __init__(
@@ -109,8 +115,8 @@ class SyncWorker(TurnPart, HeartbeatPart, LeasingPart, OutagePart, SettingsPart,
         self._runs_start = start_state == "mine"
         self._channel = channel = Channel()
         self._thread = threading.Thread(target=self._run, name="clustersync-io", daemon=True)
-        self.link = self._link = NodeLink(config, channel, inbox, self._thread.start, on_leased,
-                                          start_state, later)
+        self.link = self._link = Link(config, channel, inbox, self._thread.start, on_leased,
+                                      start_state, later)
         self._writes = WriteStream(config.batch_size)
         self._totals = Totals()
         self._ops_received = 0
@@ -135,6 +141,7 @@ class SyncWorker(TurnPart, HeartbeatPart, LeasingPart, OutagePart, SettingsPart,
         self._told = NodeView()
         self._init_heartbeats(start_state)
         self._init_outages()
+        self._init_closespider()
 
     # ---- the loop ----------------------------------------------------------------------------
     def _run(self) -> None:
@@ -252,7 +259,9 @@ class SyncWorker(TurnPart, HeartbeatPart, LeasingPart, OutagePart, SettingsPart,
             rollbacks=self._rollbacks, start_state=self._start_state, cluster=self._cluster,
             finished_at=self._finished_at, state_lost=self._state_lost is not None,
             away=self._away_since is not None, control=self._control,
-            round_trip_s=self._round_trip_told, settings=self._shared)
+            round_trip_s=self._round_trip_told, settings=self._shared,
+            stop_reason=self._follower.reason or self._cs_counts.stop_reason,
+            tickets=self._cs_granted, closespider_totals=self._cs_totals())
         if view != self._told:
             self._told = view
             self._post(self._link.view_changed, view)
@@ -305,6 +314,7 @@ class SyncWorker(TurnPart, HeartbeatPart, LeasingPart, OutagePart, SettingsPart,
         return {Took: took, Busy: activity, Idle: activity, ReactorAlive: alive,
                 HandedBack: handed_back, Demand: demand,
                 WantTurns: self._want_turns, SlowDown: self._slow_down,
+                Counted: lambda message, now: self._counted(message),
                 WantLease: lambda message, now: self._lease_wanted_after(message.pushes),
                 Dropped: lambda message, now: self._dropped(message.entry_ids)}
 
@@ -360,6 +370,7 @@ class SyncWorker(TurnPart, HeartbeatPart, LeasingPart, OutagePart, SettingsPart,
         self._writes.release(close.unacked)
         writes = len(self._writes)
         if reachable:
+            self._guard(lambda: self._step(time.monotonic(), closing=True))  # counts, tickets
             self._flush_and_leave()
             self._follower.settle()
         self._follower.close()

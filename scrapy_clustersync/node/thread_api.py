@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from ..store.script_results import Heartbeat
     from ..store.shared_settings import SharedSettings
     from ..store.site_scripts import TurnsAsk
+    from .closespider_message import Counted
 
 def end_of_turn(reactor: Any) -> Callable[[Callable[[], None]], object]:
     """What calls a function on ``reactor`` once its current turn is over: asyncio's
@@ -150,6 +151,23 @@ class RedisThread(Protocol):
     @property
     def allows_downloads(self) -> bool:
         """True while the job runs (``control`` is running)."""
+
+    @property
+    def stop_reason(self) -> str:
+        """The close reason a CLOSESPIDER_* limit stopped the job with ("": none)."""
+
+    @property
+    def tickets(self) -> int:
+        """Page tickets granted to this node so far (CLOSESPIDER_PAGECOUNT: a request goes to
+        a site only with one)."""
+
+    @property
+    def closespider_totals(self) -> tuple[int, int, int]:
+        """The job's responses, items and errors as the last CloseSpider call answered."""
+
+    def counted(self, message: Counted, wake: bool = False) -> None:
+        """Hand the Redis thread what the cluster CloseSpider extension counted (``wake``: at
+        once rather than at the thread's next turn)."""
 
     @property
     def shared_settings(self) -> SharedSettings | None:

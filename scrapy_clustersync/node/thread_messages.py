@@ -1,7 +1,8 @@
 """What the reactor and the node's Redis thread say to each other: nothing else crosses.
 
 Reactor -> Redis thread: the ops to write (``store.Op``) and the commands below, in one FIFO
-queue (``queue.SimpleQueue``), so the thread sees them in the order the reactor made them (a
+queue (``queue.SimpleQueue``; the CloseSpider counts are closespider_message.py's ``Counted``),
+so the thread sees them in the order the reactor made them (a
 ``Took`` before the pushes of that request's callback, for instance).
 
 Redis thread -> reactor: immutable values (``NodeView``, tuples of leased entries, the
@@ -107,7 +108,8 @@ class NodeView:
     ``finished_at``: the reactor's activity count the heartbeat that found the job finished
     was sent with (None: not finished); ``control``: the job's control state (None until
     first read); ``settings``: the job's shared settings as last read (None until read; the
-    reactor applies a version it has not applied: plugin/settings_applier.py).
+    reactor applies a version it has not applied: plugin/settings_applier.py);
+    ``stop_reason`` and ``tickets``: the cluster's CloseSpider (closespider_part.py).
     """
 
     ops_received: int = 0
@@ -123,6 +125,12 @@ class NodeView:
     control: str | None = None
     round_trip_s: float = 0.0
     settings: SharedSettings | None = None
+    #: the close reason a CLOSESPIDER_* limit stopped the job with ("": none)
+    stop_reason: str = ""
+    #: page tickets granted to this node so far (closespider.lua)
+    tickets: int = 0
+    #: the job's CloseSpider totals as last answered: responses, items, errors
+    closespider_totals: tuple[int, int, int] = (0, 0, 0)
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ from ..store.shared_settings import SharedSettings
 
 if TYPE_CHECKING:
     from ..config import ClusterConfig
+    from ..store.closespider_script import ClusterCounts
     from ..store.control_state import ControlState
     from .control_follower import ControlFollower
     from .heartbeats import BeatCall
@@ -83,8 +84,10 @@ class TurnPart:
         lease = None
         if not closing and self._lease_due(now, settling):
             lease = self._lease_in(trip, settling, flush.returns if flush is not None else 0)
-        reads = self._reads_in(trip, now) if not closing and self._away_since is None else None
+        reading = not closing and self._away_since is None
+        reads = self._reads_in(trip, now) if reading else None
         sites = self._site_calls_in(trip, closing)
+        counts = self._closespider_in(trip, now, leaving=closing) if reading or closing else None
         took_s = self._send(trip)
         self._site_calls_answered(sites, took_s)
         if beat is not None:
@@ -97,8 +100,18 @@ class TurnPart:
             busy = self._lease_answered(lease, took_s, settled) or busy
         if not closing and self._turned_idle():
             self._beat(now)  # the job may be finished now: say so without waiting an interval
-        if not closing:  # bloom-prepare: next Bloom layer ahead of need, one chunk per step
-            busy = self.store.prepare_bloom(self.epoch) or busy
+        return self._finish_step(now, closing, counts) or busy
+
+    def _finish_step(self, now: float, closing: bool,
+                     counts: Answer[ClusterCounts] | None) -> bool:
+        """The end of ``_step``: the next Bloom layer ahead of need (one chunk per step; True
+        if there is more to prepare), then the CloseSpider answer (last: its error leaves the
+        others applied)."""
+        busy = False
+        if not closing:
+            busy = self.store.prepare_bloom(self.epoch)
+        if counts is not None:
+            self._closespider_answered(counts, now)
         return busy
 
     def _reads_in(self, trip: RoundTrip, now: float) -> Reads:
@@ -209,3 +222,8 @@ class TurnPart:
                            closing: bool = False) -> SiteCalls | None: ...
 
         def _site_calls_answered(self, calls: SiteCalls | None, took_s: float) -> None: ...
+
+        def _closespider_in(self, trip: RoundTrip, now: float,
+                            leaving: bool = False) -> Answer[ClusterCounts] | None: ...
+
+        def _closespider_answered(self, answer: Answer[ClusterCounts], now: float) -> None: ...

@@ -5,9 +5,12 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from scrapy.extensions.closespider import CloseSpider
+
 from ..config import ClusterConfig, ConfigError
 from ..setting_names import check_settings_object
 from . import download_gate
+from .cluster_closespider import ClusterCloseSpider, limits_from, node_mode
 from .download_gate import DownloadGate
 from .exit_code import ExitCode
 from .job_control import JobControl
@@ -28,6 +31,7 @@ logger = logging.getLogger(__name__)
 SCHEDULER_PATH = "scrapy_clustersync.scheduler.ClusterScheduler"
 DUPEFILTER_PATH = "scrapy_clustersync.dupefilter.ClusterDupeFilter"
 REFUSED_SCHEDULER_PATH = "scrapy_clustersync.plugin.stop_reasons.RefusedScheduler"
+CLOSESPIDER_PATH = "scrapy.extensions.closespider.CloseSpider"
 
 
 class Addon:
@@ -51,7 +55,8 @@ class Addon:
             check_settings_object(settings)
             ClusterConfig.from_settings(settings, spider_name=self.spider_name)
             check_proxy_setting(settings)
-        except ConfigError as exc:
+            limits_from(settings)
+        except (ConfigError, ValueError) as exc:
             logger.error("clustersync: %s The node stops.", exc)
             settings.set("SCHEDULER", REFUSED_SCHEDULER_PATH, priority="addon")
             return
@@ -69,3 +74,10 @@ class Addon:
         settings.set_in_component_priority_dict("EXTENSIONS", JobControl, 0)
         settings.set_in_component_priority_dict("EXTENSIONS", SettingsApplier, 0)
         settings.set_in_component_priority_dict("DOWNLOADER_MIDDLEWARES", ProxyRule, PROXY_ORDER)
+        if not node_mode(settings):  # CLOSESPIDER_* count for the cluster (cluster_closespider)
+            settings.set_in_component_priority_dict("EXTENSIONS", CloseSpider, None)
+            # EXTENSIONS_BASE names it by path: that key must be off too
+            extensions = settings.getdict("EXTENSIONS")
+            extensions[CLOSESPIDER_PATH] = None
+            settings.set("EXTENSIONS", extensions, settings.getpriority("EXTENSIONS") or 0)
+            settings.set_in_component_priority_dict("EXTENSIONS", ClusterCloseSpider, 0)

@@ -10,7 +10,8 @@ lets a request go on only when its slot can start it at once:
 
 - the job runs (not paused; the node follows the control state, job_control.py);
 - the slot has a free transfer slot, nothing queued, no request of the gate on its way to it;
-- the site's turn has come (``SiteTurns``, site_turns.py: today Scrapy's own delay).
+- the site's turn has come (``SiteTurns``, site_turns.py: today Scrapy's own delay);
+- with ``CLOSESPIDER_PAGECOUNT``, the node holds a page ticket (cluster_closespider.py).
 
 The fast path (job running, slot free, no delay due) returns None at once: no Deferred, nothing
 scheduled. Otherwise the request is held (held_requests.py), in priority then arrival order,
@@ -44,6 +45,7 @@ from twisted.internet.defer import Deferred
 
 from ..codec import LEASE_META_KEY
 from ..store.control_state import STOPPED, STOPPING
+from .cluster_closespider import ClusterCloseSpider
 from .crawler_parts import started_part
 from .held_requests import HeldRequests
 from .signals import node_opened
@@ -90,6 +92,8 @@ class DownloadGate:
         self._timer: DelayedCall | None = None
         self._timer_due = math.inf
         self._downloader: Downloader | None = None
+        #: the cluster's page tickets (CLOSESPIDER_PAGECOUNT), if that extension runs
+        self.tickets: ClusterCloseSpider | None = None
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -108,6 +112,9 @@ class DownloadGate:
             if bind is not None:  # ClusterTurns: its turns come from the node's Redis thread
                 bind(scheduler.io, self.wake, lambda key: self.held.per_slot.get(key, 0))
         self._watch_close(started_part(self.crawler, "engine"))
+        extensions = getattr(getattr(self.crawler, "extensions", None), "middlewares", ())
+        self.tickets = next((ext for ext in extensions if isinstance(ext, ClusterCloseSpider)),
+                            None)
 
     # ---- the downloader middleware ---------------------------------------------------------
     def process_request(self, request: Request, spider: Spider | None = None) -> Any:
@@ -137,6 +144,8 @@ class DownloadGate:
                           spider: Spider | None = None) -> None:
         if self._en_route:
             self._not_arriving(request)
+        if self.tickets is not None:  # no response: its page ticket serves another request
+            self.tickets.give_back()
 
     # ---- holding ---------------------------------------------------------------------------
     def _hold(self, request: Request, key: str, wait_s: float | None = None) -> Any:
@@ -180,6 +189,8 @@ class DownloadGate:
         slots = (self._downloader or self._get_downloader()).slots
         per_slot = self.held.per_slot
         for held in self.held:
+            if not self._closing and self.tickets is not None and not self.tickets.available():
+                break  # no page ticket left (wake() is called when tickets come)
             if held.key in blocked:
                 if len(blocked) == len(per_slot):
                     break  # every site waits: no later request can go
@@ -214,6 +225,8 @@ class DownloadGate:
         self._en_route[request] = (key, None if slot is None else slot.lastseen)
         self._en_route_per_slot[key] += 1
         self.turns.taken(key, now)
+        if self.tickets is not None:
+            self.tickets.take()
 
     # ---- a request let through, until it is in its slot --------------------------------------
     def _reached_slot(self, request: Request, **_: Any) -> None:
@@ -363,7 +376,8 @@ class DownloadGate:
 
     def _runs(self) -> bool:
         io = self.node.io if self.node is not None else None
-        return io is None or io.allows_downloads
+        return io is None or (io.allows_downloads and (self.tickets is None
+                                                      or self.tickets.available()))
 
     def _key_of(self, request: Request) -> str:
         """The download slot key of ``request`` (Scrapy's, as the gate let it through)."""

@@ -84,15 +84,24 @@ class JobControl:
             self._stop(node, job)
 
     def _stop(self, node: ClusterScheduler, job: str) -> None:
-        """Close with ``clustersync_stopped``: Scrapy finishes what is under way first. An
-        engine without an open spider yet is closed when it opens (``spider_opened``)."""
+        """Close with ``clustersync_stopped``, or with Scrapy's reason when a CLOSESPIDER_*
+        limit of the cluster stopped the job (``closespider_pagecount`` ...: not a failure):
+        Scrapy finishes what is under way first. An engine without an open spider yet is
+        closed when it opens (``spider_opened``)."""
         engine = self.crawler.engine
         if engine is None or engine.spider is None:
             self.applied = RUNNING  # not applied yet: the next check tries again
             return
         self._closing = True
-        logger.error(
-            "clustersync: job %r was stopped (`clustersync stop`): this node finishes the "
-            "requests under way, hands the rest back to the queue and closes; the queue is kept: "
-            "`clustersync resume %s` and a new `scrapy crawl` continue it", job, job)
-        deferred_from_coro(engine.close_spider_async(reason=JOB_STOPPED))
+        reason = (node.io.stop_reason if node.io is not None else "") or JOB_STOPPED
+        if reason != JOB_STOPPED:
+            logger.info(
+                "clustersync: job %r reached its limit for the cluster (%s): this node finishes "
+                "the requests under way, hands the rest back to the queue and closes", job,
+                reason)
+        else:
+            logger.error(
+                "clustersync: job %r was stopped (`clustersync stop`): this node finishes the "
+                "requests under way, hands the rest back to the queue and closes; the queue is "
+                "kept: `clustersync resume %s` and a new `scrapy crawl` continue it", job, job)
+        deferred_from_coro(engine.close_spider_async(reason=reason))

@@ -33,24 +33,35 @@ ACTIONS = ("pause", "resume", "stop", "settle")
 #: how settings.lua announces a new shared-settings version on the control channel
 SETTINGS_MESSAGE = "settings "
 #: the meta fields a follower reads in one HMGET
-_FIELDS = ["control", "control_ms", "settings_version"]
+_FIELDS = ["control", "control_ms", "settings_version", "stop_reason"]
 
 
 @dataclass(frozen=True)
 class ControlState:
     """The job's control state and the server ms of its last change (0: never changed);
-    ``settings_version``: the job's shared-settings version, read with it (0: none yet)."""
+    ``settings_version``: the job's shared-settings version, read with it (0: none yet);
+    ``reason``: the close reason a CLOSESPIDER_* limit stopped the job with ("": none,
+    closespider.lua)."""
 
     state: str = RUNNING
     since_ms: int = 0
     settings_version: int = 0
+    reason: str = ""
 
     @classmethod
-    def parse(cls, state: Any, since_ms: Any, settings_version: Any = None) -> ControlState:
+    def parse(cls, state: Any, since_ms: Any, settings_version: Any = None,
+              reason: Any = None) -> ControlState:
         """From the meta fields as read; a value this version does not know reads as running."""
         text = as_text(state) if state else RUNNING
         return cls(text if text in STATES else RUNNING, int(as_text(since_ms) or 0) if since_ms
-                   else 0, settings_version_of(settings_version))
+                   else 0, settings_version_of(settings_version), as_text(reason) if reason else "")
+
+    @classmethod
+    def heard(cls, message: str) -> ControlState | None:
+        """From a message of the control channel: "<state>" or "<state> <reason>"; None for a
+        message that names no state (a new settings version: "settings <version>")."""
+        state, _, reason = message.partition(" ")
+        return cls(state, 0, 0, reason) if state in STATES else None
 
 
 def settings_version_of(raw: Any) -> int:

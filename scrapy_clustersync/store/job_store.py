@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 import redis
 
 from ..config import DedupSettings
+from .closespider_script import CloseSpiderStore
 from .control_state import ControlChange, ControlState, ControlStore
 from .dedup import bloom_refusal
 from .dedup_upkeep import DedupUpkeep
@@ -93,6 +94,7 @@ class JobStore:
         self.control = ControlStore(client, self.keys)
         #: the site scripts: one politeness budget per site for the cluster
         self.sites = SiteStore(client, self.keys, node_id)
+        self.closespider = CloseSpiderStore(client, self.keys, node_id)
 
     @property
     def dedup(self) -> DedupSettings:

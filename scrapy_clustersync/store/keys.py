@@ -70,6 +70,11 @@ class JobKeys:
     - ``inflight:<site>`` sorted set: token -> lease deadline (server ms), the site's turns under
       way when CONCURRENT_REQUESTS_PER_DOMAIN caps it for the cluster; expires with the site
     - ``sites``    sorted set: site -> server ms of its last turn (``clustersync status --sites``)
+    - ``closespider`` hash: the cluster's CLOSESPIDER_* counts (lua/closespider.lua):
+      ``pages``, ``items``, ``errors``, ``pages_no_item``, ``started_ms``, ``last_item_ms``,
+      ``tickets`` (page tickets out), ``stop_reason`` and "call:<node>" (that node's last call
+      id); ``meta`` also holds ``stop_reason`` (the close reason a limit stopped the job with;
+      a resume removes it)
     - ``call:<node>`` hash: the node's write counter (``writes``, see flush.lua) and its last
       flush and lease call ids with their results (a retried call changes nothing more)
     """
@@ -187,6 +192,10 @@ class JobKeys:
     def sites(self) -> str:
         return self._key("sites")
 
+    @property
+    def closespider(self) -> str:
+        return self._key("closespider")
+
     def last_call(self, node: str) -> str:
         """The node's last script call id and result, so a retried call changes nothing more."""
         return self._key(f"call:{node}")
@@ -205,5 +214,5 @@ class JobKeys:
             self.seen, self.stats, self.nodes, self.node_info, self.idle, self.dead, self.bloom,
             self.failed, self.tasks, self.task_of, self.scrapy_stats, self.node_stats,
             self.dead_nodes, self.node_seen, self.pruned, self.settings, self.settings_log,
-            self.live_keys, self.sites,
+            self.live_keys, self.sites, self.closespider,
         ]

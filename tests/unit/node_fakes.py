@@ -51,6 +51,12 @@ class FakeRedisThread:
         self.settled: list[float] = []  # settle_lease() calls, with their timeouts
         #: the job's control state, as the real thread hands it over
         self.control: str | None = "running"
+        #: the close reason a CLOSESPIDER_* limit stopped the job with, and page tickets granted
+        self.stop_reason = ""
+        self.tickets = 0
+        self.closespider_totals = (0, 0, 0)
+        #: what the cluster CloseSpider extension handed over
+        self.counted_messages: list[object] = []
         self.listeners: list[Callable[[], None]] = []
 
     # ---- RedisThread ---------------------------------------------------------------------
@@ -58,6 +64,9 @@ class FakeRedisThread:
         """Join the job at once (the test thread stands for the Redis thread)."""
         self.started = True
         return succeed(self.opening())
+
+    def counted(self, message: object, wake: bool = False) -> None:
+        self.counted_messages.append(message)
 
     def submit(self, op: Op) -> None:
         self.submitted.append(op)

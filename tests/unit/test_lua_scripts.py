@@ -19,6 +19,11 @@ import redis
 from scrapy_clustersync.config import DedupSettings
 from scrapy_clustersync.store.bloom_scripts import BloomPrepareScript, DedupMigrateScript
 from scrapy_clustersync.store.check_script import CheckScript
+from scrapy_clustersync.store.closespider_script import (
+    CloseLimits,
+    CloseSpiderScript,
+    SpiderCounts,
+)
 from scrapy_clustersync.store.control_state import ControlScript
 from scrapy_clustersync.store.dead_requeue import RequeueScript
 from scrapy_clustersync.store.dedup import LayersDescribed
@@ -71,6 +76,7 @@ def sample_calls() -> list[Call]:
     turns, slow_down = SiteTurnsScript(CLIENT, KEYS, NODE), SiteSlowDownScript(CLIENT, KEYS)
     ask = TurnsAsk("a.com", 3, 0.5, 0.5, 7, 0.2, 2, 60.0, 1, ("n1:1", "n1:2"))
     join_ask = JoinRequest(NODE, "e", 1, True, "exact", DedupSettings(), "forget-seen")
+    closespider = CloseSpiderScript(CLIENT, KEYS, NODE)
     return [
         (flush, flush.call("e", "c", 0, FlushDedup("set-then-bloom", 9, TWO_LAYERS),
                            [Push(b"f" * 20, 0, b"r"), Ack("id")]), 3, 10 + 5 + 2),
@@ -87,6 +93,7 @@ def sample_calls() -> list[Call]:
                                  "c", 10), 0, 4),
         (turns, turns.call(ask), 0, 2),
         (slow_down, slow_down.call("a.com", 3.0, 0.5), 0, 0),
+        (closespider, closespider.call("c", SpiderCounts(1, 2, 3), CloseLimits(50), 4, 0), 0, 0),
     ]
 
 

@@ -32,8 +32,7 @@ import scrapy_clustersync.node
 import scrapy_clustersync.plugin
 from scrapy_clustersync.codec import RequestCodec
 from scrapy_clustersync.config import ClusterConfig
-from scrapy_clustersync.node.reactor_link import NodeLink
-from scrapy_clustersync.node.redis_thread import open_redis_thread
+from scrapy_clustersync.node.redis_thread import Link, open_redis_thread
 from scrapy_clustersync.node.spool import Spool
 from scrapy_clustersync.plugin.cluster_dupefilter import ClusterDupeFilter
 from scrapy_clustersync.plugin.cluster_scheduler import ClusterScheduler
@@ -105,7 +104,7 @@ def _node(tmp_path: Path, reactor: ManualReactor) -> tuple[ClusterScheduler, Job
 
     def real_thread(store: JobStore, config: ClusterConfig, opening: Callable[[], Any],
                     node_info: Callable[[], dict[str, Any]], on_leased: Callable[[], None],
-                    ) -> NodeLink:
+                    ) -> Link:
         return open_redis_thread(store, config, opening, node_info, on_leased,
                                  post=reactor.call_from_thread)
 

@@ -9,7 +9,8 @@
 --
 -- (store/control_state.py ControlScript builds the call and reads the answer.)
 --
--- KEYS[1]  meta       hash    epoch, control, control_ms, finished_ms (heartbeat.lua's record)
+-- KEYS[1]  meta       hash    epoch, control, control_ms, finished_ms (heartbeat.lua's record),
+--                             stop_reason (closespider.lua's; a resume removes it)
 -- KEYS[2]  nodes      zset    node id -> liveness deadline (server ms)
 -- KEYS[3]  queue      zset    entry id -> -priority
 -- KEYS[4]  deadlines  zset    leased entry id -> lease deadline (server ms)
@@ -63,6 +64,9 @@ if after ~= before then
     after = 'stopped'  -- no node to wait for
   end
   verdict = 'changed'
+  if after == 'running' then
+    redis.call('HDEL', meta_key, 'stop_reason')  -- closespider.lua counts again from zero
+  end
   set_state(after)
 end
 return {verdict, before, after, redis.call('HGET', meta_key, 'control_ms') or ''}

@@ -1,0 +1,61 @@
+"""The cluster CloseSpider extension's settings: what the add-on switches on and off, how
+limits are read and checked, and how a live change applies."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from scrapy.extensions.closespider import CloseSpider
+from scrapy.settings import Settings
+from scrapy.utils.conf import build_component_list
+
+from scrapy_clustersync.plugin.addon import REFUSED_SCHEDULER_PATH, Addon
+from scrapy_clustersync.plugin.cluster_closespider import ClusterCloseSpider, limits_from
+from scrapy_clustersync.store.closespider_script import CloseLimits
+
+REDIS_URL = "redis://127.0.0.1:1/0"  # never contacted
+
+
+def extensions_after_addon(**project: object) -> tuple[Settings, list[Any]]:
+    settings = Settings({"CLUSTERSYNC_REDIS_URL": REDIS_URL, **project})
+    Addon().update_settings(settings)
+    return settings, build_component_list(settings.getwithbase("EXTENSIONS"))
+
+
+def test_in_cluster_mode_scrapys_closespider_is_replaced_by_the_clusters() -> None:
+    _, extensions = extensions_after_addon()
+    assert ClusterCloseSpider in extensions
+    assert CloseSpider not in extensions
+    assert "scrapy.extensions.closespider.CloseSpider" not in extensions
+
+
+def test_in_node_mode_scrapys_closespider_counts_each_process() -> None:
+    _, extensions = extensions_after_addon(CLUSTERSYNC_POLITENESS="node")
+    assert ClusterCloseSpider not in extensions
+    assert CloseSpider in extensions or "scrapy.extensions.closespider.CloseSpider" in extensions
+
+
+def test_a_limit_that_is_not_a_number_stops_the_node_naming_it() -> None:
+    with pytest.raises(ValueError, match="CLOSESPIDER_PAGECOUNT = 'fifty' is not accepted"):
+        limits_from(Settings({"CLOSESPIDER_PAGECOUNT": "fifty"}))
+    settings, _ = extensions_after_addon(CLOSESPIDER_TIMEOUT="-3")
+    assert settings["SCHEDULER"] == REFUSED_SCHEDULER_PATH
+
+
+def test_limits_come_from_the_settings_with_zero_for_off() -> None:
+    limits = limits_from(Settings({"CLOSESPIDER_PAGECOUNT": "50", "CLOSESPIDER_TIMEOUT": "2.5"}))
+    assert limits == CloseLimits(pagecount=50, timeout_s=2.5)
+    assert limits.any and limits.timed and not CloseLimits().any
+
+
+def test_a_live_change_sets_the_keys_it_names_and_an_unset_key_turns_its_limit_off() -> None:
+    # Given limits of 50 pages and 10 items
+    ext = ClusterCloseSpider(crawler=None, limits=CloseLimits(pagecount=50, itemcount=10))  # type: ignore[arg-type]
+    # When a settings version changes the page limit and unsets the item limit
+    ext.settings_changed(changed={"CLOSESPIDER_PAGECOUNT": 80, "CLOSESPIDER_ITEMCOUNT": None,
+                                  "DOWNLOAD_DELAY": 1.0}, version=3)
+    # Then the new limits apply; a bad value later keeps them
+    assert ext.limits == CloseLimits(pagecount=80)
+    ext.settings_changed(changed={"CLOSESPIDER_PAGECOUNT": "many"}, version=4)
+    assert ext.limits == CloseLimits(pagecount=80)
