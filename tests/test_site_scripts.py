@@ -6,9 +6,16 @@ from __future__ import annotations
 
 import json
 import statistics
+import threading
 import time
 
 from scrapy_clustersync.store import make_client
+from scrapy_clustersync.store.control_state import (
+    ControlState,
+    ControlStore,
+    heard_settings_version,
+    heard_site_slowed,
+)
 from scrapy_clustersync.store.keys import JobKeys
 from scrapy_clustersync.store.site_scripts import SiteStore, Turns, TurnsAsk
 from testkit.redis_server import RedisServer
@@ -98,6 +105,29 @@ def test_a_retry_after_blocks_the_site_for_every_node_until_then(
     assert 2.99 <= slowed.blocked_s <= 3.0
     later = two.turns(ask(delay_s=0.1))
     assert 2.99 <= later.offsets_s[0] <= 3.0
+
+
+def test_a_slow_down_is_published_to_every_node_on_the_control_channel_at_once(
+        redis_server: RedisServer) -> None:
+    # given a node listening on the job's control channel as every node's Redis thread does
+    control = ControlStore(make_client(redis_server.url), JobKeys("job"))
+    heard = threading.Event()
+    subscription = control.subscribe(heard.set)
+    try:
+        (node,) = sites(redis_server, "n1")
+        # when another node reports a 429 with Retry-After: 3, then a 503 without
+        node.slow_down(SITE, 3.0, 0.1)
+        node.slow_down(SITE, None, 0.1)
+        # then both are heard at once, naming the site, and neither is a control state
+        assert heard.wait(1.0)
+        messages = [subscription.wait(1.0), subscription.wait(1.0)]
+    finally:
+        subscription.close()
+    assert [heard_site_slowed(m or "") for m in messages] == [SITE, SITE]
+    assert all(ControlState.heard(m or "") is None for m in messages)
+    assert all(heard_settings_version(m or "") is None for m in messages)
+    blocked_ms, backoff_ms = (float(part) for part in (messages[1] or "").split()[1:3])
+    assert blocked_ms > 0 and backoff_ms == 250
 
 
 def test_a_503_without_retry_after_doubles_the_backoff_and_good_responses_shrink_it(

@@ -7,7 +7,10 @@ a connection of its own, read without waiting); and it re-reads the field every 
 in the round trip of the turn's other calls (``read_in``, ``answered``), so that a node that
 missed a message (a dropped connection, a node that joined meanwhile) converges within that
 time. The same read and channel carry the job's shared-settings version (``settings_version``;
-a "settings <N>" message is no control state). Until it subscribed (its thread subscribes when
+a "settings <N>" message is no control state), and the sites some node found slowed down (a
+"site ..." message, site_slow_down.lua: ``take_sites_slowed``; no control state either). The
+subscription is read on a thread of its own, which calls ``on_heard`` as a message comes (the
+Redis thread passes its wake-up, so it hands a slow-down on at once). Until it subscribed (its thread subscribes when
 it has the time: see ``SyncWorker._subscribe_if_free``) it re-reads in every round trip that
 goes anyway, up to every ``FOLLOW_INTERVAL_S``. ``follow`` does both, the read a call of its
 own. When Redis is away it keeps the last state it knew and subscribes again quietly. The
@@ -30,6 +33,7 @@ from ..store.control_state import (
     ControlState,
     ControlSubscription,
     heard_settings_version,
+    heard_site_slowed,
 )
 from ..store.errors import AccessRefused
 
@@ -55,8 +59,12 @@ class ControlFollower:
     """The job's control state as this node knows it (None until first read); used by the
     node's Redis thread alone."""
 
-    def __init__(self, control: ControlStore, job: str, reread_s: float = REREAD_S) -> None:
+    def __init__(self, control: ControlStore, job: str, reread_s: float = REREAD_S,
+                 on_heard: Callable[[], None] | None = None) -> None:
         self._control = control
+        self._on_heard = on_heard
+        #: sites heard slowed down (429/503 on some node) since ``take_sites_slowed``
+        self._sites_slowed: list[str] = []
         self.job = job
         self._reread_s = reread_s
         self.state: str | None = None
@@ -146,14 +154,22 @@ class ControlFollower:
         if self._subscription is None:
             if now < self._subscribe_at or not connect:
                 return
-            self._subscription = self._control.subscribe()
+            self._subscription = self._control.subscribe(self._on_heard)
             self._next_read = now  # a change made while the node was not subscribed
         while (heard := self._subscription.wait(0)) is not None:
             version = heard_settings_version(heard)
-            if version is not None:  # a new version of the shared settings, not a control state
+            site = heard_site_slowed(heard)
+            if site is not None:  # a site slowed down, not a control state
+                self._sites_slowed.append(site)
+            elif version is not None:  # a new version of the shared settings, not a control state
                 self.settings_version = max(self.settings_version, version)
             elif (state := ControlState.heard(heard)) is not None:
                 self.state, self.reason = state.state, state.reason
+
+    def take_sites_slowed(self) -> list[str]:
+        """The sites heard slowed down since the last call (each once, in order heard)."""
+        sites, self._sites_slowed = list(dict.fromkeys(self._sites_slowed)), []
+        return sites
 
     def _drop(self, now: float) -> None:
         self.close()

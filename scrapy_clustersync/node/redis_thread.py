@@ -135,7 +135,8 @@ class SyncWorker(TurnPart, HeartbeatPart, LeasingPart, OutagePart, SettingsPart,
         self._init_site_calls()
         self._handlers = self._message_handlers()
         self._retry_at = 0.0  # Redis away: the next try
-        self._follower = ControlFollower(store.control, config.job)
+        self._follower = ControlFollower(store.control, config.job,
+                                         on_heard=channel.wake.set)
         self._control: str | None = None
         self._init_settings()
         self._told = NodeView()
@@ -220,6 +221,7 @@ class SyncWorker(TurnPart, HeartbeatPart, LeasingPart, OutagePart, SettingsPart,
         elif self._away_since is None:  # (its re-read is in the step's round trip)
             self._follower.listen(now, connect=False)  # (``_subscribe_if_free`` subscribes)
             self._control = self._follower.state
+            self._hand_on_sites_slowed()  # before this turn's round trip
         busy = bool(self._guard(lambda: self._step(now, closing=False)))
         if self._away_since is not None:
             self._retry_at = time.monotonic() + self._outage_backoff_s()

@@ -1,5 +1,6 @@
 """Site calls, on the node's Redis thread (part of ``redis_thread.SyncWorker``): the turns the
-reactor's ``ClusterTurns`` (plugin/cluster_turns.py) asks for, and the 429/503 it reports.
+reactor's ``ClusterTurns`` (plugin/cluster_turns.py) asks for, the 429/503 it reports, and the
+sites any node found slowed down (heard on the control channel), handed to the reactor at once.
 
 They go in the thread's next round trip (turns.py), slow-downs first, so that a reservation in
 the same trip already sees a site blocked. A reservation answers offsets from the Redis clock's
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
     from ..store import JobStore
     from ..store.round_trip import Answer, RoundTrip
     from ..store.site_scripts import SlowedDown, Turns, TurnsAsk
+    from .control_follower import ControlFollower
     from .reactor_link import NodeLink
 
 logger = logging.getLogger(__name__)
@@ -59,12 +61,19 @@ class SiteCallsPart:
     store: JobStore
     _post: Callable[..., object]
     _link: NodeLink
+    _follower: ControlFollower
 
     def _init_site_calls(self) -> None:
         self._site_asks: dict[str, TurnsAsk] = {}  # not sent yet, per site
         self._slow_downs: list[SlowDown] = []
         self._site_calls: SiteCalls | None = None  # sent, not answered yet
         self._refusal_logged = False
+
+    def _hand_on_sites_slowed(self) -> None:
+        """Hand the reactor each site some node found slowed down (a 429/503: the control
+        channel's "site ..." message), so it drops the turns of it it reserved."""
+        for site in self._follower.take_sites_slowed():
+            self._post(self._link.site_slowed, site)
 
     def _want_turns(self, message: WantTurns, now: float) -> None:
         site = message.ask.site

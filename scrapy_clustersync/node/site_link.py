@@ -1,6 +1,7 @@
 """The reactor's side of the site calls (part of ``reactor_link.NodeLink``): ``ClusterTurns``
 (plugin/cluster_turns.py) asks for turns and reports 429/503 here; the Redis thread hands the
-turns reserved back to ``turns_reserved`` (site_calls.py has the thread's side)."""
+turns reserved back to ``turns_reserved``, and the sites any node slowed down to
+``site_slowed`` (site_calls.py has the thread's side)."""
 
 from __future__ import annotations
 
@@ -15,12 +16,15 @@ if TYPE_CHECKING:
 
 #: what is told of the turns reserved for a site
 TurnsListener = Callable[[str, ReservedTurns], None]
+#: what is told of a site some node found slowed down
+SlowedListener = Callable[[str], None]
 
 
 class SiteLinkPart:
     """Site calls of ``NodeLink`` (see the module doc)."""
 
     _turns_listener: TurnsListener | None = None
+    _slowed_listener: SlowedListener | None = None
 
     def want_turns(self, ask: TurnsAsk) -> None:
         """Reserve turns of ``ask.site`` (and free ``ask.done``) in the thread's next round trip;
@@ -35,6 +39,16 @@ class SiteLinkPart:
     def listen_turns(self, callback: TurnsListener) -> None:
         """Call ``callback(site, turns)`` on the reactor with each reservation's answer."""
         self._turns_listener = callback
+
+    def listen_slowed(self, callback: SlowedListener) -> None:
+        """Call ``callback(site)`` on the reactor when any node (this one too) found ``site``
+        slowed down by a 429/503: the turns reserved of it before are not to be used."""
+        self._slowed_listener = callback
+
+    def site_slowed(self, site: str) -> None:
+        """Called on the reactor by the Redis thread (callFromThread)."""
+        if self._slowed_listener is not None:
+            self._slowed_listener(site)
 
     def turns_reserved(self, site: str, turns: ReservedTurns) -> None:
         """Called on the reactor by the Redis thread (callFromThread)."""

@@ -19,6 +19,8 @@ for the cluster too: each turn takes one of the site's in-flight slots, leased f
 its response or error comes (told to Redis with the next call, or at the end of the reactor's
 turn). A 429, or a 503 with ``Retry-After`` (seconds or an HTTP date), blocks the site for the
 cluster until then; a 503 without one doubles its backoff (capped), which good responses shrink.
+Every node hears of a slow-down at once (the control channel, ``slowed``) and drops the turns of
+the site it reserved; the node that got it drops its own before it tells Redis.
 A site with no delay and no cap costs nothing: no Redis call at all (unless it was slowed down).
 """
 
@@ -61,6 +63,8 @@ class SiteLink(Protocol):
 
     def listen_turns(self, callback: Callable[[str, ReservedTurns], None]) -> None: ...
 
+    def listen_slowed(self, callback: Callable[[str], None]) -> None: ...
+
 
 class ClusterTurns:
     """The cluster's turns of each site (see the module doc)."""
@@ -81,6 +85,7 @@ class ClusterTurns:
         self._demand: Callable[[str], int] = lambda key: 1
         self._reserved: dict[str, deque[tuple[float, str]]] = {}
         self._asked: dict[str, int] = {}  # site -> the settings' version it was asked with
+        self._stale: set[str] = set()  # sites whose ask under way was made before a slow-down
         self._version = 0
         self._retry_at: dict[str, float] = {}
         self._inflight: dict[str, list[str]] = {}  # tokens of turns under way
@@ -128,6 +133,7 @@ class ClusterTurns:
         ``demand(site)``: how many requests of the site wait (what one call asks for)."""
         self._link, self._wake, self._demand = link, wake, demand
         link.listen_turns(self.reserved)
+        link.listen_slowed(self.slowed)
 
     # ---- SiteTurns ---------------------------------------------------------------------------
     def delay_of(self, key: str, slot: Slot | None) -> float:
@@ -172,16 +178,24 @@ class ClusterTurns:
         retry = retry_after_s(headers.get(b"Retry-After") if headers is not None else None)
         if self._link is None:
             return
-        self._slowed.add(key)
-        self._drop_reserved(key)
+        self._forget_turns_of(key)  # before Redis hears of it: no turn of it goes meanwhile
         self._link.slow_down(key, retry, self.delay_of(key, None))
+
+    def slowed(self, site: str) -> None:
+        """Some node (this one too) found ``site`` slowed down (told at once, on the reactor):
+        its turns reserved and not used are dropped, an answer to an ask made before is not
+        used, and the gate is woken to ask again (the answer then holds the block or backoff)."""
+        self._forget_turns_of(site)
+        self._wake()
 
     # ---- the Redis thread's answers ---------------------------------------------------------
     def reserved(self, site: str, turns: ReservedTurns) -> None:
         """Turns of ``site`` came (on the reactor); the gate is woken."""
         version = self._asked.pop(site, None)
         self._retry_at.pop(site, None)
-        if version != self._version:  # asked before the settings changed: not used
+        stale = site in self._stale  # asked before a slow-down of the site
+        self._stale.discard(site)
+        if version != self._version or stale:  # asked before the settings changed: not used
             self._done.setdefault(site, []).extend(t for t in turns.tokens if t)
             self._flush_soon()
         else:
@@ -215,6 +229,13 @@ class ClusterTurns:
         if token:
             self._done.setdefault(key, []).append(token)
             self._flush_soon()
+
+    def _forget_turns_of(self, site: str) -> None:
+        """A 429/503 of ``site``: no turn of it reserved before is used (see ``slowed``)."""
+        self._slowed.add(site)
+        self._drop_reserved(site)
+        if site in self._asked:
+            self._stale.add(site)
 
     def _drop_reserved(self, site: str) -> None:
         for _, token in self._reserved.pop(site, ()):

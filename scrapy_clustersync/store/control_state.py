@@ -9,6 +9,8 @@ it and publishes the new state on the job's control channel (``JobKeys.control_c
 from __future__ import annotations
 
 import contextlib
+import queue
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -32,6 +34,12 @@ STATES = (RUNNING, PAUSED, STOPPING, STOPPED)
 ACTIONS = ("pause", "resume", "stop", "settle")
 #: how settings.lua announces a new shared-settings version on the control channel
 SETTINGS_MESSAGE = "settings "
+#: how site_slow_down.lua tells every node a site answered 429/503: "site <blocked_ms>
+#: <backoff_ms> <site>" (a site's slow-down, no control state)
+SITE_MESSAGE = "site "
+#: how long a subscription's reader thread waits for a message before it looks whether it
+#: was closed
+READ_WAIT_S = 0.5
 #: the meta fields a follower reads in one HMGET
 _FIELDS = ["control", "control_ms", "settings_version", "stop_reason"]
 
@@ -78,6 +86,15 @@ def heard_settings_version(message: str) -> int | None:
     if not message.startswith(SETTINGS_MESSAGE):
         return None
     return settings_version_of(message[len(SETTINGS_MESSAGE):].strip())
+
+
+def heard_site_slowed(message: str) -> str | None:
+    """The site a "site <blocked_ms> <backoff_ms> <site>" message of the control channel names
+    (it answered 429/503 on some node); None for any other message, or one not of that form."""
+    if not message.startswith(SITE_MESSAGE):
+        return None
+    parts = message[len(SITE_MESSAGE):].split(" ", 2)
+    return parts[2] if len(parts) == 3 and parts[2] else None
 
 
 @dataclass(frozen=True)
@@ -134,32 +151,80 @@ class ControlStore:
         return trip.add(lambda pipe: pipe.hmget(self.keys.meta, _FIELDS),
                         Answer(self.client, lambda reply: ControlState.parse(*reply), self.read))
 
-    def subscribe(self) -> ControlSubscription:
-        """A subscription to the job's control channel on a connection of its own."""
-        return ControlSubscription(self.client, self.keys.control_channel)
+    def subscribe(self, on_heard: Callable[[], None] | None = None) -> ControlSubscription:
+        """A subscription to the job's control channel on a connection of its own; with
+        ``on_heard``, read on a thread of its own, which calls it as each message comes."""
+        return ControlSubscription(self.client, self.keys.control_channel, on_heard)
 
 
 class ControlSubscription:
     """The job's control channel, on its own connection; ``wait`` answers the text of a
-    message (a state, or "settings <version>": ``heard_settings_version``), or None when none
-    came in time. Errors are the store's own (``StoreError``)."""
+    message (a state, "settings <version>": ``heard_settings_version``, or "site ...":
+    ``heard_site_slowed``), or None when none came in time. Errors are the store's own
+    (``StoreError``).
 
-    def __init__(self, client: redis.Redis, channel: str) -> None:
+    With ``on_heard``, a reader thread of its own waits on the connection and calls it (on that
+    thread) as each message comes, so that whoever waits elsewhere is woken at once (a site's
+    slow-down must reach the node's reactor in milliseconds, not at its Redis thread's next
+    look); ``wait`` then answers what the reader queued, and raises what stopped it."""
+
+    def __init__(self, client: redis.Redis, channel: str,
+                 on_heard: Callable[[], None] | None = None) -> None:
         # its own connection, opened here (its handshake's round trips are the caller's now)
         self.client = client = client_of_its_own(client)
         self._pubsub = client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
         with translate_errors(client):
             self._pubsub.subscribe(channel)
+        self._heard: queue.SimpleQueue[str] = queue.SimpleQueue()
+        self._failed: Exception | None = None
+        self._closed = threading.Event()
+        self._reader: threading.Thread | None = None
+        if on_heard is not None:
+            self._reader = threading.Thread(target=self._read_on, args=(on_heard,), daemon=True,
+                                            name="clustersync-control")
+            self._reader.start()
 
     def wait(self, timeout_s: float) -> str | None:
+        if self._reader is None:
+            return self._read(timeout_s)
+        try:
+            return self._heard.get(timeout=timeout_s) if timeout_s > 0 else self._heard.get_nowait()
+        except queue.Empty:
+            if self._failed is not None:
+                with translate_errors(self.client):
+                    raise self._failed from None
+            return None
+
+    def _read(self, timeout_s: float) -> str | None:
         with translate_errors(self.client):
             message = self._pubsub.get_message(timeout=timeout_s)
         if message is None or message.get("type") != "message":
             return None
         return as_text(message["data"])
 
+    def _read_on(self, on_heard: Callable[[], None]) -> None:
+        """The reader thread: queue each message and call ``on_heard``, until closed or the
+        connection fails (``wait`` raises that); it closes the connection as it ends."""
+        try:
+            while not self._closed.is_set():
+                heard = self._read(READ_WAIT_S)
+                if heard is not None:
+                    self._heard.put(heard)
+                    on_heard()
+        except Exception as exc:  # the store's error (translated), or a bug: wait() raises it
+            self._failed = exc
+            on_heard()
+        finally:
+            self._disconnect()
+
     def close(self) -> None:
-        """Drop the connection; never raises (the node may be closing because Redis is gone)."""
+        """Drop the connection (with a reader, the reader does as it ends, within
+        ``READ_WAIT_S``); never raises (the node may be closing because Redis is gone)."""
+        self._closed.set()
+        if self._reader is None:
+            self._disconnect()
+
+    def _disconnect(self) -> None:
         close: Callable[[], None] = self._pubsub.close
         # a broken connection is what may be closed here
         with contextlib.suppress(Exception):

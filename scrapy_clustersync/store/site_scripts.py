@@ -101,13 +101,14 @@ class SiteSlowDownScript(JobScript):
 
     FILE = "site_slow_down"
     KEYS = ("site", "sites")
-    ARGV = ("site", "retry_ms", "delay_ms", "backoff_max_ms", "idle_ms")
+    ARGV = ("site", "retry_ms", "delay_ms", "backoff_max_ms", "idle_ms", "channel")
 
     def call(self, site: str, retry_after_s: float | None, delay_s: float
              ) -> tuple[list[str], list[Any]]:
         retry_ms = -1 if retry_after_s is None else max(0, round(retry_after_s * 1000))
         return [self.keys.site(site), self.keys.sites], [
-            site, retry_ms, round(delay_s * 1000, 3), BACKOFF_MAX_MS, SITE_IDLE_MS]
+            site, retry_ms, round(delay_s * 1000, 3), BACKOFF_MAX_MS, SITE_IDLE_MS,
+            self.keys.control_channel]
 
     def parse(self, reply: Any) -> SlowedDown:
         _now, blocked, backoff = reply

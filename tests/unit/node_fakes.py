@@ -151,6 +151,9 @@ class FakeRedisThread:
     def listen_turns(self, callback: Any) -> None:
         """No politeness calls (see ``want_turns``)."""
 
+    def listen_slowed(self, callback: Any) -> None:
+        """No politeness calls (see ``want_turns``)."""
+
     def close(self, unacked: list[str]) -> Deferred[Undelivered]:
         self.closed_with = unacked
         return succeed(Undelivered(None, list(self.undeliverable), 0))

@@ -26,6 +26,7 @@ class FakeLink:
         self.asks: list[TurnsAsk] = []
         self.slowed: list[tuple[str, float | None, float]] = []
         self.listener: Callable[[str, ReservedTurns], None] | None = None
+        self.slowed_listener: Callable[[str], None] | None = None
 
     def want_turns(self, ask: TurnsAsk) -> None:
         self.asks.append(ask)
@@ -35,6 +36,9 @@ class FakeLink:
 
     def listen_turns(self, callback: Callable[[str, ReservedTurns], None]) -> None:
         self.listener = callback
+
+    def listen_slowed(self, callback: Callable[[str], None]) -> None:
+        self.slowed_listener = callback
 
 
 def turns_on(delay: float = 0.5, per_domain: int = 0) -> tuple[ClusterTurns, FakeLink, list[int]]:
@@ -110,6 +114,35 @@ def test_a_429_with_retry_after_blocks_the_site_and_a_503_without_backs_it_off()
     link.listener("b.com", ReservedTurns((0.0,), ("",), 0.25, 0.25))
     turns.wait_s("b.com", None, 1.0)
     assert link.asks[-1].good == 1
+
+
+def test_a_slow_down_heard_drops_the_turns_reserved_and_an_answer_asked_before() -> None:
+    # given a node holding two turns of a site, and an ask of another site under way
+    turns, link, woken = turns_on(per_domain=2)
+    turns.wait_s("a.com", None, 0.0)
+    turns.wait_s("b.com", None, 0.0)
+    assert link.listener is not None and link.slowed_listener is not None
+    link.listener("a.com", ReservedTurns((0.5, 1.0), ("n:1", "n:2")))
+    # when another node's 429 of each is heard
+    link.slowed_listener("a.com")
+    link.slowed_listener("b.com")
+    # then no turn reserved before is used: the gate is woken, asks again, frees their slots
+    assert woken[0] >= 2
+    assert turns.wait_s("a.com", None, 0.5) == math.inf
+    assert set(link.asks[-1].done) == {"n:1", "n:2"}
+    # and the answer to the ask made before the slow-down is not used either
+    link.listener("b.com", ReservedTurns((0.5,), ("n:3",)))
+    assert turns.wait_s("b.com", None, 0.5) == math.inf
+    assert link.asks[-1].site == "b.com" and link.asks[-1].done == ("n:3",)
+
+
+def test_the_node_that_got_the_429_drops_its_turns_before_telling_redis() -> None:
+    turns, link, _ = turns_on()
+    turns.wait_s("a.com", None, 0.0)
+    assert link.listener is not None
+    link.listener("a.com", ReservedTurns((0.1, 0.6), ("", "")))
+    turns.answered("a.com", 429, {b"Retry-After": b"3"})
+    assert turns.wait_s("a.com", None, 0.1) == math.inf
 
 
 @pytest.mark.parametrize(("value", "seconds"), [
