@@ -1,21 +1,21 @@
 """ControlFollower: how a node follows the job's control state (``clustersync pause|resume|stop``).
 
-The state lives in Redis (the job's meta field ``control``, changed by ``control.lua``). The
-node's Redis thread calls ``listen`` on every turn of its loop (at least every
-``FOLLOW_INTERVAL_S``): it applies what the job's control channel said since (a subscription on
-a connection of its own, read without waiting); and it re-reads the field every ``REREAD_S``,
-in the round trip of the turn's other calls (``read_in``, ``answered``), so that a node that
-missed a message (a dropped connection, a node that joined meanwhile) converges within that
-time. The same read and channel carry the job's shared-settings version (``settings_version``;
-a "settings <N>" message is no control state), and the sites some node found slowed down (a
-"site ..." message, site_slow_down.lua: ``take_sites_slowed``; no control state either). The
-subscription is read on a thread of its own, which calls ``on_heard`` as a message comes (the
-Redis thread passes its wake-up, so it hands a slow-down on at once). Until it subscribed (its thread subscribes when
-it has the time: see ``SyncWorker._subscribe_if_free``) it re-reads in every round trip that
-goes anyway, up to every ``FOLLOW_INTERVAL_S``. ``follow`` does both, the read a call of its
-own. When Redis is away it keeps the last state it knew and subscribes again quietly. The
-thread holds leasing while the job does not run and hands the state to the reactor in its
-``NodeView``; the control extension (plugin/job_control.py) acts on it there.
+The state lives in Redis (the job's meta field ``control``, changed by ``control.lua``). The node's
+Redis thread calls ``listen`` on every turn of its loop (at least every ``FOLLOW_INTERVAL_S``): it
+applies what the job's control channel said since (a subscription on a connection of its own, read
+without waiting); and it re-reads the field every ``REREAD_S``, in the round trip of the turn's
+other calls (``read_in``, ``answered``), so that a node that missed a message (a dropped connection,
+a node that joined meanwhile) converges within that time. The same read and channel carry the job's
+shared-settings version (``settings_version``; a "settings <N>" message is no control state), and
+the sites some node found slowed down (a "site ..." message, site_slow_down.lua:
+``take_sites_slowed``; no control state either). The subscription is read on a thread of its own,
+which calls ``on_heard`` as a message comes (the Redis thread passes its wake-up, so it hands a
+slow-down on at once). Until it subscribed (its thread subscribes when it has the time: see
+``SyncWorker._subscribe_if_free``) it re-reads in every round trip that goes anyway, up to every
+``FOLLOW_INTERVAL_S``. ``follow`` does both, the read a call of its own. When Redis is away it keeps
+the last state it knew and subscribes again quietly. The thread holds leasing while the job does not
+run and hands the state to the reactor in its ``NodeView``; the control extension
+(plugin/job_control.py) acts on it there.
 """
 
 from __future__ import annotations
