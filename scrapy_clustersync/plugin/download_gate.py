@@ -135,9 +135,10 @@ class DownloadGate:
 
     def process_response(self, request: Request, response: Response,
                          spider: Spider | None = None) -> Response:
-        if self._en_route:  # answered before it reached its slot (the HTTP cache)
-            self._not_arriving(request)
-        self.turns.answered(self._key_of(request), response.status, response.headers)
+        if request in self._en_route:  # answered before its slot (HTTP cache, a middleware):
+            self._not_arriving(request)  # not the site's answer, which alone may slow it down
+        else:
+            self.turns.answered(self._key_of(request), response.status, response.headers)
         return response
 
     def process_exception(self, request: Request, exception: Exception,

@@ -251,3 +251,37 @@ def test_a_stop_hands_held_requests_back_to_the_queue_without_downloading_them(
     with pytest.raises(IgnoreRequest):
         gate._scheduled(held[0])
     gate._scheduled(held[0])  # the same request scheduled again later is not dropped
+
+
+class AnswersSeen:
+    """Wraps the gate's turns: the statuses it is told came from the site."""
+
+    def __init__(self, turns: Any) -> None:
+        self._turns = turns
+        self.answers: list[int] = []
+
+    def answered(self, key: str, status: int, headers: Any) -> None:
+        self.answers.append(status)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._turns, name)
+
+
+def test_only_a_response_from_the_site_itself_can_slow_the_site_down() -> None:
+    # given a gate whose turns record the answers said to come from the site
+    slot = Slot(concurrency=8, delay=0, jitter=0)
+    gate, _, node = gate_on(slot)
+    seen = AnswersSeen(gate.turns)
+    gate.turns = seen  # type: ignore[assignment]
+    from scrapy.http import HtmlResponse
+    # when a later middleware (or the HTTP cache) answers 503 before the request reaches its slot
+    cached = leased(f"https://{SITE}/cached", node)
+    assert gate.process_request(cached) is None
+    gate.process_response(cached, HtmlResponse(cached.url, status=503))
+    # and the site itself answers 503 to a request that reached its slot
+    fetched = leased(f"https://{SITE}/fetched", node)
+    assert gate.process_request(fetched) is None
+    start_transfer(gate, slot, fetched)
+    gate.process_response(fetched, HtmlResponse(fetched.url, status=503))
+    # then only the site's own 503 is told to the politeness budget
+    assert seen.answers == [503]
