@@ -97,6 +97,7 @@ class ClusterCloseSpider:
         self._in_use = 0  # tickets taken and not given back
         self._waits = False
         self._send_due = False
+        self._pages_seen = 0  # responses this node counted
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -113,10 +114,12 @@ class ClusterCloseSpider:
 
     def node_opened(self, scheduler: ClusterScheduler) -> None:
         self.node = scheduler
+        scheduler.pages_used_up = self.pages_used_up
         self._send(wake=self.limits.timed)
 
     # ---- counting ----------------------------------------------------------------------------
     def response_received(self, **_: Any) -> None:
+        self._pages_seen += 1
         self._count(SpiderCounts(pages=1))
 
     def item_scraped(self, **_: Any) -> None:
@@ -156,6 +159,17 @@ class ClusterCloseSpider:
     def ticketed(self) -> bool:
         """A request needs a ticket to go to its site (CLOSESPIDER_PAGECOUNT is on)."""
         return bool(self.limits.pagecount) and self.node is not None and self.node.io is not None
+
+    def pages_used_up(self) -> bool:
+        """The cluster's pages reached CLOSESPIDER_PAGECOUNT as far as this node knows: the
+        job's total it last heard with what it counted since, or its own count alone (both
+        can only be short of the truth). Its scheduler then hands out nothing more, as Scrapy's
+        engine takes nothing more once its CloseSpider closed it; the job stops on Redis."""
+        if not self.ticketed:
+            return False
+        assert self.node is not None and self.node.io is not None
+        heard = self.node.io.closespider_totals[0] + self._pending.pages
+        return max(heard, self._pages_seen) >= self.limits.pagecount
 
     def available(self) -> bool:
         """A request may go to its site now; if not, the Redis thread is asked for tickets at

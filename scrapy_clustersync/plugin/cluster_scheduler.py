@@ -46,6 +46,8 @@ from .stats_sender import StatsSender
 from .stop_reasons import StopWhenOpened
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from scrapy import Spider
     from scrapy.crawler import Crawler
     from scrapy.dupefilters import BaseDupeFilter
@@ -109,6 +111,8 @@ class ClusterScheduler:
         self.stats_sender: StatsSender | None = None
         #: closes the spider once open, when the node could not join (see stop_reasons.py)
         self._stop: StopWhenOpened | None = None
+        #: True once CLOSESPIDER_PAGECOUNT is reached (ClusterCloseSpider sets it when opened)
+        self.pages_used_up: Callable[[], bool] = bool
         #: start() waits on these while the node starves for its own requests (own_requests_sent)
         self._start_waiters = Waiters()
         self.gate_tells_starts = False  # the download gate calls request_started() then
@@ -291,6 +295,8 @@ class ClusterScheduler:
         """
         io = self.io
         if io is None or io.outcome is not None or not io.allows_downloads:
+            return None
+        if self.pages_used_up():  # as Scrapy's engine, closing for it, takes no more
             return None
         if self.local:
             io.mark_busy()

@@ -272,7 +272,7 @@ def test_only_a_response_from_the_site_itself_can_slow_the_site_down() -> None:
     slot = Slot(concurrency=8, delay=0, jitter=0)
     gate, _, node = gate_on(slot)
     seen = AnswersSeen(gate.turns)
-    gate.turns = seen  # type: ignore[assignment]
+    gate.turns = seen
     from scrapy.http import HtmlResponse
     # when a later middleware (or the HTTP cache) answers 503 before the request reaches its slot
     cached = leased(f"https://{SITE}/cached", node)
