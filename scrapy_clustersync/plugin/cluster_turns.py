@@ -83,7 +83,9 @@ class ClusterTurns:
         self._link: SiteLink | None = None
         self._wake: Callable[[], None] = lambda: None
         self._demand: Callable[[str], int] = lambda key: 1
-        self._reserved: dict[str, deque[tuple[float, str]]] = {}
+        #: site -> its turns reserved: start, token, when it is dropped unused (None: not seen
+        #: by ``wait_s`` yet)
+        self._reserved: dict[str, deque[tuple[float, str, float | None]]] = {}
         self._asked: dict[str, int] = {}  # site -> the settings' version it was asked with
         self._stale: set[str] = set()  # sites whose ask under way was made before a slow-down
         self._version = 0
@@ -149,7 +151,12 @@ class ClusterTurns:
         if self._link is None or not (delay or self.per_domain or key in self._slowed):
             return 0.0  # nothing to keep: no Redis call at all
         turns = self._reserved.get(key)
-        while turns and turns[0][0] + max(delay, STALE_MIN_S) < now:
+        if turns and turns[-1][2] is None:  # turns that just came are late from now on
+            late = max(delay, STALE_MIN_S)  # (a far node's come half a round trip late)
+            turns = self._reserved[key] = deque(
+                (start, token, max(start, now) + late if drop is None else drop)
+                for start, token, drop in turns)
+        while turns and (turns[0][2] or now) < now:
             self._ended(key, turns.popleft()[1])  # its time passed with nothing to start
         if turns:
             return turns[0][0] - now
@@ -200,7 +207,8 @@ class ClusterTurns:
             self._flush_soon()
         else:
             queue = self._reserved.setdefault(site, deque())
-            queue.extend(zip(turns.starts, turns.tokens, strict=True))
+            queue.extend((start, token, None)
+                         for start, token in zip(turns.starts, turns.tokens, strict=True))
             if turns.retry_at is not None and not turns.starts:
                 self._retry_at[site] = turns.retry_at
                 self._call_later(turns.retry_at - monotonic(), self._wake)
@@ -238,7 +246,7 @@ class ClusterTurns:
             self._stale.add(site)
 
     def _drop_reserved(self, site: str) -> None:
-        for _, token in self._reserved.pop(site, ()):
+        for _, token, _ in self._reserved.pop(site, ()):
             self._ended(site, token)
 
     def _flush_soon(self) -> None:

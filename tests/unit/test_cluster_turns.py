@@ -76,8 +76,23 @@ def test_a_site_delay_overrides_download_delay_and_stale_turns_are_dropped() -> 
     assert link.asks[0].delay_s == 3.0
     assert link.listener is not None
     link.listener("slow.com", ReservedTurns((1.0,), ("",)))
-    assert turns.wait_s("slow.com", None, 5.0) == math.inf  # 1.0 + 3.0 < 5.0: dropped
+    assert turns.wait_s("slow.com", None, 1.5) == pytest.approx(-0.5)  # late: it goes at once
+    assert turns.wait_s("slow.com", None, 5.0) == math.inf  # 1.5 + 3.0 < 5.0: dropped
     assert len(link.asks) == 2
+
+
+def test_a_turn_that_comes_after_its_start_is_late_from_when_it_came() -> None:
+    # given a node far from Redis: its turns come half a round trip after their start
+    turns, link, _ = turns_on(delay=0.0, per_domain=4)
+    turns.wait_s("a.com", None, 100.0)
+    assert link.listener is not None
+    link.listener("a.com", ReservedTurns((99.9,), ("n:1",)))
+    # when the gate looks at it 0.1 s after its start (twice the least lateness)
+    wait = turns.wait_s("a.com", None, 100.0)
+    # then it is used, not dropped and asked for again (which would never end)
+    assert wait <= 0 and len(link.asks) == 1
+    turns.taken("a.com", 100.0)
+    assert turns._inflight["a.com"] == ["n:1"]
 
 
 def test_a_settings_change_drops_the_turns_reserved_and_frees_their_slots() -> None:
@@ -112,6 +127,7 @@ def test_a_429_with_retry_after_blocks_the_site_and_a_503_without_backs_it_off()
     turns.answered("b.com", 200, {})
     assert link.listener is not None
     link.listener("b.com", ReservedTurns((0.0,), ("",), 0.25, 0.25))
+    turns.wait_s("b.com", None, 0.0)
     turns.wait_s("b.com", None, 1.0)
     assert link.asks[-1].good == 1
 
