@@ -61,13 +61,18 @@ def started_until_teardown(build: Callable[..., _S]) -> Iterator[Callable[..., _
         service.stop()
 
 
+#: the xdist groups the timing tests are dealt to, in turn: at most this many of them run
+#: beside each other (one group alone would make the suite as long as all of them end to end)
+TIMING_GROUPS = 2
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Tests that assert a wall-clock window run one after another on one xdist worker
-    (``--dist loadgroup``): never two of them beside each other, whose subprocesses would
-    compete for the same two cores in the very second being measured."""
-    for item in items:
-        if item.get_closest_marker("timing") is not None:
-            item.add_marker(pytest.mark.xdist_group("timing"))
+    """Tests that assert a wall-clock window run one after another on ``TIMING_GROUPS`` xdist
+    workers (``--dist loadgroup``): never more of them beside each other, whose subprocesses
+    would compete for the same two cores in the very second being measured."""
+    timed = [item for item in items if item.get_closest_marker("timing") is not None]
+    for index, item in enumerate(timed):
+        item.add_marker(pytest.mark.xdist_group(f"timing-{index % TIMING_GROUPS}"))
 
 
 def pytest_sessionfinish() -> None:

@@ -32,7 +32,7 @@ def test_a_node_far_from_redis_stops_fetching_within_a_second_of_a_pause_and_res
     redis_server: RedisServer, proxy_factory: ProxyFactory, site: SiteFactory, tmp_path: Path
 ) -> None:
     # given a node that reaches Redis at 50 ms each way, crawling a slow site
-    web = site(400, delay_s=0.1)
+    web = site(200, delay_s=0.1)
     far_redis = proxy_factory(redis_server, delay_s=0.05)
     node = start_node("far", far_redis.url(), web.start_url, tmp_path, SLOW)
     wait_until(lambda: pages_fetched(web) > 60, 60, "the far node to crawl")
