@@ -14,6 +14,7 @@ from ..store.node_differences import node_differences
 from ..store.shared_settings import SharedSettingsStore
 from .context import CliContext, pass_cli
 from .exit_codes import exit_needing_a_person
+from .node_sites import print_node_sites
 from .node_view import group_nodes, hidden_line, node_table
 from .options import all_option, job_argument, json_option, settings_option
 from .output import console, echo_json
@@ -104,14 +105,18 @@ def show_status(report: JobStatus, attention: list[str] | None, as_json: bool,
 @click.command()
 @job_argument
 @all_option
+@click.option("--sites", "show_sites", is_flag=True,
+              help="Also list, for each node, the sites it paces: the delay in force, backoff, "
+                   "block (Retry-After) and its requests in flight, busiest first.")
 @json_option("the node records")
 @settings_option
 @pass_cli
-def nodes(cli: CliContext, job: str | None, every: bool, as_json: bool) -> None:
-    """JOB's nodes of the run under way: state, resources, load, work held, versions; the
-    nodes of earlier runs and those dead for long are summed up in a line (--all lists them).
-    The columns that fit the terminal are shown, the node, state, pages/min, pages and work held
-    first; piped, all of them."""
+def nodes(cli: CliContext, job: str | None, every: bool, show_sites: bool,
+          as_json: bool) -> None:
+    """JOB's nodes of the run under way: state, resources, load, work held, the sites each
+    paces, versions; the nodes of earlier runs and those dead for long are summed up in a line
+    (--all lists them). The columns that fit the terminal are shown, the node, state,
+    pages/min, pages and work held first; piped, all of them."""
     report = cli.existing_store(job).status()
     groups = group_nodes(report)
     if as_json:  # every node, each with its group: scripts choose
@@ -122,3 +127,5 @@ def nodes(cli: CliContext, job: str | None, every: bool, as_json: bool) -> None:
     hidden = hidden_line(groups, every)
     if hidden:
         out.print(hidden, markup=False, highlight=False)
+    if show_sites:
+        print_node_sites(groups.listed(every), out)

@@ -18,6 +18,7 @@ from rich.text import Text
 
 from ..store import JobStatus
 from ..store.job_runs import RunStart
+from .node_sites import sites_cell
 from .settings_lag import LAG_FIELD, job_settings_version, mark_lagging
 
 #: a node dead (or silent) longer than this is summed up with the earlier runs' nodes
@@ -175,6 +176,7 @@ NODE_COLUMNS = (
     Column("seen ago", 12, seen_ago),
     Column("digest", 17, lambda node: str(node.get("digest", ""))[:12]),
     Column("versions", 18, versions_text),
+    Column("sites", 19, sites_cell),
 )
 STATUS_COLUMNS = ("node", "state", "pages/min", "pages", "held", "items", "buffered",
                   "rss MiB", "seen ago")

@@ -6,9 +6,10 @@ runs_start, concurrency (CONCURRENT_REQUESTS), inflight, pages, items, errors (s
 exceptions and download errors), pages_per_min, unserializable, cpu_percent, rss_bytes,
 load_avg (1, 5, 15 min), settings_version (the shared-settings version the node applies; None
 until it applied one), settings_overrides (the shared keys its ``-s`` gives), versions
-(clustersync, scrapy, python), digest, setting_digests and file_digests (project_digest.py). The
-Redis thread adds its own figures (leased, prefetched, buffered) and the state (heartbeats.py
-``_state``).
+(clustersync, scrapy, python), digest, setting_digests and file_digests (project_digest.py),
+sites (with cluster politeness: what the node sees of the sites it paces, plugin/site_summary.py;
+absent until the reactor first built it). The Redis thread adds its own figures (leased,
+prefetched, buffered) and the state (heartbeats.py ``_state``).
 """
 
 from __future__ import annotations
@@ -79,6 +80,8 @@ class NodeInfo:
         self.process = psutil.Process(os.getpid())
         self.process.cpu_percent(None)
         self.started = time.time()
+        #: the record's ``sites``: replaced whole by the reactor (site_summary.py), read here
+        self.sites: dict[str, Any] | None = None
         #: (monotonic time, pages) at each snapshot of the last RATE_WINDOW_S, oldest first
         self._samples: deque[tuple[float, int]] = deque()
 
@@ -99,8 +102,10 @@ class NodeInfo:
         with self.process.oneshot():
             rss = self.process.memory_info().rss
             cpu = self.process.cpu_percent(None)
+        sites = self.sites
         return {
             **self.fixed,
+            **({} if sites is None else {"sites": sites}),
             "started": self.started,
             "updated": time.time(),
             "pages": pages,

@@ -130,7 +130,8 @@ class SiteCallsPart:
                 retry = None if turns.retry_s is None else ran_at + turns.retry_s
                 reserved = ReservedTurns(
                     tuple(ran_at + offset for offset in turns.offsets_s), turns.tokens,
-                    turns.step_s, turns.backoff_s, retry)
+                    turns.step_s, turns.backoff_s, retry,
+                    ran_at + turns.blocked_s if turns.blocked_s > 0 else None)
             self._post(self._link.turns_reserved, ask.site, reserved)
 
     def _refused(self, site: str, exc: StoreError) -> None:

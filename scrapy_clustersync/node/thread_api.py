@@ -70,13 +70,15 @@ class ReservedTurns:
     """Turns of one site reserved for this node: ``starts`` on the node's ``time.monotonic()``
     (with their in-flight ``tokens``, "" without a cap), ``step_s`` the site's delay in force
     for the cluster, ``retry_at`` when to ask again if none came (the cap is full, or Redis
-    refused the call; None: ask when needed)."""
+    refused the call; None: ask when needed), ``blocked_until`` when the site's block (a
+    Retry-After) ends (None: not blocked)."""
 
     starts: tuple[float, ...]
     tokens: tuple[str, ...]
     step_s: float = 0.0
     backoff_s: float = 0.0
     retry_at: float | None = None
+    blocked_until: float | None = None
 
 
 class RedisThread(Protocol):

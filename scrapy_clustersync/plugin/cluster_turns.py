@@ -22,6 +22,10 @@ cluster until then; a 503 without one doubles its backoff (capped), which good r
 Every node hears of a slow-down at once (the control channel, ``slowed``) and drops the turns of
 the site it reserved; the node that got it drops its own before it tells Redis.
 A site with no delay and no cap costs nothing: no Redis call at all (unless it was slowed down).
+
+What the node sees of each site it paces (site_summary.py ``SiteSeen``) goes into its node record
+(``summary``, built once per heartbeat); a site idle for ``SITE_IDLE_S`` is forgotten then, so a
+broad crawl's sites do not pile up here.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ..store.site_scripts import TurnsAsk
 from .retry_after import retry_after_s
+from .site_summary import SITES_IN_RECORD, SiteSeen, idle_sites, summary
 
 if TYPE_CHECKING:
     from scrapy.core.downloader import Slot
@@ -94,6 +99,7 @@ class ClusterTurns:
         self._done: dict[str, list[str]] = {}  # tokens of turns ended, not told yet
         self._good: Counter[str] = Counter()  # good responses of slowed sites, not told yet
         self._slowed: set[str] = set()  # sites with a backoff or block: asked even with no delay
+        self._seen: dict[str, SiteSeen] = {}  # what the node record says of each site paced
         self._flush_due = False
         self.configure(download_delay=download_delay, randomize=randomize,
                        site_delays=site_delays, per_domain=per_domain)
@@ -169,12 +175,19 @@ class ClusterTurns:
             token = turns.popleft()[1]
             if token:
                 self._inflight.setdefault(key, []).append(token)
+            seen = self._seen.get(key)
+            if seen is not None:
+                seen.in_flight += 1
+                seen.used_at = now
 
     def done(self, key: str) -> None:
         """A request of site ``key`` let through ended (its response or error came)."""
         tokens = self._inflight.get(key)
         if tokens:
             self._ended(key, tokens.pop(0))
+        seen = self._seen.get(key)
+        if seen is not None and seen.in_flight > 0:
+            seen.in_flight -= 1
 
     def answered(self, key: str, status: int, headers: Any) -> None:
         """A response of site ``key`` came: a 429/503 slows the site for the cluster."""
@@ -185,6 +198,9 @@ class ClusterTurns:
         retry = retry_after_s(headers.get(b"Retry-After") if headers is not None else None)
         if self._link is None:
             return
+        seen = self._seen.get(key)
+        if seen is not None and retry:
+            seen.blocked_until = max(seen.blocked_until, monotonic() + retry)
         self._forget_turns_of(key)  # before Redis hears of it: no turn of it goes meanwhile
         self._link.slow_down(key, retry, self.delay_of(key, None))
 
@@ -212,11 +228,41 @@ class ClusterTurns:
             if turns.retry_at is not None and not turns.starts:
                 self._retry_at[site] = turns.retry_at
                 self._call_later(turns.retry_at - monotonic(), self._wake)
+            self._saw_answer(site, turns)
         if turns.backoff_s > 0:
             self._slowed.add(site)
         elif site in self._slowed and not self._good.get(site):
             self._slowed.discard(site)
         self._wake()
+
+    # ---- the node record ----------------------------------------------------------------------
+    def summary(self, now: float, shown_max: int = SITES_IN_RECORD) -> dict[str, Any]:
+        """The sites this node paces as its record shows them (site_summary.py ``summary``),
+        once the sites idle for long are forgotten. On the reactor, once per heartbeat."""
+        self.forget_idle(now)
+        return summary(self._seen, now, shown_max)
+
+    def forget_idle(self, now: float) -> None:
+        """Forget every site idle for ``SITE_IDLE_S`` (nothing in flight, not blocked, no ask
+        under way): each of the per-site records here, so they stay bounded; turns it still had
+        reserved are given back. A site used again is asked for anew."""
+        for site in idle_sites(self._seen, now, busy=self._asked):
+            del self._seen[site]
+            self._drop_reserved(site)
+            if not self._inflight.get(site):
+                self._inflight.pop(site, None)
+            for each in (self._retry_at, self._good):
+                each.pop(site, None)
+            self._slowed.discard(site)
+            self._stale.discard(site)
+
+    def _saw_answer(self, site: str, turns: ReservedTurns) -> None:
+        seen = self._seen.get(site)
+        if seen is None:
+            return
+        seen.step_s, seen.backoff_s = turns.step_s, turns.backoff_s
+        if turns.blocked_until is not None:
+            seen.blocked_until = turns.blocked_until
 
     # ---- internals ---------------------------------------------------------------------------
     def _ask(self, key: str, delay: float, now: float) -> None:
@@ -224,6 +270,10 @@ class ClusterTurns:
             return
         assert self._link is not None
         self._asked[key] = self._version
+        seen = self._seen.get(key)
+        if seen is None:
+            seen = self._seen[key] = SiteSeen()
+        seen.asked_s, seen.used_at = delay, now
         # the turns of the horizon, even before their requests wait: a short delay then costs
         # one call per few requests (a turn with nothing to start is dropped, unused)
         ahead = int(HORIZON_S / delay) + 1 if delay > 0 else 0
@@ -241,6 +291,8 @@ class ClusterTurns:
     def _forget_turns_of(self, site: str) -> None:
         """A 429/503 of ``site``: no turn of it reserved before is used (see ``slowed``)."""
         self._slowed.add(site)
+        if site not in self._seen:  # slowed by another node: forgotten once idle, as any
+            self._seen[site] = SiteSeen(used_at=monotonic())
         self._drop_reserved(site)
         if site in self._asked:
             self._stale.add(site)

@@ -47,7 +47,7 @@ class Turns:
     """Turns reserved: ``offsets_s`` from the Redis clock's now when they were (with their
     in-flight ``tokens``, "" without a cap); ``step_s``: the site's delay in force (its backoff
     if longer); ``retry_s``: with the cap full, when a slot frees at the latest (None: not
-    full)."""
+    full); ``blocked_s``: how long the site is still blocked (a Retry-After; 0: not)."""
 
     offsets_s: tuple[float, ...]
     tokens: tuple[str, ...]
@@ -55,6 +55,7 @@ class Turns:
     backoff_s: float
     retry_s: float | None
     server_ms: int = 0  # the Redis clock when they were reserved
+    blocked_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -86,11 +87,12 @@ class SiteTurnsScript(JobScript):
             SITE_IDLE_MS, ask.good, *ask.done]
 
     def parse(self, reply: Any) -> Turns:
-        now, step, backoff, retry, *flat = reply
+        now, step, backoff, retry, blocked, *flat = reply
         return Turns(tuple(float(as_text(flat[i])) / 1000 for i in range(0, len(flat), 2)),
                      tuple(as_text(flat[i]) for i in range(1, len(flat), 2)),
                      float(as_text(step)) / 1000, float(as_text(backoff)) / 1000,
-                     None if int(retry) < 0 else int(retry) / 1000, int(now))
+                     None if int(retry) < 0 else int(retry) / 1000, int(now),
+                     max(0.0, float(as_text(blocked)) / 1000))
 
     def run(self, ask: TurnsAsk) -> Turns:
         return self.parse(self._call(*self.call(ask)))

@@ -31,9 +31,10 @@
 -- ARGV[10] idle_ms      int     the site's keys expire this long after its last turn
 -- ARGV[11] good         int     good responses of the site on this node since its last call
 -- ARGV[12..] done       string  tokens of this node's turns that ended (their slots are free)
--- Returns {now_ms, step_ms, backoff_ms, retry_ms, offset_ms_1, token_1, offset_ms_2, ...}:
--- offsets from now_ms of the turns reserved, in order (tokens "" without a cap); retry_ms: with
--- the cap full, when to ask again (CAP_POLL_MS at most; -1: not full).
+-- Returns {now_ms, step_ms, backoff_ms, retry_ms, blocked_ms, offset_ms_1, token_1, offset_ms_2,
+-- ...}: offsets from now_ms of the turns reserved, in order (tokens "" without a cap); retry_ms:
+-- with the cap full, when to ask again (CAP_POLL_MS at most; -1: not full); blocked_ms: how long
+-- the site is still blocked by a Retry-After (0: not).
 
 local BACKOFF_RECOVERY = 0.9  -- a backoff shrinks to this share with each good response
 local BACKOFF_FLOOR_MS = 1    -- a smaller backoff is none
@@ -92,7 +93,8 @@ if cap > 0 and count > 0 then
 end
 
 if jitter > 0 then math.randomseed(seed) end
-local reply = {now, tostring(step), tostring(backoff), retry}
+local blocked_left = math.max(0, tonumber(state[2] or 0) - now)
+local reply = {now, tostring(step), tostring(backoff), retry, tostring(blocked_left)}
 for i = 1, room do
   if i > 1 and tat - now > horizon_ms then break end
   local token = ''
