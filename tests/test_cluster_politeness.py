@@ -3,6 +3,7 @@ redis-server, counted from the test site's own access times."""
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from testkit.site import TestSite
 
 from conftest import SiteFactory
 from support import (
+    clustersync,
     missing_pages,
     pages_fetched,
     pages_fetched_twice,
@@ -178,3 +180,29 @@ def test_a_node_killed_holding_a_sites_slot_blocks_it_no_longer_than_the_lease(
     assert 1.0 < resumed < 3.0 + 0.7
     assert overlaps == 0
     assert missing_pages(web) == []  # the page under way when node1 died came again
+
+
+def test_a_node_record_shows_the_delay_of_the_site_it_crawls(
+        redis_server: RedisServer, site: SiteFactory, tmp_path: Path) -> None:
+    # given one node crawling a small site with DOWNLOAD_DELAY = 0.4
+    web = site(8)
+    project = project_with(tmp_path, "DOWNLOAD_DELAY = 0.4\nRANDOMIZE_DOWNLOAD_DELAY = False")
+    nodes = start_nodes(1, redis_server.url, web.start_url, tmp_path, None, project_dir=project)
+    seen: list[dict[str, object]] = []
+
+    def site_in_record() -> bool:
+        listed = clustersync(redis_server.url, "nodes", "site", "--json")
+        records = json.loads(listed.stdout) if listed.returncode == 0 else []
+        seen[:] = [s for n in records for s in (n.get("sites") or {}).get("shown", [])]
+        return any(s["site"] == "127.0.0.1" for s in seen)
+
+    # when `clustersync nodes JOB --json` is read while it crawls
+    wait_until(site_in_record, timeout_s=10, what="the site in the node's record")
+    wait_all(nodes, timeout_s=30)
+    # then the node's record names the site with the delay in force, no backoff, no block
+    [shown] = [s for s in seen if s["site"] == "127.0.0.1"]
+    assert shown["delay_s"] == 0.4 and shown["backoff_s"] == 0 and shown["blocked_until"] is None
+    assert pages_fetched(web) == web.pages
+    # and the table of `clustersync nodes` shows it in its sites column and its --sites detail
+    table = clustersync(redis_server.url, "nodes", "site", "--sites")
+    assert "127.0.0.1 0.40s" in table.stdout and "busiest first" in table.stdout
