@@ -198,10 +198,10 @@ class ClusterTurns:
         retry = retry_after_s(headers.get(b"Retry-After") if headers is not None else None)
         if self._link is None:
             return
-        seen = self._seen.get(key)
-        if seen is not None and retry:
-            seen.blocked_until = max(seen.blocked_until, monotonic() + retry)
         self._forget_turns_of(key)  # before Redis hears of it: no turn of it goes meanwhile
+        if retry:  # the node record says so before Redis answers
+            seen = self._seen[key]
+            seen.blocked_until = max(seen.blocked_until, monotonic() + retry)
         self._link.slow_down(key, retry, self.delay_of(key, None))
 
     def slowed(self, site: str) -> None:

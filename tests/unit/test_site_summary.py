@@ -4,6 +4,7 @@ forgotten by ClusterTurns; the ``nodes`` command's cell reads the record."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -65,6 +66,17 @@ def test_the_summary_says_the_delay_backoff_block_and_requests_in_flight() -> No
     # and once its response came, nothing is in flight
     turns.done("slow.com")
     assert turns.summary(110.0)["shown"][0]["in_flight"] == 0
+
+
+def test_a_429_with_retry_after_shows_the_site_blocked_at_once() -> None:
+    # given a node crawling a site without any delay
+    turns, link = bound_turns(delay=0.0)
+    # when the site answers 429 with Retry-After: 30
+    turns.answered("a.com", 429, {b"Retry-After": b"30"})
+    # then the record shows it blocked for about 30 s, before Redis answered
+    [site] = turns.summary(time.monotonic())["shown"]
+    assert site["site"] == "a.com" and 29.0 < site["blocked_s"] <= 30.0
+    assert site["blocked_until"] is not None
 
 
 def test_a_site_without_delay_or_cap_is_not_in_the_summary() -> None:
