@@ -9,12 +9,13 @@ Read from Scrapy's downloader on the reactor, at most every ``lease_sizing.REFRE
   request, and only with nothing queued, for a slot with a delay), plus one site not seen yet
   (the project's per-domain concurrency, or one request with a ``DOWNLOAD_DELAY``), within the
   downloader's free ``CONCURRENT_REQUESTS``;
-- capacity: what the slots run at once (a slot with a delay counts one), the same site not seen
-  yet included, within ``CONCURRENT_REQUESTS``.
+- capacity: what the slots run at once, the same site not seen yet included, within
+  ``CONCURRENT_REQUESTS``; and for each slot with a delay, what it keeps ready (``paced_need``).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -39,18 +40,35 @@ class DownloaderDemand:
         slots = getattr(downloader, "slots", None)
         if not isinstance(slots, dict):  # no crawl yet, or a stand-in downloader (tests)
             return Downstream(0, self.new_site_room)
-        transferring = room = capacity = 0
+        transferring = room = capacity = paced = 0
         for slot in list(slots.values()):
             transferring += len(slot.transferring)
             free = slot.concurrency - len(slot.active)
             if slot.delay > 0:
                 free = min(free, 0 if slot.queue else 1)
+                paced += paced_need(slot.delay)
+            else:
+                capacity += slot.concurrency
             room += max(0, free)
-            capacity += 1 if slot.delay > 0 else slot.concurrency
         room += self.new_site_room
         capacity += self.new_site_room
         total = getattr(downloader, "total_concurrency", 0)
         if total > 0:  # 0: no overall limit
             room = min(room, total - len(getattr(downloader, "active", ())))
             capacity = min(capacity, total)
-        return Downstream(max(0, self._under_way() - transferring), max(0, room), capacity)
+        return Downstream(max(0, self._under_way() - transferring), max(0, room),
+                          capacity + paced)
+
+
+#: a site with a delay keeps ready the requests of its turns over this long (``paced_need``)
+PACED_HORIZON_S = 1.5
+
+
+def paced_need(delay_s: float) -> int:
+    """The requests a site with a delay keeps ready on the node: one for its next turn and one
+    for each turn the site has in ``PACED_HORIZON_S`` (for every node together: at most that
+    long of the site's work is kept from the others). A lease is blind to sites: with fewer
+    in hand over many paced sites, some site's turn comes while this node holds none of its
+    requests (and the other nodes may hold none either), and that turn is lost. Not within
+    CONCURRENT_REQUESTS: those the downloader cannot take yet wait, leased, on the node."""
+    return 1 + math.ceil(PACED_HORIZON_S / delay_s)
