@@ -8,8 +8,11 @@ Serves 20 local sites (distinct hostnames 127.0.0.2-21: distinct Scrapy download
 this process, crawls them with two clustersync nodes at ``DOWNLOAD_DELAY = 0.1`` (a budget of
 10 requests/s per site, 200 req/s for the 20) on a redis-server of its own, and prints, from
 the sites' own access times: the fraction of the 200 req/s budget the cluster reached (over
-the whole crawl, and over its middle 80%), and the largest excess of any site over its budget
-in any 5 s window (50 requests, one more allowed at the window's edge).
+the whole crawl, over its middle 80%, and while every site had pages left: the target, as a
+site's last pages are found late by chance), and the largest excess of any site over its budget
+in any 5 s window (50 requests, one more allowed at the window's edge). The nodes run with
+``CONCURRENT_REQUESTS = 100``, as Scrapy's broad-crawl guide suggests: requests held for their
+site's turn take places in it.
 """
 
 from __future__ import annotations
@@ -33,6 +36,9 @@ SITES = 20
 DELAY_S = 0.1
 NODES = ("node1", "node2")
 WINDOW_S = 5.0
+#: the targets: the share of the budget the two nodes reach, the most any site may see over it
+TARGET_REACHED = 0.9
+TARGET_EXCESS = 0.05
 SPIDER = '''
     import scrapy
 
@@ -65,7 +71,7 @@ def write_project(root: Path, mode: str, jitter: bool = True) -> Path:
         CLUSTERSYNC_POLITENESS = {mode!r}
         DOWNLOAD_DELAY = {DELAY_S}
         RANDOMIZE_DOWNLOAD_DELAY = {jitter}
-        CONCURRENT_REQUESTS = int(os.environ.get("CR", 64))
+        CONCURRENT_REQUESTS = 100  # Scrapy's broad-crawl guide: held requests take places too
         ROBOTSTXT_OBEY = False
         TELNETCONSOLE_ENABLED = False
         LOG_LEVEL = "INFO"
@@ -95,9 +101,17 @@ def report(sites: list[TestSite], took_s: float) -> dict[str, float]:
     middle = every[cut:len(every) - cut]
     allowed = WINDOW_S / DELAY_S + 1
     excess = max(most_in_window(site_times(site), WINDOW_S) - allowed for site in sites)
+    # while every site has pages left: from the first request of the last site to start until
+    # the last request of the first site to finish (a site's last pages are found late, by
+    # chance, in plain Scrapy too: at the end fewer sites than 20 have work)
+    busy_from = max(site_times(site)[0] for site in sites)
+    busy_to = min(site_times(site)[-1] for site in sites)
+    busy = [t for t in every if busy_from <= t <= busy_to]
     return {"requests": len(every), "span_s": round(span, 2), "took_s": round(took_s, 1),
             "reached": round((len(every) - 1) / span / budget, 3),
             "reached_middle": round((len(middle) - 1) / (middle[-1] - middle[0]) / budget, 3),
+            "reached_all_busy": round(len(busy) / max(1e-9, busy_to - busy_from) / budget, 3),
+            "all_busy_s": round(busy_to - busy_from, 2),
             "max_excess_5s": excess, "max_excess_5s_share": round(excess / (allowed - 1), 3)}
 
 
@@ -158,9 +172,16 @@ def print_run(args: argparse.Namespace) -> None:
           f"DOWNLOAD_DELAY {DELAY_S}: "
           f"{figures['requests']} requests in {figures['span_s']}s; reached "
           f"{figures['reached']:.1%} of the {SITES / DELAY_S:.0f} req/s budget "
-          f"({figures['reached_middle']:.1%} over the middle 80%); max per-site excess over "
+          f"({figures['reached_middle']:.1%} over the middle 80%, "
+          f"{figures['reached_all_busy']:.1%} over the {figures['all_busy_s']}s every site had "
+          f"pages left); max per-site excess over "
           f"any 5 s window: {figures['max_excess_5s']:+.0f} requests "
           f"({figures['max_excess_5s_share']:+.1%})")
+    reached, excess = figures["reached_all_busy"], figures["max_excess_5s_share"]
+    print(f"  budget reached while every site had pages left: {reached:.2f} (target >= "
+          f"{TARGET_REACHED}: {'met' if reached >= TARGET_REACHED else 'NOT met'}); largest "
+          f"excess of a site over a 5 s window: {excess:+.1%} (target <= {TARGET_EXCESS:.0%}: "
+          f"{'met' if excess <= TARGET_EXCESS else 'NOT met'})")
 
 
 if __name__ == "__main__":

@@ -61,14 +61,20 @@ def test_a_call_reserves_the_short_turns_within_the_horizon_and_always_one(
     assert len(far.offsets_s) == 1 and 0.055 < far.offsets_s[0] < 0.07
 
 
-def test_randomized_delays_average_the_delay_within_half_and_one_and_a_half(
+def test_randomized_delays_stay_in_half_to_one_and_a_half_and_never_bunch_up(
         redis_server: RedisServer) -> None:
     (node,) = sites(redis_server, "n1")
     turns = node.turns(ask(count=400, delay_s=0.01, jitter=0.5, horizon_s=10.0))
     gaps = [b - a for a, b in zip(turns.offsets_s, turns.offsets_s[1:], strict=False)]
     assert len(gaps) == 399
     assert min(gaps) >= 0.005 - 1e-6 and max(gaps) <= 0.015 + 1e-6
-    assert 0.0095 < statistics.mean(gaps) < 0.0105 and statistics.pstdev(gaps) > 0.002
+    assert 0.0095 < statistics.mean(gaps) < 0.0105 and statistics.pstdev(gaps) > 0.0015
+    # and any run of turns in a row spans its delays within one jitter (0.5 x the delay): no
+    # window holds more turns than the delay allows, as independent draws would by chance
+    starts = turns.offsets_s
+    for run in (10, 50, 200):
+        spans = [starts[i + run] - starts[i] for i in range(len(starts) - run)]
+        assert all(abs(span - run * 0.01) <= 0.005 + 1e-6 for span in spans), run
 
 
 def test_the_cap_counts_turns_under_way_for_every_node_until_they_are_done(

@@ -1,7 +1,11 @@
 -- site_turns: reserve up to `count` turns of one site for one node, on the Redis clock. The
 -- site's pace is GCRA: `tat_ms` is when its next turn may start; each turn reserved starts at
 -- max(tat_ms, now, blocked_ms) and moves tat_ms on by the site's step (its delay, or its backoff
--- after 503s if longer, each drawn in (1 - jitter)..(1 + jitter) x with RANDOMIZE_DOWNLOAD_DELAY).
+-- after 503s if longer, each drawn in (1 - jitter)..(1 + jitter) x with RANDOMIZE_DOWNLOAD_DELAY:
+-- step x (1 + jitter x (u - u_before)), u uniform in 0..1 and u_before the draw of the step
+-- before, kept in `jitter_u`. Each step is random, and n steps in a row sum to n x step within
+-- one step x jitter: no window of time sees more turns than the delay allows, as independent
+-- draws would (50 of them run 0.2 s short or long by chance alone, one turn in ten).
 -- Turns after the first are reserved only while they start within horizon_ms, so one call
 -- serves a few short turns and never holds many long ones. With a cap (CONCURRENT_REQUESTS_PER_
 -- DOMAIN for the cluster), each turn also takes one of the site's in-flight slots, a token leased
@@ -15,7 +19,8 @@
 --                               (the delay after 503s), delay_ms (the step in force), seq (the
 --                               tokens' counter), last_ms (the last reservation), waiter and
 --                               waiter_ms (the node first refused by the full cap, and when: it
---                               has the next free slot for WAITER_MS); expires idle
+--                               has the next free slot for WAITER_MS), jitter_u (the last
+--                               jitter draw); expires idle
 -- KEYS[2]  inflight     zset    token -> lease deadline (server ms): the site's turns under way
 -- KEYS[3]  sites        zset    site -> server ms of its last reservation (status, purge)
 -- ARGV[1]  site         string  the site (its Scrapy download slot key)
@@ -68,7 +73,7 @@ for i = done_from, #ARGV do
 end
 redis.call('ZREMRANGEBYSCORE', inflight_key, '-inf', now)
 
-local state = redis.call('HMGET', site_key, 'tat_ms', 'blocked_ms', 'backoff_ms')
+local state = redis.call('HMGET', site_key, 'tat_ms', 'blocked_ms', 'backoff_ms', 'jitter_u')
 local tat = math.max(tonumber(state[1] or now), now, tonumber(state[2] or 0))
 local backoff = tonumber(state[3] or 0) * (BACKOFF_RECOVERY ^ good)
 if backoff < BACKOFF_FLOOR_MS then backoff = 0 end
@@ -92,6 +97,7 @@ if cap > 0 and count > 0 then
   end
 end
 
+local drawn = tonumber(state[4] or 0.5)
 if jitter > 0 then math.randomseed(seed) end
 local blocked_left = math.max(0, tonumber(state[2] or 0) - now)
 local reply = {now, tostring(step), tostring(backoff), retry, tostring(blocked_left)}
@@ -105,11 +111,16 @@ for i = 1, room do
   reply[#reply + 1] = tostring(tat - now)
   reply[#reply + 1] = token
   local gap = step
-  if jitter > 0 then gap = step * (1 - jitter + 2 * jitter * math.random()) end
+  if jitter > 0 then
+    local u = math.random()
+    gap = step * (1 + jitter * (u - drawn))
+    drawn = u
+  end
   tat = tat + gap
 end
 
 redis.call('HSET', site_key, 'tat_ms', tostring(tat), 'backoff_ms', tostring(backoff),
+           'jitter_u', tostring(drawn),
            'delay_ms', tostring(step), 'last_ms', now)
 local keep_ms = math.ceil(tat - now) + idle_ms
 redis.call('PEXPIRE', site_key, keep_ms)
