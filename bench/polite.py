@@ -29,6 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from testkit.rates import most_in_window  # noqa: E402
 from testkit.redis_server import RedisServer  # noqa: E402
 from testkit.site import TestSite  # noqa: E402
 
@@ -77,15 +78,6 @@ def write_project(root: Path, mode: str, jitter: bool = True) -> Path:
         LOG_LEVEL = "INFO"
     """))
     return root
-
-
-def most_in_window(times: list[float], window_s: float) -> int:
-    most, first = 0, 0
-    for last, at in enumerate(times):
-        while at - times[first] > window_s:
-            first += 1
-        most = max(most, last - first + 1)
-    return most
 
 
 def site_times(site: TestSite) -> list[float]:

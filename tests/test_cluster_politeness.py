@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from testkit.rates import most_in_window, rate_per_s
 from testkit.redis_server import RedisServer
 from testkit.site import TestSite
 
@@ -39,21 +40,6 @@ def project_with(tmp_path: Path, settings_py: str) -> Path:
 def site_times(web: TestSite) -> list[float]:
     """When the site answered each page, every node together, sorted."""
     return sorted(t for name in NODES for t in web.agent_hits(name).times)
-
-
-def rate_per_s(times: list[float]) -> float:
-    """Requests per second over the span of ``times``."""
-    return (len(times) - 1) / (times[-1] - times[0])
-
-
-def most_in_window(times: list[float], window_s: float) -> int:
-    """The most requests in any ``window_s`` long window."""
-    most, first = 0, 0
-    for last, at in enumerate(times):
-        while at - times[first] > window_s:
-            first += 1
-        most = max(most, last - first + 1)
-    return most
 
 
 def crawl_with_two_nodes(redis_server: RedisServer, web: TestSite, tmp_path: Path,
