@@ -6,8 +6,9 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-#: pytest-xdist workers: the end-to-end tests mostly wait on their subprocesses, so 3 keep 2 cores busy
-TEST_WORKERS ?= 3
+#: pytest-xdist workers: the end-to-end tests mostly wait on their subprocesses, so 4 keep 2 cores
+#: busy (3 left them idle half the time)
+TEST_WORKERS ?= 4
 CHAOS_RUNS ?= 5
 
 .PHONY: demo test unit chaos lint bench compat clean
