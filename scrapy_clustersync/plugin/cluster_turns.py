@@ -77,8 +77,10 @@ class ClusterTurns:
     def __init__(self, *, download_delay: float, randomize: bool, site_delays: dict[str, float],
                  per_domain: int, lease_s: float, slot_driven: bool = False,
                  later: Callable[[float, Callable[[], None]], Any] | None = None,
-                 uncapped_per_domain: int | None = None) -> None:
+                 uncapped_per_domain: int | None = None,
+                 clock: Callable[[], float] = monotonic) -> None:
         self.lease_s = lease_s
+        self._clock = clock  # the gate's: when turns came
         #: Scrapy's CONCURRENT_REQUESTS_PER_DOMAIN when the project did not set it (no cap):
         #: ``configure`` given that value leaves the cluster uncapped
         self.uncapped_per_domain = uncapped_per_domain
@@ -88,9 +90,8 @@ class ClusterTurns:
         self._link: SiteLink | None = None
         self._wake: Callable[[], None] = lambda: None
         self._demand: Callable[[str], int] = lambda key: 1
-        #: site -> its turns reserved: start, token, when it is dropped unused (None: not seen
-        #: by ``wait_s`` yet)
-        self._reserved: dict[str, deque[tuple[float, str, float | None]]] = {}
+        #: site -> its turns reserved: start, token, when it came
+        self._reserved: dict[str, deque[tuple[float, str, float]]] = {}
         self._asked: dict[str, int] = {}  # site -> the settings' version it was asked with
         self._stale: set[str] = set()  # sites whose ask under way was made before a slow-down
         self._version = 0
@@ -157,12 +158,10 @@ class ClusterTurns:
         if self._link is None or not (delay or self.per_domain or key in self._slowed):
             return 0.0  # nothing to keep: no Redis call at all
         turns = self._reserved.get(key)
-        if turns and turns[-1][2] is None:  # turns that just came are late from now on
-            late = max(delay, STALE_MIN_S)  # (a far node's come half a round trip late)
-            turns = self._reserved[key] = deque(
-                (start, token, max(start, now) + late if drop is None else drop)
-                for start, token, drop in turns)
-        while turns and (turns[0][2] or now) < now:
+        late = max(delay, STALE_MIN_S)
+        # a turn is late from its start, or from when it came if later: a far node's come half
+        # a round trip after their start, and would all be dropped and asked for again
+        while turns and max(turns[0][0], turns[0][2]) + late < now:
             self._ended(key, turns.popleft()[1])  # its time passed with nothing to start
         if turns:
             return turns[0][0] - now
@@ -223,7 +222,8 @@ class ClusterTurns:
             self._flush_soon()
         else:
             queue = self._reserved.setdefault(site, deque())
-            queue.extend((start, token, None)
+            came = self._clock()
+            queue.extend((start, token, came)
                          for start, token in zip(turns.starts, turns.tokens, strict=True))
             if turns.retry_at is not None and not turns.starts:
                 self._retry_at[site] = turns.retry_at

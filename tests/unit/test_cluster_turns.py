@@ -41,11 +41,16 @@ class FakeLink:
         self.slowed_listener = callback
 
 
+#: the gate's clock, as ClusterTurns reads it when turns come (the tests set it)
+CLOCK = [0.0]
+
+
 def turns_on(delay: float = 0.5, per_domain: int = 0) -> tuple[ClusterTurns, FakeLink, list[int]]:
     later: list[tuple[float, Callable[[], None]]] = []
+    CLOCK[0] = 0.0
     turns = ClusterTurns(download_delay=delay, randomize=False, site_delays={"slow.com": 3.0},
                          per_domain=per_domain, lease_s=60.0,
-                         later=lambda s, call: later.append((s, call)))
+                         later=lambda s, call: later.append((s, call)), clock=lambda: CLOCK[0])
     link, woken = FakeLink(), [0]
     turns.bind(link, lambda: woken.__setitem__(0, woken[0] + 1), lambda key: 3)
     return turns, link, woken
@@ -76,8 +81,7 @@ def test_a_site_delay_overrides_download_delay_and_stale_turns_are_dropped() -> 
     assert link.asks[0].delay_s == 3.0
     assert link.listener is not None
     link.listener("slow.com", ReservedTurns((1.0,), ("",)))
-    assert turns.wait_s("slow.com", None, 1.5) == pytest.approx(-0.5)  # late: it goes at once
-    assert turns.wait_s("slow.com", None, 5.0) == math.inf  # 1.5 + 3.0 < 5.0: dropped
+    assert turns.wait_s("slow.com", None, 5.0) == math.inf  # 1.0 + 3.0 < 5.0: dropped
     assert len(link.asks) == 2
 
 
@@ -86,6 +90,7 @@ def test_a_turn_that_comes_after_its_start_is_late_from_when_it_came() -> None:
     turns, link, _ = turns_on(delay=0.0, per_domain=4)
     turns.wait_s("a.com", None, 100.0)
     assert link.listener is not None
+    CLOCK[0] = 100.0
     link.listener("a.com", ReservedTurns((99.9,), ("n:1",)))
     # when the gate looks at it 0.1 s after its start (twice the least lateness)
     wait = turns.wait_s("a.com", None, 100.0)
@@ -93,6 +98,19 @@ def test_a_turn_that_comes_after_its_start_is_late_from_when_it_came() -> None:
     assert wait <= 0 and len(link.asks) == 1
     turns.taken("a.com", 100.0)
     assert turns._inflight["a.com"] == ["n:1"]
+
+
+def test_turns_not_looked_at_until_long_after_they_came_are_dropped_not_sent_at_once() -> None:
+    # given turns 0.1 s apart reserved ahead, that came at 10.0, and no request of the site
+    turns, link, _ = turns_on(delay=0.1)
+    turns.wait_s("a.com", None, 10.0)
+    assert link.listener is not None
+    CLOCK[0] = 10.0
+    link.listener("a.com", ReservedTurns((10.0, 10.1, 10.2), ("", "", "")))
+    # when requests of the site come only at 11.0
+    wait = turns.wait_s("a.com", None, 11.0)
+    # then none of those turns is used (three requests at once would reach the site): it asks
+    assert wait == math.inf and len(link.asks) == 2
 
 
 def test_a_settings_change_drops_the_turns_reserved_and_frees_their_slots() -> None:
@@ -127,7 +145,6 @@ def test_a_429_with_retry_after_blocks_the_site_and_a_503_without_backs_it_off()
     turns.answered("b.com", 200, {})
     assert link.listener is not None
     link.listener("b.com", ReservedTurns((0.0,), ("",), 0.25, 0.25))
-    turns.wait_s("b.com", None, 0.0)
     turns.wait_s("b.com", None, 1.0)
     assert link.asks[-1].good == 1
 
