@@ -6,7 +6,9 @@ per delay for every node together, and reserved by a node a few at a time (those
 within ``HORIZON_S``), so a short delay costs no round trip per request. ``wait_s`` answers from
 the turns this node reserved; with none left it asks the node's Redis thread for more (a
 message: the reactor never waits on Redis), answers ``math.inf``, and wakes the gate when they
-come. A turn not used by the end of its own delay is dropped (the gate had nothing for it).
+come. A turn not used within its own delay (at least ``STALE_MIN_S``) of its start, or of when
+it came if later (a node far from Redis gets its turns half a round trip after their start), is
+dropped: the gate had nothing for it, and turns kept longer would go out at once.
 
 What a site's delay is: its ``CLUSTERSYNC_SITE_DELAYS`` entry, else (with AutoThrottle on, or
 ``DOWNLOAD_SLOTS``) the delay of its Scrapy slot, so AutoThrottle drives the cluster's pace,
