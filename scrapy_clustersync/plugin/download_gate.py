@@ -49,7 +49,7 @@ from .cluster_closespider import ClusterCloseSpider
 from .crawler_parts import started_part
 from .held_requests import HeldRequests
 from .signals import node_opened
-from .site_summary import SiteReport
+from .site_summary import report_sites
 from .site_turns import LocalTurns, SiteTurns, longest_delay_s, site_turns_for
 
 if TYPE_CHECKING:
@@ -112,7 +112,7 @@ class DownloadGate:
             bind = getattr(self.turns, "bind", None)
             if bind is not None:  # ClusterTurns: its turns come from the node's Redis thread
                 bind(scheduler.io, self.wake, lambda key: self.held.per_slot.get(key, 0))
-            self._report_sites(scheduler)
+            report_sites(self.turns, scheduler)
         self._watch_close(started_part(self.crawler, "engine"))
         extensions = getattr(getattr(self.crawler, "extensions", None), "middlewares", ())
         self.tickets = next((ext for ext in extensions if isinstance(ext, ClusterCloseSpider)),
@@ -369,17 +369,6 @@ class DownloadGate:
         engine.close_spider_async = closing
 
     # ---- internals -------------------------------------------------------------------------
-    def _report_sites(self, scheduler: ClusterScheduler) -> None:
-        """With cluster turns, put what they see of each site into the node's record, built
-        when the Redis thread hands something over, at most once per heartbeat interval."""
-        build = getattr(self.turns, "summary", None)
-        info = getattr(scheduler, "node_info", None)
-        if build is None or info is None or scheduler.io is None:
-            return
-        report = SiteReport(build, lambda sites: setattr(info, "sites", sites),
-                            max(0.5, scheduler.config.heartbeat_interval_s))
-        scheduler.io.listen(report.maybe_publish)
-
     def _count(self, stat: str, count: int = 1) -> None:
         """Count in the node's hot-path counts (published with the scheduler's), or, with no
         node, in the crawler's stats."""

@@ -86,3 +86,16 @@ class SiteReport:
         if now >= self._next:
             self._next = now + self.every_s
             self.set_sites(self.build(now))
+
+
+def report_sites(turns: Any, scheduler: Any) -> None:
+    """With cluster turns (``turns`` has ``summary``), put what they see of each site into the
+    node's record (``scheduler.node_info``), built when the Redis thread hands something over,
+    at most once per heartbeat interval."""
+    build = getattr(turns, "summary", None)
+    info = getattr(scheduler, "node_info", None)
+    if build is None or info is None or scheduler.io is None:
+        return
+    report = SiteReport(build, lambda sites: setattr(info, "sites", sites),
+                        max(0.5, scheduler.config.heartbeat_interval_s))
+    scheduler.io.listen(report.maybe_publish)
