@@ -25,7 +25,10 @@ less than ``MIN_HORIZON_S``. The rate is the highest recent one, decaying slowly
 starves takes fewer requests, and a rate that followed it down would size the next lease
 smaller still. The reactor tells the Redis thread the target (``Demand``) when it changed; the
 thread leases what is missing once half of it is gone. ``CLUSTERSYNC_PREFETCH`` set to a
-number fixes the target instead.
+number fixes what the node holds ahead instead: that number, less what it handed to the engine
+and has not started (``fixed``), so that a node whose engine holds a polite site's requests at
+the download gate does not lease the whole queue, two at a time, while the others find it
+empty.
 
 Everything here is the reactor's.
 """
@@ -81,8 +84,11 @@ class LeaseSizer:
     nothing more now."""
 
     def __init__(self, maximum: int, initial: int, measure: Measure | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, fixed: bool = False) -> None:
         self.maximum = maximum
+        #: ``CLUSTERSYNC_PREFETCH`` set: ``maximum`` ahead, what the engine took and did not
+        #: start included (a polite site's requests held at the gate are leased ahead too)
+        self.fixed = fixed
         self.target = max(1, min(maximum, initial))
         self.measure = measure
         self._clock = clock
@@ -132,6 +138,8 @@ class LeaseSizer:
     def _wanted(self) -> int:
         """What the node can start before the next lease, less what it holds not started."""
         seen = self._seen
+        if self.fixed:
+            return self.maximum - seen.not_started
         return max(seen.capacity, seen.room + self._horizon_starts) - seen.not_started
 
     def _look(self, now: float, round_trip_s: float) -> None:

@@ -139,7 +139,8 @@ class NodeLink(SiteLinkPart):
         self._on_leased = on_leased
         self._listeners: list[Callable[[], None]] = []
         self._prefetched = Prefetch()
-        self._sizer = LeaseSizer(config.prefetch, config.prefetch_start)
+        self._sizer = LeaseSizer(config.prefetch, config.prefetch_start,
+                                 fixed=not config.prefetch_sized)
         self._woke_for_lease = False  # the thread was woken to lease; no lease came since
         self._recent = RecentPushes()
         self._view = NodeView(start_state=StartState(start_state))
@@ -210,8 +211,7 @@ class NodeLink(SiteLinkPart):
             self._say(Demand(self._sizer.target), self._low())
 
     def size_leases(self, measure: Measure) -> None:
-        if self.config.prefetch_sized:
-            self._sizer.measure = measure
+        self._sizer.measure = measure
 
     def _say(self, message: Message, wake: bool = False) -> None:
         """Queue ``message`` for the Redis thread: what one turn of the reactor says goes in

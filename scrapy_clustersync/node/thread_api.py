@@ -109,7 +109,8 @@ class RedisThread(Protocol):
 
     def size_leases(self, measure: Measure) -> None:
         """Size the prefetch from what ``measure`` says the node's downloader holds and can
-        take (lease_sizing.py), unless ``CLUSTERSYNC_PREFETCH`` fixes it."""
+        take (lease_sizing.py); with ``CLUSTERSYNC_PREFETCH`` fixed, that many ahead, less
+        what the downloader holds and has not started."""
 
     def want_lease(self) -> None:
         """Lease as soon as every push submitted so far is in Redis (the engine starves for

@@ -162,3 +162,20 @@ def test_a_node_that_wanted_nothing_wakes_its_redis_thread_as_soon_as_it_wants_a
     assert channel.wake.is_set()
     said = [one for batch in channel.drain() for one in cast("list[object]", batch)]
     assert [one.target for one in said if isinstance(one, Demand)] == [3, 0, 4]
+
+
+def test_a_fixed_prefetch_counts_what_the_engine_holds_unstarted_as_leased_ahead() -> None:
+    # given CLUSTERSYNC_PREFETCH = 2 and an engine that holds three requests of a polite site at
+    # the download gate (the engine takes up to CONCURRENT_REQUESTS of them)
+    clock = Clock()
+    seen = [Downstream(not_started=3, room=0, capacity=POLITE_CAPACITY)]
+    sizer = LeaseSizer(maximum=2, initial=2, measure=lambda: seen[0], clock=clock, fixed=True)
+    # when its lease is sized
+    sizer.refresh(round_trip_s=0.001)
+    # then it leases nothing more: the queue's other requests are the other nodes'
+    assert sizer.target == 0
+    # and once its downloader started them, it holds two ahead again, however fast it goes
+    seen[0] = Downstream(not_started=0, room=16, capacity=16)
+    clock.now += 1.0
+    sizer.refresh(round_trip_s=0.001)
+    assert sizer.target == 2
