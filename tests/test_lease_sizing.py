@@ -41,3 +41,21 @@ def test_three_polite_nodes_started_together_all_fetch_pages_within_three_second
     # and every page was fetched once
     assert missing_pages(web) == []
     assert pages_fetched_twice(web) == {}
+
+
+def test_a_fixed_prefetch_leaves_a_small_polite_site_to_both_nodes(
+    redis_server: RedisServer, site: SiteFactory, tmp_path: Path
+) -> None:
+    # given two nodes that lease 2 requests ahead, on a small polite site (one request at a time
+    # for the cluster): the engine of the first takes every request it is handed, to hold them
+    # at the download gate for their turns
+    web = site(12)
+    nodes = start_nodes(2, redis_server.url, web.start_url, tmp_path,
+                        settings={**POLITE, "CLUSTERSYNC_PREFETCH": "2"})
+    # when they crawl it
+    wait_all(nodes, timeout_s=90)
+    # then each fetched a share of it (the first did not lease the whole queue, two at a time,
+    # while the second found it empty), and every page once
+    shares = {node.name: len(web.agent_hits(node.name).times) for node in nodes}
+    assert all(share >= 3 for share in shares.values()), shares
+    assert missing_pages(web) == [] and pages_fetched_twice(web) == {}
