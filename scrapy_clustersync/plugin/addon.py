@@ -75,9 +75,11 @@ class Addon:
         settings.set_in_component_priority_dict("EXTENSIONS", SettingsApplier, 0)
         settings.set_in_component_priority_dict("DOWNLOADER_MIDDLEWARES", ProxyRule, PROXY_ORDER)
         if not node_mode(settings):  # CLOSESPIDER_* count for the cluster (cluster_closespider)
+            # off under the one key EXTENSIONS_BASE names it by (its path): a second key for
+            # it (the class, another path) would make Scrapy warn at every start
             settings.set_in_component_priority_dict("EXTENSIONS", CloseSpider, None)
-            # EXTENSIONS_BASE names it by path: that key must be off too
             extensions = settings.getdict("EXTENSIONS")
+            del extensions[CloseSpider]
             extensions[CLOSESPIDER_PATH] = None
             settings.set("EXTENSIONS", extensions, settings.getpriority("EXTENSIONS") or 0)
             settings.set_in_component_priority_dict("EXTENSIONS", ClusterCloseSpider, 0)
