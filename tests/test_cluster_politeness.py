@@ -13,13 +13,14 @@ from testkit.rates import most_in_window, rate_per_s
 from testkit.redis_server import RedisServer
 from testkit.site import TestSite
 
-from conftest import SiteFactory
+from conftest import ProxyFactory, SiteFactory
 from support import (
     clustersync,
     missing_pages,
     pages_fetched,
     pages_fetched_twice,
     project_with_spiders,
+    start_node,
     start_nodes,
     wait_all,
     wait_until,
@@ -192,3 +193,25 @@ def test_a_node_record_shows_the_delay_of_the_site_it_crawls(
     # and the table of `clustersync nodes` shows it in its sites column and its --sites detail
     table = clustersync(redis_server.url, "nodes", "site", "--sites")
     assert "127.0.0.1 0.40s" in table.stdout and "busiest first" in table.stdout
+
+
+@pytest.mark.timing
+def test_a_node_far_from_redis_never_sends_a_sites_turns_at_once(
+        redis_server: RedisServer, proxy_factory: ProxyFactory, site: SiteFactory,
+        tmp_path: Path) -> None:
+    # given a node 0.1 s each way from Redis, and a site paced at 0.05 s: its turns come when
+    # two or three of them have started
+    web = site(60)
+    far_redis = proxy_factory(redis_server, delay_s=0.1)
+    node = start_node("node1", far_redis.url(), web.start_url, tmp_path,
+                      {"DOWNLOAD_DELAY": "0.05", "RANDOMIZE_DOWNLOAD_DELAY": "False"})
+    # when it crawls the site
+    wait_all([node], timeout_s=120)
+    assert node.process.returncode == 0
+    times = site_times(web)
+    # then the site never saw more than two of its requests within 0.02 s (a turn used late and
+    # the next on time), as turns sent all at once would make it
+    most = most_in_window(times, 0.02)
+    print(f"\nfar node: at most {most} requests within 0.02 s, {rate_per_s(times):.1f} req/s")
+    assert most <= 2
+    assert pages_fetched(web) == web.pages and not pages_fetched_twice(web)

@@ -97,7 +97,7 @@ class ClusterCloseSpider:
         self._in_use = 0  # tickets taken and not given back
         self._waits = False
         self._send_due = False
-        self._pages_seen = 0  # responses this node counted
+        self._pages_seen = 0  # responses this node counted for the job (with a limit on)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -119,7 +119,8 @@ class ClusterCloseSpider:
 
     # ---- counting ----------------------------------------------------------------------------
     def response_received(self, **_: Any) -> None:
-        self._pages_seen += 1
+        if self.limits.any:  # as the job's totals count them: a limit set live counts from then
+            self._pages_seen += 1
         self._count(SpiderCounts(pages=1))
 
     def item_scraped(self, **_: Any) -> None:

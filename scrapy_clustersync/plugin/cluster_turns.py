@@ -8,7 +8,8 @@ the turns this node reserved; with none left it asks the node's Redis thread for
 message: the reactor never waits on Redis), answers ``math.inf``, and wakes the gate when they
 come. A turn not used within its own delay (at least ``STALE_MIN_S``) of its start, or of when
 it came if later (a node far from Redis gets its turns half a round trip after their start), is
-dropped: the gate had nothing for it, and turns kept longer would go out at once.
+dropped: the gate had nothing for it, and turns kept longer would go out at once. So is a turn
+whose next one has started: of turns that came after several had started, one goes, not all.
 
 What a site's delay is: its ``CLUSTERSYNC_SITE_DELAYS`` entry, else (with AutoThrottle on, or
 ``DOWNLOAD_SLOTS``) the delay of its Scrapy slot, so AutoThrottle drives the cluster's pace,
@@ -162,8 +163,12 @@ class ClusterTurns:
         turns = self._reserved.get(key)
         late = max(delay, STALE_MIN_S)
         # a turn is late from its start, or from when it came if later: a far node's come half
-        # a round trip after their start, and would all be dropped and asked for again
-        while turns and max(turns[0][0], turns[0][2]) + late < now:
+        # a round trip after their start, and would all be dropped and asked for again. A turn
+        # is passed, too, once a later one started: turns that came (or are looked at) after
+        # several started never go to the site at once, the last started alone is used (turns
+        # of a cap without a delay share their start: they go together, as the cap allows)
+        while turns and (max(turns[0][0], turns[0][2]) + late < now
+                         or len(turns) > 1 and turns[0][0] < turns[1][0] <= now):
             self._ended(key, turns.popleft()[1])  # its time passed with nothing to start
         if turns:
             return turns[0][0] - now

@@ -59,3 +59,30 @@ def test_a_live_change_sets_the_keys_it_names_and_an_unset_key_turns_its_limit_o
     assert ext.limits == CloseLimits(pagecount=80)
     ext.settings_changed(changed={"CLOSESPIDER_PAGECOUNT": "many"}, version=4)
     assert ext.limits == CloseLimits(pagecount=80)
+
+
+class FakeNodeIO:
+    """What the extension reads of the node's Redis thread: the job's totals it last heard."""
+
+    def __init__(self) -> None:
+        self.closespider_totals = (0, 0, 0)
+        self.tickets = 0
+        self.sent: list[Any] = []
+
+    def counted(self, message: Any, wake: bool = False) -> None:
+        self.sent.append(message)
+
+
+def test_a_page_limit_set_live_counts_the_pages_redis_counts_so_the_node_still_crawls() -> None:
+    # given a node crawling with no CLOSESPIDER_* limit on, which got 60 responses (not counted
+    # for the job: Redis has none of them)
+    ext = ClusterCloseSpider(crawler=None, limits=CloseLimits())  # type: ignore[arg-type]
+    node = type("Node", (), {"io": FakeNodeIO()})()
+    ext.node_opened(node)
+    for _ in range(60):
+        ext.response_received()
+    # when CLOSESPIDER_PAGECOUNT = 50 is set live (the job's total on Redis: 0)
+    ext.settings_changed(changed={"CLOSESPIDER_PAGECOUNT": 50}, version=2)
+    # then its scheduler still hands out requests: the job stops once Redis counted 50 pages,
+    # which it never would if this node took nothing more
+    assert node.pages_used_up() is False

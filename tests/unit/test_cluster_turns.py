@@ -207,3 +207,38 @@ def test_a_live_change_to_scrapys_default_per_domain_leaves_the_cluster_uncapped
     assert turns.per_domain == 0
     turns.configure(download_delay=1.0, randomize=True, site_delays={}, per_domain=3)
     assert turns.per_domain == 3
+
+
+def test_turns_that_came_after_their_start_never_go_to_the_site_at_once() -> None:
+    # given turns 0.1 s apart that came when all three had started (a far node, a busy reactor)
+    turns, link, _ = turns_on(delay=0.1)
+    turns.wait_s("a.com", None, 10.0)
+    assert link.listener is not None
+    CLOCK[0] = 10.25
+    link.listener("a.com", ReservedTurns((10.0, 10.1, 10.2, 10.3, 10.4), ("",) * 5))
+    # when requests of the site wait at the gate then
+    starts = []
+    for now in (10.25, 10.25, 10.25, 10.3, 10.4):
+        if turns.wait_s("a.com", None, now) <= 0:
+            turns.taken("a.com", now)
+            starts.append(now)
+    # then the site sees one of them at 10.25 (the turns started before the last started are
+    # dropped), then one per turn
+    assert starts == [10.25, 10.3, 10.4]
+
+
+def test_turns_of_a_cap_without_delay_that_came_late_all_go() -> None:
+    # given a site capped at 3 in flight, no delay, whose three turns came 0.04 s after their start
+    turns, link, _ = turns_on(delay=0.0, per_domain=3)
+    turns.wait_s("a.com", None, 10.0)
+    assert link.listener is not None
+    CLOCK[0] = 10.04
+    link.listener("a.com", ReservedTurns((10.0, 10.0, 10.0), ("n:1", "n:2", "n:3")))
+    # when three requests of the site wait at the gate
+    used = 0
+    for _ in range(3):
+        if turns.wait_s("a.com", None, 10.04) <= 0:
+            turns.taken("a.com", 10.04)
+            used += 1
+    # then all three go, as the cap allows
+    assert used == 3
