@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from time import monotonic
 from typing import Any
 
 from scrapy.settings import BaseSettings
@@ -41,12 +42,14 @@ class DownloaderDemand:
         if not isinstance(slots, dict):  # no crawl yet, or a stand-in downloader (tests)
             return Downstream(0, self.new_site_room)
         transferring = room = capacity = paced = 0
+        now = monotonic()  # Scrapy's clock for Slot.lastseen
         for slot in list(slots.values()):
             transferring += len(slot.transferring)
             free = slot.concurrency - len(slot.active)
             if slot.delay > 0:
                 free = min(free, 0 if slot.queue else 1)
-                paced += paced_need(slot.delay)
+                if slot.active or now - slot.lastseen <= PACED_RECENT_S:
+                    paced += paced_need(slot.delay)
             else:
                 capacity += slot.concurrency
             room += max(0, free)
@@ -62,6 +65,9 @@ class DownloaderDemand:
 
 #: a site with a delay keeps ready the requests of its turns over this long (``paced_need``)
 PACED_HORIZON_S = 1.5
+#: ... if it started a request this recently, or has one under way: Scrapy keeps a site's slot
+#: a minute or more after its last request, and a site done with must not size the lease
+PACED_RECENT_S = 10.0
 
 
 def paced_need(delay_s: float) -> int:
