@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from time import monotonic
 from typing import TYPE_CHECKING, Any
 
 from scrapy import signals
@@ -50,6 +51,9 @@ LIMIT_SETTINGS = {
     "CLOSESPIDER_PAGECOUNT_NO_ITEM": "pagecount_no_item",
 }
 _FLOATS = {"timeout_s", "timeout_no_item_s"}
+#: how long a node's own page count at CLOSESPIDER_PAGECOUNT holds its scheduler while the
+#: job's total it hears is short of it (see ``pages_used_up``)
+OWN_COUNT_GRACE_S = 5.0
 #: counts this close to their limit (a share of it) are sent to Redis at once
 NEAR_LIMIT_SHARE = 0.25
 
@@ -98,6 +102,7 @@ class ClusterCloseSpider:
         self._waits = False
         self._send_due = False
         self._pages_seen = 0  # responses this node counted for the job (with a limit on)
+        self._ahead_since: float | None = None  # own count at the limit, the job's total not
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -164,13 +169,25 @@ class ClusterCloseSpider:
     def pages_used_up(self) -> bool:
         """The cluster's pages reached CLOSESPIDER_PAGECOUNT as far as this node knows: the
         job's total it last heard with what it counted since, or its own count alone (both
-        can only be short of the truth). Its scheduler then hands out nothing more, as Scrapy's
-        engine takes nothing more once its CloseSpider closed it; the job stops on Redis."""
+        can only be short of the truth; the own count for ``OWN_COUNT_GRACE_S`` at most). Its
+        scheduler then hands out nothing more, as Scrapy's engine takes nothing more once its
+        CloseSpider closed it; the job stops on Redis."""
         if not self.ticketed:
             return False
         assert self.node is not None and self.node.io is not None
         heard = self.node.io.closespider_totals[0] + self._pending.pages
-        return max(heard, self._pages_seen) >= self.limits.pagecount
+        if heard >= self.limits.pagecount:
+            return True
+        if self._pages_seen < self.limits.pagecount:
+            self._ahead_since = None
+            return False
+        # its own count only: Redis is to hear of it within a round trip; a total still short
+        # after OWN_COUNT_GRACE_S (Redis came back older than the count) is the one that holds,
+        # or the node would wait for ever for a stop that never comes
+        now = monotonic()
+        if self._ahead_since is None:
+            self._ahead_since = now
+        return now - self._ahead_since < OWN_COUNT_GRACE_S
 
     def available(self) -> bool:
         """A request may go to its site now; if not, the Redis thread is asked for tickets at

@@ -12,7 +12,7 @@ from scrapy.utils.conf import build_component_list
 
 from scrapy_clustersync.plugin.addon import REFUSED_SCHEDULER_PATH, Addon
 from scrapy_clustersync.plugin.cluster_closespider import ClusterCloseSpider, limits_from
-from scrapy_clustersync.store.closespider_script import CloseLimits
+from scrapy_clustersync.store.closespider_script import CloseLimits, SpiderCounts
 
 REDIS_URL = "redis://127.0.0.1:1/0"  # never contacted
 
@@ -86,3 +86,27 @@ def test_a_page_limit_set_live_counts_the_pages_redis_counts_so_the_node_still_c
     # then its scheduler still hands out requests: the job stops once Redis counted 50 pages,
     # which it never would if this node took nothing more
     assert node.pages_used_up() is False
+
+
+def test_an_own_count_at_the_limit_holds_the_node_only_until_redis_could_have_heard_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # given a node that counted 5 pages against CLOSESPIDER_PAGECOUNT = 5, while the job's
+    # total it hears stays at 2 (Redis came back from an older snapshot)
+    from scrapy_clustersync.plugin import cluster_closespider
+    clock = [100.0]
+    monkeypatch.setattr(cluster_closespider, "monotonic", lambda: clock[0])
+    ext = ClusterCloseSpider(crawler=None, limits=CloseLimits(pagecount=5))  # type: ignore[arg-type]
+    node = type("Node", (), {"io": FakeNodeIO()})()
+    ext.node_opened(node)
+    for _ in range(5):
+        ext.response_received()
+    ext._pending = SpiderCounts()  # sent to Redis
+    node.io.closespider_totals = (2, 0, 0)
+    # then its scheduler hands out nothing at first, as Scrapy's engine would
+    assert node.pages_used_up() is True
+    # and once Redis had the time to hear it, the total Redis holds decides: the node crawls on
+    clock[0] += cluster_closespider.OWN_COUNT_GRACE_S + 0.1
+    assert node.pages_used_up() is False
+    # and when the job's total reaches the limit, it stops handing out again
+    node.io.closespider_totals = (5, 0, 0)
+    assert node.pages_used_up() is True
