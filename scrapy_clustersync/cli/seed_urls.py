@@ -178,8 +178,21 @@ def prepared_ops(encoder: SeedEncoder, urls: list[str]) -> Iterator[Iterator[lis
         return
     global _WORKER_ENCODER
     _WORKER_ENCODER = encoder
-    with multiprocessing.get_context("fork").Pool(workers) as pool:
+    pool = multiprocessing.get_context("fork").Pool(workers)
+    try:
         yield (encoder.ops_of(rows) for rows in pool.imap(_worker_rows, batches))
+    except Exception:
+        # a bad URL: the workers finish what they were given and leave (Pool.terminate can
+        # wait for ever on a worker that holds the task queue's lock while it waits for more)
+        pool.close()
+        pool.join()
+        raise
+    except BaseException:  # Ctrl-C: stop them now
+        pool.terminate()
+        raise
+    else:
+        pool.close()
+        pool.join()
 
 
 def open_source(path: str) -> tuple[IO[str], str]:
