@@ -126,7 +126,7 @@ def test_a_429_with_retry_after_holds_the_site_for_every_node_until_then(
 def test_a_503_without_retry_after_slows_the_site_down_for_every_node(
         redis_server: RedisServer, site: SiteFactory, tmp_path: Path) -> None:
     # given a site that answers three requests in a row with 503 (no header), after 10 pages
-    web = site(40)
+    web = site(24)
     web.answer_badly(10, 503, None, times=3)
     # when two nodes crawl it at five requests a second
     times = crawl_with_two_nodes(redis_server, web, tmp_path, FAST_POLITE)
@@ -143,7 +143,7 @@ def test_a_node_killed_holding_a_sites_slot_blocks_it_no_longer_than_the_lease(
         redis_server: RedisServer, site: SiteFactory, tmp_path: Path) -> None:
     # given two nodes sharing a site capped at one request under way for the cluster
     # (CONCURRENT_REQUESTS_PER_DOMAIN = 1 in settings.py; leases of 3 s: FAST_SETTINGS)
-    web = site(40, delay_s=0.5)
+    web = site(20, delay_s=0.5)
     project = project_with(tmp_path, "CONCURRENT_REQUESTS_PER_DOMAIN = 1")
     one, two = start_nodes(2, redis_server.url, web.start_url, tmp_path, None,
                            project_dir=project)
