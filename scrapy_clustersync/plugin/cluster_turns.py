@@ -83,7 +83,7 @@ class ClusterTurns:
                  uncapped_per_domain: int | None = None,
                  clock: Callable[[], float] = monotonic) -> None:
         self.lease_s = lease_s
-        self._clock = clock  # the gate's: when turns came
+        self._clock = clock  # the gate's: when turns came, when a site was blocked or used
         #: Scrapy's CONCURRENT_REQUESTS_PER_DOMAIN when the project did not set it (no cap):
         #: ``configure`` given that value leaves the cluster uncapped
         self.uncapped_per_domain = uncapped_per_domain
@@ -207,7 +207,7 @@ class ClusterTurns:
         self._forget_turns_of(key)  # before Redis hears of it: no turn of it goes meanwhile
         if retry:  # the node record says so before Redis answers
             seen = self._seen[key]
-            seen.blocked_until = max(seen.blocked_until, monotonic() + retry)
+            seen.blocked_until = max(seen.blocked_until, self._clock() + retry)
         self._link.slow_down(key, retry, self.delay_of(key, None))
 
     def slowed(self, site: str) -> None:
@@ -299,7 +299,7 @@ class ClusterTurns:
         """A 429/503 of ``site``: no turn of it reserved before is used (see ``slowed``)."""
         self._slowed.add(site)
         if site not in self._seen:  # slowed by another node: forgotten once idle, as any
-            self._seen[site] = SiteSeen(used_at=monotonic())
+            self._seen[site] = SiteSeen(used_at=self._clock())
         self._drop_reserved(site)
         if site in self._asked:
             self._stale.add(site)
