@@ -15,6 +15,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from .site_view import seconds_text
+
 #: the sites a table cell names at most
 CELL_SITES = 2
 
@@ -60,7 +62,8 @@ def print_node_sites(records: Sequence[dict[str, Any]], out: Console) -> None:
             table.add_column(column, justify="left" if column == "site" else "right")
         for site in shown:
             table.add_row(Text(str(site.get("site", "?"))), f"{_float(site.get('delay_s')):.3f}s",
-                          _seconds(site.get("backoff_s")), _seconds(site.get("blocked_s")),
+                          seconds_text(_float(site.get("backoff_s"))),
+                          seconds_text(_float(site.get("blocked_s"))),
                           Text(str(site.get("in_flight", 0))),
                           f"{_float(site.get('idle_s')):.1f}s")
         out.print(table)
@@ -71,8 +74,3 @@ def _float(value: Any) -> float:
         return float(value or 0)
     except (TypeError, ValueError):
         return 0.0
-
-
-def _seconds(value: Any) -> str:
-    seconds = _float(value)
-    return f"{seconds:.2f}s" if seconds > 0 else "-"

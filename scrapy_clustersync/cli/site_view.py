@@ -30,11 +30,12 @@ def print_sites(sites: dict[str, Any], out: Console) -> None:
     for column in ("site", "delay", "backoff", "in flight", "next turn", "blocked", "idle"):
         table.add_column(column, justify="left" if column == "site" else "right")
     for each in shown:
-        table.add_row(each["site"], f"{each['delay_s']:.3f}s", _seconds(each["backoff_s"]),
-                      str(each["in_flight"]), _seconds(each["next_turn_s"], "now"),
-                      _seconds(each["blocked_s"]), f"{each['idle_s']:.1f}s")
+        table.add_row(each["site"], f"{each['delay_s']:.3f}s", seconds_text(each["backoff_s"]),
+                      str(each["in_flight"]), seconds_text(each["next_turn_s"], "now"),
+                      seconds_text(each["blocked_s"]), f"{each['idle_s']:.1f}s")
     out.print(table)
 
 
-def _seconds(value: float, zero: str = "-") -> str:
+def seconds_text(value: float, zero: str = "-") -> str:
+    """Seconds as a table shows them: "1.25s", or ``zero`` for none."""
     return f"{value:.2f}s" if value > 0 else zero
