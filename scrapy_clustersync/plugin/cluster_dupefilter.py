@@ -22,7 +22,7 @@ from scrapy.utils.misc import build_from_crawler, load_object
 from scrapy.utils.request import referer_str
 
 from ..config import DEFAULTS
-from .crawler_parts import CrawlerFingerprinter
+from .crawler_parts import BoundedDict, CrawlerFingerprinter
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider
@@ -64,7 +64,7 @@ class RecentFingerprints:
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
-        self._fingerprints: dict[bytes, None] = {}
+        self._fingerprints = BoundedDict(capacity)
 
     def __contains__(self, fingerprint: bytes) -> bool:
         return fingerprint in self._fingerprints
@@ -73,12 +73,7 @@ class RecentFingerprints:
         self._fingerprints.clear()
 
     def add(self, fingerprint: bytes) -> None:
-        if self.capacity <= 0:
-            return
-        self._fingerprints[fingerprint] = None
-        if len(self._fingerprints) > self.capacity:
-            for old in list(self._fingerprints)[: max(1, self.capacity // 10)]:
-                del self._fingerprints[old]
+        self._fingerprints.put(fingerprint, None)
 
 
 class ClusterDupeFilter(BaseDupeFilter):

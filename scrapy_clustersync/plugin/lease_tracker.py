@@ -164,10 +164,11 @@ class LeaseTracker:
         if call_spider is None:  # pragma: no cover - Scrapy >= 2.13 has it
             return
 
-        async def watched_call(result: Any, request: Request, *args: Any, **kwargs: Any) -> Any:
+        # a plain function handing on Scrapy's coroutine: no coroutine of its own per page
+        def watched_call(result: Any, request: Request, *args: Any, **kwargs: Any) -> Any:
             if isinstance(result, Failure):
                 self._failed(request, download_failure(result, request))
-            return await call_spider(result, request, *args, **kwargs)
+            return call_spider(result, request, *args, **kwargs)
 
         scraper.call_spider_async = watched_call
 
@@ -201,8 +202,9 @@ def _watch_output(scraper: Any) -> None:
     if handle_output is None:  # pragma: no cover - Scrapy >= 2.13 has it
         return
 
-    async def watched_output(result: Any, request: Request, *args: Any, **kwargs: Any) -> Any:
-        return await handle_output(_joining_task(request, result), request, *args, **kwargs)
+    # a plain function handing on Scrapy's coroutine (awaited by Scrapy): none of its own per page
+    def watched_output(result: Any, request: Request, *args: Any, **kwargs: Any) -> Any:
+        return handle_output(_joining_task(request, result), request, *args, **kwargs)
 
     scraper.handle_spider_output_async = watched_output
 

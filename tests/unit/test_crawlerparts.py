@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from unittest.mock import patch
+
 from scrapy import Request, Spider
 from scrapy.crawler import Crawler
+from scrapy.utils.request import RequestFingerprinter
+from scrapy.utils.request import fingerprint as scrapy_fingerprint
 
-from scrapy_clustersync.plugin.crawler_parts import CrawlerFingerprinter, started_part
+from scrapy_clustersync.plugin.crawler_parts import BoundedDict, CrawlerFingerprinter, started_part
 
 
 class UrlFingerprinter:
@@ -47,3 +51,63 @@ def test_the_crawlers_own_fingerprinter_is_used_from_the_moment_it_exists() -> N
     crawler.request_fingerprinter = ConstantFingerprinter(b"own")
     # then the crawler's own gives the fingerprints
     assert fingerprinter.fingerprint(Request("http://a/1")) == b"own"
+
+
+class CountingFingerprinter(RequestFingerprinter):
+    """A project's subclass of Scrapy's default fingerprinter, counting what it computes."""
+
+    computed = 0
+
+    def fingerprint(self, request: Request) -> bytes:
+        self.computed += 1
+        return super().fingerprint(request)
+
+
+def _started(fingerprinter: object) -> CrawlerFingerprinter:
+    crawler = Crawler(Spider)
+    crawler.request_fingerprinter = fingerprinter  # type: ignore[assignment]
+    return CrawlerFingerprinter(crawler)
+
+
+def test_scrapys_fingerprint_of_a_url_seen_again_is_remembered_and_equal() -> None:
+    # given the crawl's fingerprinter is Scrapy's default one
+    default = RequestFingerprinter()
+    fingerprinter = _started(default)
+    with patch.object(default, "fingerprint", wraps=default.fingerprint) as computed:
+        # when the same link is fingerprinted on many pages
+        fingerprints = {fingerprinter.fingerprint(Request("http://a/x?b=1&a=2"))
+                        for _ in range(5)}
+    # then it is Scrapy's fingerprint, computed once
+    assert fingerprints == {scrapy_fingerprint(Request("http://a/x?b=1&a=2"))}
+    assert computed.call_count == 1
+
+
+def test_whatever_scrapys_fingerprint_depends_on_makes_another_memo_entry() -> None:
+    # given Scrapy's default fingerprinter, remembered
+    fingerprinter = _started(RequestFingerprinter())
+    variants = [Request("http://a/x"), Request("http://a/x", method="POST"),
+                Request("http://a/x", method="POST", body=b"q=1"),
+                Request("http://a/x#f", meta={"verbatim_url": True}), Request("http://a/x#f")]
+    # when each is fingerprinted twice, in turn
+    first = [fingerprinter.fingerprint(each) for each in variants]
+    second = [fingerprinter.fingerprint(each) for each in variants]
+    # then each is Scrapy's own fingerprint, both times
+    assert first == second == [scrapy_fingerprint(each) for each in variants]
+
+
+def test_a_fingerprinter_of_the_projects_own_is_asked_every_time() -> None:
+    # given a subclass of Scrapy's fingerprinter (it may look at anything)
+    own = CountingFingerprinter()
+    fingerprinter = _started(own)
+    # when one URL is fingerprinted three times
+    for _ in range(3):
+        fingerprinter.fingerprint(Request("http://a/1"))
+    # then it computed all three
+    assert own.computed == 3
+
+
+def test_a_bounded_dict_forgets_its_oldest_keys_past_its_capacity() -> None:
+    kept = BoundedDict(10)
+    for number in range(11):
+        kept.put(number, str(number))
+    assert 0 not in kept and kept[10] == "10" and len(kept) == 10
