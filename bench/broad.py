@@ -25,8 +25,9 @@ table and writes ``bench/results/broad.json``. About 4 minutes on 2 cores.
 
 The heavy site's delay: ``CLUSTERSYNC_SITE_DELAYS`` for scrapy-clustersync (the cluster's
 budget: 2 pages/s for all nodes together), Scrapy's ``DOWNLOAD_SLOTS`` for the others (each
-node its own: two scrapy-redis nodes fetch it at 4 pages/s). "vanilla x1 DAPQ" is one Scrapy
-process with the ``DownloaderAwarePriorityQueue`` that the broad-crawl guide recommends.
+node its own: two scrapy-redis nodes fetch it at 4 pages/s). Vanilla Scrapy (one process) is the
+reference: its default queue since Scrapy 2.13, ``DownloaderAwarePriorityQueue``, hands out
+first the requests of the sites with the fewest downloads under way.
 """
 
 from __future__ import annotations
@@ -65,34 +66,20 @@ WARMUP_S = 3.0
 #: hold would keep a graceful close waiting for minutes, and nothing after the cap is measured
 STOP_GRACE_S = 3.0
 TARGET_RATIO = 0.8
-DAPQ = "scrapy.pqueues.DownloaderAwarePriorityQueue"
 
 
-@dataclass(frozen=True)
-class BroadVariant:
-    """A variant of this bench: what runs (bench/runner.py's `Variant`), its own settings."""
-
-    label: str
-    variant: Variant
-    settings: tuple[tuple[str, str], ...] = ()
-
-    def node_settings(self) -> dict[str, str]:
-        """Every node's ``-s`` settings: the heavy site's delay as the engine takes it, the
-        broad-crawl concurrency, the variant's own."""
-        heavy = loopback_host(HEAVY)
-        if self.variant.engine == "clustersync":
-            delay = {"CLUSTERSYNC_SITE_DELAYS": json.dumps({heavy: HEAVY_DELAY_S})}
-        else:
-            delay = {"DOWNLOAD_SLOTS": json.dumps({heavy: {"delay": HEAVY_DELAY_S}})}
-        return {"CONCURRENT_REQUESTS": str(CONCURRENT_REQUESTS), **delay, **dict(self.settings)}
+def node_settings(variant: Variant) -> dict[str, str]:
+    """Every node's ``-s`` settings: the broad-crawl concurrency and the heavy site's delay, as
+    ``variant``'s engine takes it."""
+    heavy = loopback_host(HEAVY)
+    if variant.engine == "clustersync":
+        delay = {"CLUSTERSYNC_SITE_DELAYS": json.dumps({heavy: HEAVY_DELAY_S})}
+    else:
+        delay = {"DOWNLOAD_SLOTS": json.dumps({heavy: {"delay": HEAVY_DELAY_S}})}
+    return {"CONCURRENT_REQUESTS": str(CONCURRENT_REQUESTS), **delay}
 
 
-VARIANTS = (
-    BroadVariant("vanilla x1", Variant("vanilla", 1)),
-    BroadVariant("vanilla x1 DAPQ", Variant("vanilla", 1), (("SCHEDULER_PRIORITY_QUEUE", DAPQ),)),
-    BroadVariant("scrapy-redis x2", Variant("scrapy-redis", 2)),
-    BroadVariant("clustersync x2", Variant("clustersync", 2)),
-)
+VARIANTS = (Variant("vanilla", 1), Variant("scrapy-redis", 2), Variant("clustersync", 2))
 
 
 @dataclass
@@ -139,34 +126,34 @@ def measure(plan: BroadWeb, hits: Mapping[int, AgentHits], capped: bool,
     }
 
 
-def run_one(broad: BroadVariant, with_heavy: bool, round_no: int, light_pages: int,
+def run_one(variant: Variant, with_heavy: bool, round_no: int, light_pages: int,
             workdir: Path, cap_s: float) -> BroadRun:
-    """One crawl of ``broad`` on fresh sites, with the heavy site or without it."""
+    """One crawl of ``variant`` on fresh sites, with the heavy site or without it."""
     plan = BroadWeb(light_pages=light_pages, with_heavy=with_heavy)
-    label = f"{broad.label.replace(' ', '_')}-{'heavy' if with_heavy else 'light'}-r{round_no}"
+    label = f"{variant.key.replace(' ', '_')}-{'heavy' if with_heavy else 'light'}-r{round_no}"
     agent = f"bench/{label}"
     run_cap_s = cap_s if with_heavy else 2 * cap_s
     with Web(plan) as web:
-        crawled = crawl(broad.variant, web.start_url, agent, workdir / label, run_cap_s,
-                        broad.node_settings(), STOP_GRACE_S)
+        crawled = crawl(variant, web.start_url, agent, workdir / label, run_cap_s,
+                        node_settings(variant), STOP_GRACE_S)
         hits = {index: site.agent_hits(agent) for index, site in web.sites.items()}
-    stats = node_stats(workdir / label, broad.variant.nodes)
+    stats = node_stats(workdir / label, variant.nodes)
     return BroadRun(
-        variant=broad.label, heavy=with_heavy, round=round_no, capped=crawled.capped,
+        variant=variant.key, heavy=with_heavy, round=round_no, capped=crawled.capped,
         wall_s=round(crawled.wall_s, 1),
         finish_reasons=[str((s or {}).get("finish_reason", "killed")) for s in stats],
         **measure(plan, hits, crawled.capped, crawled.started + run_cap_s))
 
 
-def run_rounds(variants: Sequence[BroadVariant], repeat: int, light_pages: int, workdir: Path,
+def run_rounds(variants: Sequence[Variant], repeat: int, light_pages: int, workdir: Path,
                cap_s: float) -> list[BroadRun]:
     """Each variant with and without the heavy site, one right after the other (which comes
     first alternates by round), so that a ratio's two runs see the same machine."""
     runs = []
     for round_no in range(repeat):
-        for broad in variants:
+        for variant in variants:
             for with_heavy in (True, False) if round_no % 2 == 0 else (False, True):
-                run = run_one(broad, with_heavy, round_no, light_pages, workdir, cap_s)
+                run = run_one(variant, with_heavy, round_no, light_pages, workdir, cap_s)
                 runs.append(run)
                 print(progress_line(run, f"{round_no + 1}/{repeat}"), flush=True)
     return runs
@@ -175,7 +162,7 @@ def run_rounds(variants: Sequence[BroadVariant], repeat: int, light_pages: int, 
 def progress_line(run: BroadRun, step: str) -> str:
     heavy = "with heavy" if run.heavy else "without   "
     return (f"[{step}] {run.variant:<16} {heavy}  light {fmt(run.light_per_s, '.1f')} pages/s, "
-            f"heavy {fmt(run.heavy_per_s, '.1f')} over {run.window_s}s; light fetched "
+            f"heavy {fmt(run.heavy_per_s, '.1f')} over {fmt(run.window_s, '.1f')} s; light fetched "
             f"{run.light_fetched}"
             f"/{run.light_pages}, twice {run.fetched_twice}, missing "
             f"{'-' if run.missing is None else run.missing}, wall {run.wall_s}s"
@@ -247,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     if redis_server_binary() is None:
         print("redis-server not found: install it (apt-get install redis-server)", file=sys.stderr)
         return 2
-    variants = [v for v in VARIANTS if not args.only or any(k in v.label for k in args.only)]
+    variants = [v for v in VARIANTS if not args.only or any(k in v.key for k in args.only)]
     compile_checkout()
     meta = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "git_commit": git_commit(), "cap_s": args.cap, "repeat": args.repeat,
