@@ -21,7 +21,7 @@ site's pages/s over the same window, pages fetched twice (every run) and pages m
 run that ended by itself). The figure of each variant is the ratio of its light sites' pages/s
 with the heavy site to without it, both measured in the same session: 1.0 if the heavy site
 costs the others nothing; the target for scrapy-clustersync is at least 0.8. Prints a Markdown
-table and writes ``bench/results/broad.json``. About 4 minutes on 2 cores.
+table and writes ``bench/results/broad.json``. About 3.5 minutes on 2 cores.
 
 The heavy site's delay: ``CLUSTERSYNC_SITE_DELAYS`` for scrapy-clustersync (the cluster's
 budget: 2 pages/s for all nodes together), Scrapy's ``DOWNLOAD_SLOTS`` for the others (each
@@ -99,7 +99,15 @@ class BroadRun:
     window_s: float | None
     light_per_s: float | None
     heavy_per_s: float | None
+    node_cpu_s: float = 0.0  # user + system CPU of every node, start-up and stop included
     finish_reasons: list[str] = field(default_factory=list)
+
+    @property
+    def node_cpu_ms_per_page(self) -> float | None:
+        """The nodes' CPU per page fetched: with the heavy site, each page has five times the
+        links (and the requests to dedup and queue) that it has without."""
+        pages = self.light_fetched + self.heavy_fetched
+        return 1000 * self.node_cpu_s / pages if pages else None
 
 
 def measure(plan: BroadWeb, hits: Mapping[int, AgentHits], capped: bool,
@@ -140,7 +148,7 @@ def run_one(variant: Variant, with_heavy: bool, round_no: int, light_pages: int,
     stats = node_stats(workdir / label, variant.nodes)
     return BroadRun(
         variant=variant.key, heavy=with_heavy, round=round_no, capped=crawled.capped,
-        wall_s=round(crawled.wall_s, 1),
+        wall_s=round(crawled.wall_s, 1), node_cpu_s=round(crawled.node_cpu_s, 2),
         finish_reasons=[str((s or {}).get("finish_reason", "killed")) for s in stats],
         **measure(plan, hits, crawled.capped, crawled.started + run_cap_s))
 
@@ -165,7 +173,8 @@ def progress_line(run: BroadRun, step: str) -> str:
             f"heavy {fmt(run.heavy_per_s, '.1f')} over {fmt(run.window_s, '.1f')} s; light fetched "
             f"{run.light_fetched}"
             f"/{run.light_pages}, twice {run.fetched_twice}, missing "
-            f"{'-' if run.missing is None else run.missing}, wall {run.wall_s}s"
+            f"{'-' if run.missing is None else run.missing}, node CPU "
+            f"{fmt(run.node_cpu_ms_per_page, '.2f')} ms/page, wall {run.wall_s}s"
             f"{'  CAPPED' if run.capped else ''}  {','.join(run.finish_reasons)}")
 
 
@@ -189,8 +198,8 @@ def markdown_table(runs: Sequence[BroadRun], found: Mapping[str, Mapping[str, An
     """Medians per variant and heavy site (with, without), and the ratio of the two."""
     lines = ["| variant | light sites pages/s, with heavy | without | ratio (target for "
              f"clustersync >= {TARGET_RATIO}) | heavy site pages/s | light pages fetched, with "
-             "heavy | fetched twice | missing |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+             "heavy | fetched twice | missing | node CPU ms/page, with heavy | without |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for variant, ratio in found.items():
         mine = [run for run in runs if run.variant == variant]
         with_heavy = [run for run in mine if run.heavy]
@@ -203,14 +212,17 @@ def markdown_table(runs: Sequence[BroadRun], found: Mapping[str, Mapping[str, An
             f"{fmt(_median_of(r.heavy_per_s for r in with_heavy), '.1f')} | "
             f"{min(r.light_fetched for r in with_heavy)} of {with_heavy[0].light_pages} | "
             f"{max(r.fetched_twice for r in mine)} | "
-            f"{max(missing) if missing else 'n/a (capped)'} |")
+            f"{max(missing) if missing else 'n/a (capped)'} | "
+            f"{fmt(_median_of(r.node_cpu_ms_per_page for r in with_heavy), '.2f')} | "
+            f"{fmt(_median_of(r.node_cpu_ms_per_page for r in without), '.2f')} |")
     return "\n".join(lines)
 
 
 def write_json(path: Path, meta: Mapping[str, Any], runs: Sequence[BroadRun],
                found: Mapping[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    document = {"meta": meta, "ratios": found, "runs": [asdict(run) for run in runs]}
+    document = {"meta": meta, "ratios": found, "runs": [
+        asdict(run) | {"node_cpu_ms_per_page": run.node_cpu_ms_per_page} for run in runs]}
     path.write_text(json.dumps(document, indent=2) + "\n")
 
 
@@ -262,7 +274,8 @@ def main(argv: list[str] | None = None) -> int:
     missing = sum(run.missing or 0 for run in runs)
     print(f"pages fetched twice, every run: {twice}; pages missing, runs that ended by "
           f"themselves: {missing}  ({'OK' if not twice and not missing else 'FAILED'})")
-    print(f"results: {args.out}  ({meta['bench_s']:.0f} s; work dir {workdir})")
+    kept = f"; logs in {workdir}" if args.keep else ""
+    print(f"results: {args.out}  ({meta['bench_s']:.0f} s{kept})")
     return 0 if not twice and not missing else 1
 
 
