@@ -21,7 +21,7 @@ site's pages/s over the same window, pages fetched twice (every run) and pages m
 run that ended by itself). The figure of each variant is the ratio of its light sites' pages/s
 with the heavy site to without it, both measured in the same session: 1.0 if the heavy site
 costs the others nothing; the target for scrapy-clustersync is at least 0.8. Prints a Markdown
-table and writes ``bench/results/broad.json``. About 3.5 minutes on 2 cores.
+table and writes ``bench/results/broad.json``. About 4 minutes on 2 cores.
 
 The heavy site's delay: ``CLUSTERSYNC_SITE_DELAYS`` for scrapy-clustersync (the cluster's
 budget: 2 pages/s for all nodes together), Scrapy's ``DOWNLOAD_SLOTS`` for the others (each
