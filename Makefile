@@ -41,6 +41,7 @@ chaos: $(BIN)/.installed
 bench: $(BIN)/.installed
 	$(BIN)/python bench/run.py
 	$(BIN)/python bench/polite.py
+	$(BIN)/python bench/broad.py
 	$(BIN)/python bench/bloom.py
 	$(BIN)/python bench/seed.py
 

@@ -32,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from testkit.rates import most_in_window  # noqa: E402
 from testkit.redis_server import RedisServer  # noqa: E402
 from testkit.site import TestSite  # noqa: E402
+from testkit.web import loopback_host  # noqa: E402
 
 SITES = 20
 DELAY_S = 0.1
@@ -109,7 +110,7 @@ def report(sites: list[TestSite], took_s: float) -> dict[str, float]:
 
 def run(pages: int, mode: str, prefetch: int = 0, jitter: bool = True) -> dict[str, float]:
     workdir = Path(tempfile.mkdtemp(prefix="clustersync-polite-"))
-    sites = [TestSite(pages, host=f"127.0.0.{i + 2}").start() for i in range(SITES)]
+    sites = [TestSite(pages, host=loopback_host(i)).start() for i in range(SITES)]
     redis = RedisServer(workdir / "redis").start()
     try:
         project = write_project(workdir / "project", mode, jitter)

@@ -150,7 +150,7 @@ def _cpu_ratio(summaries: dict[str, Summary], key: str, base: str) -> Ratio:
     label = f"{key} node CPU per page / {base} node CPU per page"
     if key not in summaries or base not in summaries:
         return Ratio(label, None, "", "diagnostic")
-    value = _div(summaries[key].node_cpu_ms_per_page, summaries[base].node_cpu_ms_per_page)
+    value = quotient(summaries[key].node_cpu_ms_per_page, summaries[base].node_cpu_ms_per_page)
     return Ratio(label, value, "", "diagnostic, whole run incl. start-up")
 
 
@@ -164,9 +164,9 @@ def _rate_ratio(
     if key not in summaries or base not in summaries:
         return Ratio(label, None, target, note)
     if steady:
-        value = _div(summaries[key].steady_pages_per_s, summaries[base].steady_pages_per_s)
+        value = quotient(summaries[key].steady_pages_per_s, summaries[base].steady_pages_per_s)
     else:
-        value = _div(summaries[key].pages_per_s, summaries[base].pages_per_s)
+        value = quotient(summaries[key].pages_per_s, summaries[base].pages_per_s)
     return Ratio(label, value, target, note)
 
 
@@ -181,10 +181,10 @@ def markdown_table(summaries: dict[str, Summary]) -> str:
             f"| {s.variant}{' (capped)' if s.capped else ''} | {s.runs} | {s.pages_per_s:.0f} | "
             f"{s.steady_pages_per_s:.0f} | {s.span_s:.1f} | {s.to_first_page_s:.2f} | "
             f"{s.to_last_page_s:.1f} | {s.wall_s:.1f} | {s.fetched} | "
-            f"{s.fetched_twice} | {s.missing} | {_fmt(s.commands_per_page, '.2f')} | "
-            f"{_fmt(s.commands_per_page_with_scripts, '.1f')} | "
-            f"{_fmt(s.slowest_redis_call_ms, '.0f', none='<10')} | "
-            f"{s.node_cpu_ms_per_page:.2f} | {_fmt(s.redis_cpu_ms_per_page, '.2f')} |"
+            f"{s.fetched_twice} | {s.missing} | {fmt(s.commands_per_page, '.2f')} | "
+            f"{fmt(s.commands_per_page_with_scripts, '.1f')} | "
+            f"{fmt(s.slowest_redis_call_ms, '.0f', none='<10')} | "
+            f"{s.node_cpu_ms_per_page:.2f} | {fmt(s.redis_cpu_ms_per_page, '.2f')} |"
         )
     return "\n".join(rows)
 
@@ -193,7 +193,7 @@ def markdown_ratios(ratios: Sequence[Ratio]) -> str:
     rows = ["| figure | measured | target |", "| --- | --- | --- |"]
     for r in ratios:
         target = f"{r.target} {r.verdict}".strip() if r.target else f"({r.note})"
-        rows.append(f"| {r.label} | {_fmt(r.value, '.2f')} | {target} |")
+        rows.append(f"| {r.label} | {fmt(r.value, '.2f')} | {target} |")
     return "\n".join(rows)
 
 
@@ -242,10 +242,12 @@ def _median(values: Any) -> float:
     return float(statistics.median(list(values)))
 
 
-def _div(a: float | None, b: float | None) -> float | None:
+def quotient(a: float | None, b: float | None) -> float | None:
+    """``a / b``, or None if either is unknown or ``b`` is 0."""
     return a / b if a is not None and b else None
 
 
-def _fmt(value: float | None, spec: str, none: str = "n/a") -> str:
+def fmt(value: float | None, spec: str, none: str = "n/a") -> str:
+    """``value`` formatted with ``spec``, or ``none`` if it is unknown."""
     return none if value is None else format(value, spec)
 

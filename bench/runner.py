@@ -7,7 +7,7 @@ import resource
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -154,7 +154,7 @@ class _Redis:
 
 
 @dataclass(frozen=True)
-class _Crawl:
+class Crawl:
     """How the nodes' part of a run went, timed and costed by the bench process."""
 
     started: float  # time.monotonic() just before the first node was spawned
@@ -202,19 +202,32 @@ def run_variant(
     return result
 
 
+def crawl(
+    variant: Variant, start_url: str, agent: str, run_dir: Path, cap_s: float,
+    settings: Mapping[str, str], stop_grace_s: float = STOP_GRACE_S,
+) -> Crawl:
+    """Crawl from ``start_url`` with ``variant``'s nodes on a redis-server of the run's own,
+    ``settings`` given to every node with ``-s``; past ``cap_s`` the nodes are stopped as
+    Ctrl-C does, and killed if still running ``stop_grace_s`` later. What the sites saw is
+    the caller's to read (each node's User-Agent is ``agent``)."""
+    with _redis_for(variant, run_dir, count_commands=False) as redis:
+        return _crawl(variant, start_url, agent, run_dir, redis, cap_s, settings, stop_grace_s)
+
+
 def _crawl(
     variant: Variant, start_url: str, agent: str, run_dir: Path, redis: _Redis | None,
-    cap_s: float,
-) -> _Crawl:
+    cap_s: float, settings: Mapping[str, str] | None = None,
+    stop_grace_s: float = STOP_GRACE_S,
+) -> Crawl:
     cpu_before = _children_cpu_s()
     started = time.monotonic()
     processes = [
-        _spawn_node(variant, start_url, agent, run_dir / f"node{i}", redis)
+        _spawn_node(variant, start_url, agent, run_dir / f"node{i}", redis, settings or {})
         for i in range(variant.nodes)
     ]
-    capped = _wait_all(processes, started + cap_s)
+    capped = _wait_all(processes, started + cap_s, stop_grace_s)
     wall_s = time.monotonic() - started
-    return _Crawl(started, wall_s, capped, _children_cpu_s() - cpu_before)
+    return Crawl(started, wall_s, capped, _children_cpu_s() - cpu_before)
 
 
 def _children_cpu_s() -> float:
@@ -252,13 +265,16 @@ def _redis_for(variant: Variant, run_dir: Path, count_commands: bool) -> Iterato
 
 
 def _spawn_node(
-    variant: Variant, start_url: str, agent: str, node_dir: Path, redis: _Redis | None
+    variant: Variant, start_url: str, agent: str, node_dir: Path, redis: _Redis | None,
+    extra_settings: Mapping[str, str],
 ) -> subprocess.Popen[bytes]:
     """One node of ``variant`` in ``node_dir``: the example project's spider, the variant's
-    settings module (from the bench's project), its own relative paths."""
+    settings module (from the bench's project) and ``extra_settings``, its own relative
+    paths."""
     settings_module, url_setting = ENGINES[variant.engine]
     node_dir.mkdir(parents=True)
-    settings = {"USER_AGENT": agent, "BENCH_STATS_PATH": str(node_dir / "stats.json")}
+    settings = {**extra_settings, "USER_AGENT": agent,
+                "BENCH_STATS_PATH": str(node_dir / "stats.json")}
     if redis is not None:
         settings[url_setting] = redis.url
     return start_node(
@@ -269,8 +285,10 @@ def _spawn_node(
     )
 
 
-def _wait_all(processes: list[subprocess.Popen[bytes]], deadline: float) -> bool:
-    """Wait for every node; past ``deadline`` stop them as Ctrl-C does. True if it had to."""
+def _wait_all(processes: list[subprocess.Popen[bytes]], deadline: float,
+              stop_grace_s: float) -> bool:
+    """Wait for every node; past ``deadline`` stop them as Ctrl-C does (and kill those still
+    running ``stop_grace_s`` later). True if it had to."""
     for process in processes:
         try:
             process.wait(timeout=max(0.0, deadline - time.monotonic()))
@@ -283,19 +301,28 @@ def _wait_all(processes: list[subprocess.Popen[bytes]], deadline: float) -> bool
             process.send_signal(signal.SIGINT)
     for process in processes:
         try:
-            process.wait(timeout=STOP_GRACE_S)
+            process.wait(timeout=stop_grace_s)
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
     return True
 
 
-def _add_node_stats(result: RunResult, run_dir: Path, nodes: int) -> None:
+def node_stats(run_dir: Path, nodes: int) -> list[dict[str, Any] | None]:
+    """Each node's final Scrapy stats, None for a node that wrote none (it was killed, or
+    failed: see its scrapy.log)."""
+    found: list[dict[str, Any] | None] = []
     for i in range(nodes):
-        path = run_dir / f"node{i}" / "stats.json"
         try:
-            stats = json.loads(path.read_text())
+            found.append(json.loads((run_dir / f"node{i}" / "stats.json").read_text()))
         except (OSError, ValueError):
+            found.append(None)
+    return found
+
+
+def _add_node_stats(result: RunResult, run_dir: Path, nodes: int) -> None:
+    for stats in node_stats(run_dir, nodes):
+        if stats is None:
             result.finish_reasons.append("no stats (see scrapy.log)")
             continue
         result.finish_reasons.append(str(stats.get("finish_reason", "?")))

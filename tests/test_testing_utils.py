@@ -29,6 +29,7 @@ from testkit.proxy import TcpProxy
 from testkit.redis_server import EmbeddedRedis, RedisServer
 from testkit.site import TestSite
 from testkit.site_process import SiteProcess
+from testkit.web import HEAVY, BroadWeb, Web
 
 HREF_RE = re.compile(r'href="([^"]+)"')
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -288,6 +289,21 @@ def test_site_process_serves_the_same_site_from_a_child_and_ends_when_stopped() 
     assert time.monotonic() - stopping < 5
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", site.port), timeout=1).close()
+
+
+def test_a_web_serves_each_site_on_its_address_and_its_links_lead_to_the_other_sites() -> None:
+    # Given a small broad-crawl web, started
+    with Web(BroadWeb(light_sites=2, light_pages=5)) as web:
+        # When an agent fetches the start page, then every page it links to
+        status, body = fetch(web.start_url, agent="broad")
+        for link in hrefs(body):
+            assert fetch(link, agent="broad")[0] == 200
+
+        # Then each site counted the fetches of its own pages: 12 of the 15 links were heavy
+        fetches = {index: sum(site.agent_hits("broad").hits.values())
+                   for index, site in web.sites.items()}
+    assert status == 200
+    assert fetches[HEAVY] == 12 and sum(fetches.values()) == 1 + 15
 
 
 # -- RedisServer / EmbeddedRedis --------------------------------------------------------------
