@@ -22,7 +22,7 @@ from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..codec import UndecodableEntry, _request_data
+from ..codec_envelope import UndecodableEntry, request_fields
 from .check_script import CheckScript, Suspect
 from .errors import translate_errors
 from .node_differences import node_differences
@@ -232,7 +232,7 @@ def differing_nodes(live: dict[str, dict[str, Any]],
 def queue_score_of(blob: bytes) -> str:
     """The queue score (-priority) of an encoded request; '' if it cannot be read."""
     try:
-        return str(-int(_request_data(blob, lambda code, data: None).get("priority", 0)))
+        return str(-int(request_fields(blob).get("priority", 0)))
     except (UndecodableEntry, TypeError, ValueError):
         return ""
 

@@ -19,6 +19,8 @@ from typing import Any, ClassVar, TypeAlias
 
 import msgpack
 
+from ..codec_envelope import request_fields
+
 #: one script argument, as redis-py sends it
 Arg: TypeAlias = str | bytes | int | float
 
@@ -339,8 +341,8 @@ def dead_letter_for(op: Op, reason: str) -> DeadLetterWrite | None:
 
 
 def _url_of(request: bytes) -> str:
-    """The URL in an encoded request (codec.py's [version, request dict]), or "?"."""
+    """The URL in an encoded request (codec.py's envelope), or "?"."""
     try:
-        return str(msgpack.unpackb(request, raw=False)[1]["url"])
+        return str(request_fields(request)["url"])
     except Exception:
         return "?"

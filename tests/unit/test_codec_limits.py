@@ -5,11 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import msgpack
 import pytest
 from scrapy import Request
 
-from scrapy_clustersync.codec import ENVELOPE_VERSION, RequestCodec, UndecodableEntry
+from scrapy_clustersync.codec import RequestCodec, UndecodableEntry
 from scrapy_clustersync.store import DeadLetterEntry
 
 from .node_fakes import make_scheduler
@@ -17,8 +16,8 @@ from .node_fakes import make_scheduler
 
 def test_an_envelope_over_the_cap_is_refused_unread_with_its_size() -> None:
     # given an entry of a million-entry map (about 50 MB once decoded) in 2 MB
-    bomb = msgpack.packb([ENVELOPE_VERSION, {"url": "http://a/1",
-                                             "meta": {i: 0 for i in range(1 << 20)}}])
+    bomb = RequestCodec(None, max_bytes=1 << 30).encode(
+        Request("http://a/1", meta={"ids": {i: 0 for i in range(1 << 20)}}))
     codec = RequestCodec(None, max_bytes=512 * 1024)
     # when it is decoded, then it is refused, saying why
     with pytest.raises(UndecodableEntry, match=r"it is \d+ bytes, over this node's "
@@ -38,7 +37,7 @@ def test_a_leased_entry_too_big_to_decode_is_dead_lettered_and_the_next_one_serv
 ) -> None:
     # given a node that leased an entry over its cap, then a good one
     scheduler, thread = make_scheduler(tmp_path, CLUSTERSYNC_MAX_REQUEST_BYTES=4096)
-    big = msgpack.packb([ENVELOPE_VERSION, {"url": "http://a/1", "meta": {"x": "y" * 8000}}])
+    big = RequestCodec(None, 1 << 20).encode(Request("http://a/1", meta={"x": "y" * 8000}))
     thread.leased.append(("big", big))
     thread.leased.append(("good", scheduler.codec.encode(Request("http://a/2"))))
     # when the engine asks for a request
