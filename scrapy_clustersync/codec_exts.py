@@ -15,7 +15,7 @@ _MICROSECOND = dt.timedelta(microseconds=1)
 
 
 class Ext(IntEnum):
-    """The msgpack extension type codes of envelope version 2; never renumber one."""
+    """The msgpack extension type codes of envelope versions 2 and 3; never renumber one."""
 
     TUPLE = 1
     SET = 2
