@@ -12,13 +12,16 @@ and Item classes alike: both are code a node would import because Redis says so)
 The envelope is ``[version, payload]``. Version 3, the one this node writes, has as payload
 the msgpack bytes of ``[url, callback, fields]``: the callback's name (or None) and a map of
 the other attributes that differ from a plain Request's (``_class`` too, for a subclass), the
-empty end left out, so that a URL with a callback costs its length and about a dozen bytes. The
-payload is packed apart so that the version is read before anything in it: an entry of a
-version this node does not read is undecodable whatever it holds (a dead letter naming its
-version), so a later format is never misread. Version 2, which 0.1.0 writes, is
-``[2, Request.to_dict() map]``; it is still read, so what a 0.1.0 node queued is crawled after
-an upgrade. A 0.1.0 node reads a version 3 entry as undecodable: it dead-letters it with the
-reason "envelope version 3; this node reads version 2" (docs/operations.md, "Upgrading").
+empty end left out, so that a URL with a callback costs its length and about a dozen bytes; a
+nested Request's extension value holds the same list. Decoding builds ``cls(url=...,
+callback=..., **fields)`` as ``request_from_dict`` does (a subclass gets the plain value of each
+attribute left out, as version 2 gave it every one). The payload is packed apart so that the
+version is read before anything in it: an entry of a version this node does not read is
+undecodable whatever it holds (a dead letter naming its version), so a later format is never
+misread. Version 2, which 0.1.0 writes, is ``[2, Request.to_dict() map]``; it is still read,
+so what a 0.1.0 node queued is crawled after an upgrade. A 0.1.0 node reads a version 3 entry
+as undecodable: it dead-letters it with the reason "envelope version 3; this node reads
+version 2" (docs/operations.md, "Upgrading").
 """
 
 from __future__ import annotations
