@@ -44,6 +44,7 @@ bench: $(BIN)/.installed
 	$(BIN)/python bench/broad.py
 	$(BIN)/python bench/bloom.py
 	$(BIN)/python bench/seed.py
+	$(BIN)/python bench/loadgen.py
 
 compat: $(BIN)/.installed
 	./scripts/ensure-redis-server.sh

@@ -5,4 +5,4 @@ from __future__ import annotations
 from .plugin.addon import Addon
 
 __all__ = ["Addon"]
-__version__ = "0.1.0"
+__version__ = "0.2.0"
