@@ -175,7 +175,8 @@ def run_nodes(server: RedisServer, args: argparse.Namespace, seconds: float, run
     """Run the node processes of ``run`` for ``seconds``; their figures and how long they ran."""
     results: multiprocessing.Queue[dict[str, Any]] = multiprocessing.Queue()
     until = time.time() + seconds
-    nodes = [multiprocessing.Process(target=run_node, args=(server.url, f"{run}-{i}", args, until, results))
+    nodes = [multiprocessing.Process(target=run_node,
+                                     args=(server.url, f"{run}-{i}", args, until, results))
              for i in range(args.nodes)]
     began = time.perf_counter()
     for node in nodes:
