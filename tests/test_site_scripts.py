@@ -110,9 +110,11 @@ def test_a_retry_after_blocks_the_site_for_every_node_until_then(
     slowed = one.slow_down(SITE, 3.0, 0.1)
     assert 2.99 <= slowed.blocked_s <= 3.0
     later = two.turns(ask(delay_s=0.1))
-    assert 2.99 <= later.offsets_s[0] <= 3.0
+    # the other node's first turn is not before the block ends (both figures from one call: a
+    # busy machine's pause between the two calls shortens both alike)
+    assert later.blocked_s - 0.001 <= later.offsets_s[0] <= 3.0
     # and the answer says how long the block still holds (the nodes' records show it)
-    assert 2.99 <= later.blocked_s <= 3.0
+    assert 2.9 <= later.blocked_s <= 3.0
 
 
 def test_a_slow_down_is_published_to_every_node_on_the_control_channel_at_once(
