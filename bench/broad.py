@@ -1,7 +1,8 @@
 """Benchmark "broad": do the other sites of a broad crawl keep their pace beside a slow site
 that most links point at?
 
-    python bench/broad.py [--cap 30] [--light-pages 300] [--repeat 1] [--only KEY ...] [--keep]
+    python bench/broad.py [--cap 30] [--light-pages 250] [--without redirected|removed]
+                          [--repeat 1] [--only KEY ...] [--keep]
 
 Serves 20 local sites from this process (testkit/web.py), each on its own loopback address
 (127.0.0.2-21: each its own Scrapy download slot): a *heavy* site that 80% of every page's links
@@ -9,19 +10,29 @@ point at (a million pages, at random positions among each page's links), crawled
 per-site delay of 0.5 s, and 19 *light* sites of ``--light-pages`` pages without delay. Each
 variant crawls it from page 0 of a light site with the example project's spider at
 ``CONCURRENT_REQUESTS = 100`` (Scrapy's broad-crawl guide), and right after (or before: the
-order alternates by round) crawls the same 19 light sites with the heavy site absent, its links
-left out. With the heavy site a run never ends and is stopped after ``--cap`` seconds; without
-it, a run ends when the light sites are crawled (or at twice the cap). Each run has a
-redis-server of its own and fresh sites.
+order alternates by round) crawls the same 19 light sites with the heavy site absent. Its
+links then point at light pages instead (``--without redirected``, the default): each heavy
+link of a page becomes one of that page's own light links, so every page keeps its 15 links
+and the light sites their link graph; a crawler parses and follows as many links per page as
+with the heavy site, and the two crawls differ only in where those 12 links lead: with the
+heavy site they are new requests to queue, without it duplicates. On a CPU-bound machine the
+ratio then measures whether the slow site starves the others, not how much cheaper a page with
+3 links is (``--without removed``, where the heavy links are left out). With the heavy site a
+run never ends and is stopped after ``--cap`` seconds; without it, a run ends when the light
+sites are crawled (or at twice the cap). Each run has a redis-server of its own and fresh
+sites.
 
 From the sites' own hit logs: the light sites' pages/s, summed, over the steady window (from
 3 s after the first page to the cap, or, when the light sites were crawled to their end, to
 their 90th-percentile page, so that the last pages found one by one are left out), the heavy
 site's pages/s over the same window, pages fetched twice (every run) and pages missing (every
-run that ended by itself). The figure of each variant is the ratio of its light sites' pages/s
-with the heavy site to without it, both measured in the same session: 1.0 if the heavy site
-costs the others nothing; the target for scrapy-clustersync is at least 0.8. Prints a Markdown
-table and writes ``bench/results/broad.json``. About 4 minutes on 2 cores.
+run that ended by itself); from the nodes' CPU, sampled every 0.25 s, their CPU per page over
+the same window (start-up and stopping left out): how well the two crawls' pages are matched.
+The figure of each variant is the ratio of its light sites' pages/s with the heavy site to
+without it, both measured in the same session: 1.0 if the heavy site costs the others
+nothing; the target for scrapy-clustersync is at least 0.8. ``--repeat N`` runs N rounds, the
+variants one after the other in each, and the table shows medians. Prints a Markdown table and
+writes ``bench/results/broad.json``. About 4 minutes on 2 cores.
 
 The heavy site's delay: ``CLUSTERSYNC_SITE_DELAYS`` for scrapy-clustersync (the cluster's
 budget: 2 pages/s for all nodes together), Scrapy's ``DOWNLOAD_SLOTS`` for the others (each
@@ -40,8 +51,9 @@ import statistics
 import sys
 import tempfile
 import time
+from bisect import bisect_left, bisect_right
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -50,12 +62,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from report import fmt, quotient
 from run import compile_checkout, git_commit
-from runner import Variant, crawl, node_stats
+from runner import Crawl, Variant, crawl, node_stats
 
-from testkit.rates import rate_between, steady_window
+from testkit.rates import growth_between, rate_between, steady_window
 from testkit.redis_server import redis_server_binary
 from testkit.site import AgentHits
-from testkit.web import HEAVY, BroadWeb, Web, loopback_host
+from testkit.web import HEAVY, WITHOUT_HEAVY, BroadWeb, Web, loopback_host
 
 RESULTS_PATH = Path(__file__).resolve().parent / "results" / "broad.json"
 HEAVY_DELAY_S = 0.5
@@ -65,6 +77,8 @@ WARMUP_S = 3.0
 #: a capped run's nodes are killed this long after Ctrl-C: the heavy site's requests they
 #: hold would keep a graceful close waiting for minutes, and nothing after the cap is measured
 STOP_GRACE_S = 3.0
+#: how often the nodes' CPU is sampled, to read it over the steady window
+CPU_SAMPLE_S = 0.25
 TARGET_RATIO = 0.8
 
 
@@ -99,21 +113,26 @@ class BroadRun:
     window_s: float | None
     light_per_s: float | None
     heavy_per_s: float | None
+    window_pages: int | None  # pages (light and heavy) fetched in the steady window
+    window_cpu_s: float | None  # user + system CPU of every node over the steady window
     node_cpu_s: float = 0.0  # user + system CPU of every node, start-up and stop included
     finish_reasons: list[str] = field(default_factory=list)
 
     @property
     def node_cpu_ms_per_page(self) -> float | None:
-        """The nodes' CPU per page fetched: with the heavy site, each page has five times the
-        links (and the requests to dedup and queue) that it has without."""
-        pages = self.light_fetched + self.heavy_fetched
-        return 1000 * self.node_cpu_s / pages if pages else None
+        """The nodes' CPU per page fetched over the steady window: what a page costs a node
+        once started. With the heavy site, 12 of a page's 15 links are new requests to queue;
+        without it they are duplicates (or, removed, not there at all)."""
+        if self.window_cpu_s is None or not self.window_pages:
+            return None
+        return 1000 * self.window_cpu_s / self.window_pages
 
 
-def measure(plan: BroadWeb, hits: Mapping[int, AgentHits], capped: bool,
+def measure(plan: BroadWeb, hits: Mapping[int, AgentHits], crawled: Crawl,
             cap_at: float) -> dict[str, Any]:
-    """The figures of one run from what each site saw (site index -> its hits), the crawl cut
-    at ``cap_at`` (time.monotonic()) if ``capped``."""
+    """The figures of one run from what each site saw (site index -> its hits) and the nodes'
+    CPU, the crawl cut at ``cap_at`` (time.monotonic()) if ``crawled.capped``."""
+    capped = crawled.capped
     light = sorted(t for index in plan.light for t in hits[index].times)
     light_fetched = sum(len(hits[index].hits) for index in plan.light)
     light_pages = plan.light_pages * len(plan.light)
@@ -122,6 +141,7 @@ def measure(plan: BroadWeb, hits: Mapping[int, AgentHits], capped: bool,
     window = None if not firsts else steady_window(
         light, min(firsts), WARMUP_S, cap_at if capped and not complete else None)
     heavy = hits[HEAVY] if plan.with_heavy else AgentHits({}, [])
+    every = sorted(t for h in hits.values() for t in h.times)
     return {
         "light_pages": light_pages, "light_fetched": light_fetched,
         "heavy_fetched": len(heavy.hits),
@@ -131,37 +151,43 @@ def measure(plan: BroadWeb, hits: Mapping[int, AgentHits], capped: bool,
         "light_per_s": None if window is None else rate_between(light, *window),
         "heavy_per_s": None if window is None or not plan.with_heavy
         else rate_between(heavy.times, *window),
+        "window_pages": None if window is None
+        else bisect_right(every, window[1]) - bisect_left(every, window[0]),
+        "window_cpu_s": None if window is None
+        else growth_between(crawled.cpu_samples, *window),
     }
 
 
-def run_one(variant: Variant, with_heavy: bool, round_no: int, light_pages: int,
-            workdir: Path, cap_s: float) -> BroadRun:
-    """One crawl of ``variant`` on fresh sites, with the heavy site or without it."""
-    plan = BroadWeb(light_pages=light_pages, with_heavy=with_heavy)
+def run_one(variant: Variant, plan: BroadWeb, round_no: int, workdir: Path,
+            cap_s: float) -> BroadRun:
+    """One crawl of ``variant`` on fresh sites of ``plan``, with the heavy site or without."""
+    with_heavy = plan.with_heavy
     label = f"{variant.key.replace(' ', '_')}-{'heavy' if with_heavy else 'light'}-r{round_no}"
     agent = f"bench/{label}"
     run_cap_s = cap_s if with_heavy else 2 * cap_s
     with Web(plan) as web:
         crawled = crawl(variant, web.start_url, agent, workdir / label, run_cap_s,
-                        node_settings(variant), STOP_GRACE_S)
+                        node_settings(variant), STOP_GRACE_S, CPU_SAMPLE_S)
         hits = {index: site.agent_hits(agent) for index, site in web.sites.items()}
     stats = node_stats(workdir / label, variant.nodes)
     return BroadRun(
         variant=variant.key, heavy=with_heavy, round=round_no, capped=crawled.capped,
         wall_s=round(crawled.wall_s, 1), node_cpu_s=round(crawled.node_cpu_s, 2),
         finish_reasons=[str((s or {}).get("finish_reason", "killed")) for s in stats],
-        **measure(plan, hits, crawled.capped, crawled.started + run_cap_s))
+        **measure(plan, hits, crawled, crawled.started + run_cap_s))
 
 
-def run_rounds(variants: Sequence[Variant], repeat: int, light_pages: int, workdir: Path,
+def run_rounds(variants: Sequence[Variant], repeat: int, plan: BroadWeb, workdir: Path,
                cap_s: float) -> list[BroadRun]:
-    """Each variant with and without the heavy site, one right after the other (which comes
-    first alternates by round), so that a ratio's two runs see the same machine."""
+    """Each variant with and without the heavy site (``plan`` says what becomes of its links
+    then), one right after the other (which comes first alternates by round), so that a
+    ratio's two runs see the same machine."""
     runs = []
     for round_no in range(repeat):
         for variant in variants:
             for with_heavy in (True, False) if round_no % 2 == 0 else (False, True):
-                run = run_one(variant, with_heavy, round_no, light_pages, workdir, cap_s)
+                run = run_one(variant, replace(plan, with_heavy=with_heavy), round_no, workdir,
+                              cap_s)
                 runs.append(run)
                 print(progress_line(run, f"{round_no + 1}/{repeat}"), flush=True)
     return runs
@@ -198,7 +224,8 @@ def markdown_table(runs: Sequence[BroadRun], found: Mapping[str, Mapping[str, An
     """Medians per variant and heavy site (with, without), and the ratio of the two."""
     lines = ["| variant | light sites pages/s, with heavy | without | ratio (target for "
              f"clustersync >= {TARGET_RATIO}) | heavy site pages/s | light pages fetched, with "
-             "heavy | fetched twice | missing | node CPU ms/page, with heavy | without |",
+             "heavy | fetched twice | missing | node CPU ms/page (steady window), with heavy | "
+             "without |",
              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for variant, ratio in found.items():
         mine = [run for run in runs if run.variant == variant]
@@ -231,9 +258,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--cap", type=float, default=30.0,
                         help="seconds a run with the heavy site lasts (default 30); without "
                         "it, a run is stopped at twice this if still crawling")
-    parser.add_argument("--light-pages", type=int, default=300,
-                        help="pages of each of the 19 light sites (default 300)")
-    parser.add_argument("--repeat", type=int, default=1, help="rounds (default 1)")
+    parser.add_argument("--light-pages", type=int, default=BroadWeb.light_pages,
+                        help="pages of each of the 19 light sites (default "
+                        f"{BroadWeb.light_pages})")
+    parser.add_argument("--without", choices=WITHOUT_HEAVY, default="redirected",
+                        help="the crawl without the heavy site: its links point at the "
+                        "page's own light links instead, so pages keep their 15 links "
+                        "(redirected, the default), or are left out (removed: 3 links)")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="rounds, interleaved; the table shows medians (default 1)")
     parser.add_argument("--only", nargs="+", metavar="KEY",
                         help="run only variants whose name contains one of these")
     parser.add_argument("--keep", action="store_true", help="keep the nodes' logs and stats")
@@ -248,15 +281,16 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     variants = [v for v in VARIANTS if not args.only or any(k in v.key for k in args.only)]
     compile_checkout()
+    plan = BroadWeb(light_pages=args.light_pages, without=args.without)
     meta = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "git_commit": git_commit(), "cap_s": args.cap, "repeat": args.repeat,
-            "plan": asdict(BroadWeb(light_pages=args.light_pages)),
+            "plan": asdict(plan),
             "heavy_delay_s": HEAVY_DELAY_S, "concurrent_requests": CONCURRENT_REQUESTS,
             "warmup_s": WARMUP_S}
     workdir = Path(tempfile.mkdtemp(prefix="clustersync-broad-"))
     started = time.monotonic()
     try:
-        runs = run_rounds(variants, args.repeat, args.light_pages, workdir, args.cap)
+        runs = run_rounds(variants, args.repeat, plan, workdir, args.cap)
     finally:
         if not args.keep:
             shutil.rmtree(workdir, ignore_errors=True)
@@ -264,7 +298,8 @@ def main(argv: list[str] | None = None) -> int:
     found = ratios(runs)
     write_json(args.out, meta, runs, found)
     print(f"\nLight sites' pages/s with the heavy site ({HEAVY_DELAY_S} s delay, 80% of the "
-          f"links) and without it (medians of {args.repeat} round(s)):\n")
+          f"links) and without it (its links {args.without}; medians of {args.repeat} "
+          "round(s)):\n")
     print(markdown_table(runs, found))
     ours = found.get("clustersync x2", {}).get("median")
     if ours is not None:

@@ -6,6 +6,7 @@ import json
 import resource
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -13,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import psutil
 from redis_commands import CommandCounter, commandstats, commandstats_delta, slowest_call
 
 from testkit.nodes import start_node
@@ -161,6 +163,52 @@ class Crawl:
     wall_s: float
     capped: bool
     node_cpu_s: float  # user + system CPU of every node process
+    #: (time.monotonic(), user + system CPU seconds of every node so far), in time order:
+    #: taken while the nodes ran, when asked (see `crawl`); read with
+    #: `testkit.rates.growth_between`
+    cpu_samples: tuple[tuple[float, float], ...] = ()
+
+
+class NodeCpuSampler:
+    """Samples the CPU the node processes have used so far, every ``every_s``, from a thread.
+
+    A node that has exited keeps its last reading; one that exited before its first reading
+    counts as nothing (the whole-run figure, from ``getrusage``, has it).
+    """
+
+    def __init__(self, pids: list[int], every_s: float) -> None:
+        self.every_s = every_s
+        self.samples: list[tuple[float, float]] = []
+        self._processes = {pid: psutil.Process(pid) for pid in pids}
+        self._last = dict.fromkeys(pids, 0.0)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="node-cpu", daemon=True)
+
+    def start(self) -> NodeCpuSampler:
+        self._thread.start()
+        return self
+
+    def stop(self) -> tuple[tuple[float, float], ...]:
+        """Stop sampling (one last sample first) and return the samples, in time order."""
+        self._stop.set()
+        self._thread.join()
+        return tuple(self.samples)
+
+    def _run(self) -> None:
+        while True:
+            self._sample()
+            if self._stop.wait(self.every_s):
+                self._sample()
+                return
+
+    def _sample(self) -> None:
+        for pid, process in self._processes.items():
+            try:
+                times = process.cpu_times()
+            except psutil.Error:  # exited: its last reading stands
+                continue
+            self._last[pid] = times.user + times.system
+        self.samples.append((time.monotonic(), sum(self._last.values())))
 
 
 def run_variant(
@@ -205,19 +253,22 @@ def run_variant(
 def crawl(
     variant: Variant, start_url: str, agent: str, run_dir: Path, cap_s: float,
     settings: Mapping[str, str], stop_grace_s: float = STOP_GRACE_S,
+    cpu_sample_s: float | None = None,
 ) -> Crawl:
     """Crawl from ``start_url`` with ``variant``'s nodes on a redis-server of the run's own,
     ``settings`` given to every node with ``-s``; past ``cap_s`` the nodes are stopped as
-    Ctrl-C does, and killed if still running ``stop_grace_s`` later. What the sites saw is
+    Ctrl-C does, and killed if still running ``stop_grace_s`` later. With ``cpu_sample_s``,
+    the nodes' CPU is sampled that often (``Crawl.cpu_samples``). What the sites saw is
     the caller's to read (each node's User-Agent is ``agent``)."""
     with _redis_for(variant, run_dir, count_commands=False) as redis:
-        return _crawl(variant, start_url, agent, run_dir, redis, cap_s, settings, stop_grace_s)
+        return _crawl(variant, start_url, agent, run_dir, redis, cap_s, settings, stop_grace_s,
+                      cpu_sample_s)
 
 
 def _crawl(
     variant: Variant, start_url: str, agent: str, run_dir: Path, redis: _Redis | None,
     cap_s: float, settings: Mapping[str, str] | None = None,
-    stop_grace_s: float = STOP_GRACE_S,
+    stop_grace_s: float = STOP_GRACE_S, cpu_sample_s: float | None = None,
 ) -> Crawl:
     cpu_before = _children_cpu_s()
     started = time.monotonic()
@@ -225,9 +276,14 @@ def _crawl(
         _spawn_node(variant, start_url, agent, run_dir / f"node{i}", redis, settings or {})
         for i in range(variant.nodes)
     ]
-    capped = _wait_all(processes, started + cap_s, stop_grace_s)
+    sampler = None if cpu_sample_s is None else NodeCpuSampler(
+        [process.pid for process in processes], cpu_sample_s).start()
+    try:
+        capped = _wait_all(processes, started + cap_s, stop_grace_s)
+    finally:
+        samples = () if sampler is None else sampler.stop()
     wall_s = time.monotonic() - started
-    return Crawl(started, wall_s, capped, _children_cpu_s() - cpu_before)
+    return Crawl(started, wall_s, capped, _children_cpu_s() - cpu_before, samples)
 
 
 def _children_cpu_s() -> float:

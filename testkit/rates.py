@@ -1,9 +1,10 @@
-"""Rates read from a site's access times: what the politeness tests, bench/polite.py and
-bench/broad.py judge."""
+"""Rates read from a site's access times, and counters read between two times: what the
+politeness tests, bench/polite.py and bench/broad.py judge."""
 
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
+from collections.abc import Sequence
 
 
 def rate_per_s(times: list[float]) -> float:
@@ -42,3 +43,20 @@ def steady_window(times: list[float], since: float, warmup_s: float,
     else:
         return None
     return (start, end) if end > start else None
+
+
+def growth_between(samples: Sequence[tuple[float, float]], start: float,
+                   end: float) -> float | None:
+    """How much a growing counter sampled as ``samples`` ((time, value), in time order) grew
+    from ``start`` to ``end``, read linearly between the samples around each (bench/broad.py:
+    the nodes' CPU over a crawl's steady window, start-up and stopping left out). None unless
+    the samples cover ``start``..``end``."""
+    if not samples or not samples[0][0] <= start <= end <= samples[-1][0]:
+        return None
+    return _value_at(samples, end) - _value_at(samples, start)
+
+
+def _value_at(samples: Sequence[tuple[float, float]], at: float) -> float:
+    after = bisect_left(samples, at, key=lambda sample: sample[0])
+    (t1, v1), (t0, v0) = samples[after], samples[max(0, after - 1)]
+    return v1 if t1 == t0 else v0 + (v1 - v0) * (at - t0) / (t1 - t0)

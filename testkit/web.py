@@ -5,8 +5,14 @@ page's links point at (``heavy_per_light`` heavy links to each link elsewhere, p
 positions among them, as a real broad crawl's pages point mostly at one big site), and sites
 1..N are the *light* sites. A light page links to the next page of its own site (so every page
 of a site is reachable from any other) and to random pages of the light sites. The light links
-do not depend on whether the heavy site is there: without it (``with_heavy=False``) the light
-sites are the same, with their heavy links left out.
+do not depend on whether the heavy site is there. Without it (``with_heavy=False``) the light
+sites serve the same pages, each heavy link in one of two ways (``without``):
+
+- ``"redirected"``: it points at one of the page's own light links instead (the same place
+  among the page's links, a link chosen by the same draw), so that each page has as many links
+  as with the heavy site and a crawler parses and follows as many, while the light sites' link
+  graph stays the same: the extra links are duplicates, as a page's repeated links are;
+- ``"removed"``: it is left out, and a page has a fifth of the links.
 
 `Web` serves a plan's sites as `TestSite` threads of this process, each on its own loopback
 address (`loopback_host`: Linux routes all of 127/8 to ``lo``), so that Scrapy gives each its
@@ -21,10 +27,13 @@ from dataclasses import dataclass
 from ._service import Service
 from .site import TestSite
 
-__all__ = ["HEAVY", "BroadWeb", "Web", "WebSite", "loopback_host"]
+__all__ = ["HEAVY", "WITHOUT_HEAVY", "BroadWeb", "Web", "WebSite", "loopback_host"]
 
 #: the index of the heavy site in a `BroadWeb`
 HEAVY = 0
+
+#: what becomes of the heavy links when the heavy site is absent (see the module doc)
+WITHOUT_HEAVY = ("redirected", "removed")
 
 Link = tuple[int, int]  # (site index, page number)
 
@@ -42,7 +51,7 @@ class BroadWeb:
     """The link plan of a heavy site and ``light_sites`` light ones (see the module doc)."""
 
     light_sites: int = 19
-    light_pages: int = 300
+    light_pages: int = 250
     #: many more pages than a crawl can fetch at the heavy site's delay, so that nearly every
     #: heavy link a crawler finds is one it has not seen
     heavy_pages: int = 1_000_000
@@ -53,6 +62,12 @@ class BroadWeb:
     #: heavy links per light link: 4 makes 80% of the links heavy
     heavy_per_light: int = 4
     seed: int = 0
+    #: without the heavy site: what becomes of its links, one of `WITHOUT_HEAVY`
+    without: str = "redirected"
+
+    def __post_init__(self) -> None:
+        if self.without not in WITHOUT_HEAVY:
+            raise ValueError(f"without must be one of {WITHOUT_HEAVY}, got {self.without!r}")
 
     @property
     def sites(self) -> list[int]:
@@ -76,11 +91,16 @@ class BroadWeb:
     def links_of(self, site: int, page: int) -> list[Link]:
         """The (site, page) links of page ``page`` of ``site``, in document order."""
         links = self._light_links_of(site, page)
-        if self.with_heavy:
-            rng = random.Random(f"{self.seed}/{site}/{page}/heavy")
-            for _ in range(self.heavy_per_light * len(links)):
-                at = rng.randrange(len(links) + 1)
-                links.insert(at, (HEAVY, rng.randrange(self.heavy_pages)))
+        if not self.with_heavy and self.without == "removed":
+            return links
+        own = tuple(links)
+        # the same draws with the heavy site and without it: its links and their stand-ins
+        # take the same places
+        rng = random.Random(f"{self.seed}/{site}/{page}/heavy")
+        for _ in range(self.heavy_per_light * len(own)):
+            at = rng.randrange(len(links) + 1)
+            drawn = rng.randrange(self.heavy_pages)
+            links.insert(at, (HEAVY, drawn) if self.with_heavy else own[drawn % len(own)])
         return links
 
     def _light_links_of(self, site: int, page: int) -> list[Link]:
