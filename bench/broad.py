@@ -32,7 +32,7 @@ The figure of each variant is the ratio of its light sites' pages/s with the hea
 without it, both measured in the same session: 1.0 if the heavy site costs the others
 nothing; the target for scrapy-clustersync is at least 0.8. ``--repeat N`` runs N rounds, the
 variants one after the other in each, and the table shows medians. Prints a Markdown table and
-writes ``bench/results/broad.json``. About 4 minutes on 2 cores.
+writes ``bench/results/broad.json``. About 4 minutes on 2 cores (4.5 beside other work).
 
 The heavy site's delay: ``CLUSTERSYNC_SITE_DELAYS`` for scrapy-clustersync (the cluster's
 budget: 2 pages/s for all nodes together), Scrapy's ``DOWNLOAD_SLOTS`` for the others (each
