@@ -1,10 +1,13 @@
-"""The Bloom filter dedup in Redis: growth past capacity, atomic across nodes, never blocking.
+"""The Bloom filter dedup in Redis: growth past capacity, atomic across nodes, never blocking,
+and the classic layout of the jobs made before still read and grown.
 
 The layout arithmetic (memory near the minimum) is tested in tests/unit/test_bloom.py.
 """
 
 from __future__ import annotations
 
+import base64
+import json
 import multiprocessing
 import random
 import threading
@@ -23,6 +26,8 @@ from scrapy_clustersync.store.bloom_layout import BloomParams, layer
 from scrapy_clustersync.store.job_store import new_call_id
 from scrapy_clustersync.store.join_scripts import DedupRecord, RestartScript
 from scrapy_clustersync.store.keys import JobKeys
+from scrapy_clustersync.store.records import BloomLayout
+from testkit.dedup_probe import create_classic_job, false_positives
 from testkit.redis_server import RedisServer
 
 from conftest import RedisFactory, SiteFactory
@@ -34,9 +39,22 @@ def _filter_from_first_url(filter_from_first_url: None) -> None:
     """These tests are about the filter's layers: no exact set before them."""
 
 
-def bloom_store(url: str, capacity: int, error: float, node: str = "n1") -> tuple[JobStore, str]:
+def bloom_store(url: str, capacity: int, error: float, node: str = "n1",
+                classic: bool = False) -> tuple[JobStore, str]:
+    """A node of Bloom job "job"; ``classic``: the job is made as earlier versions made it."""
+    if classic:
+        create_classic_job(make_client(url), "job", capacity, error)
     store = JobStore(make_client(url), "job", node, DedupSettings("bloom", capacity, error))
     return store, store.join(ttl_ms=60_000)[0]
+
+
+def layers_for(params: BloomParams, entries: int) -> int:
+    """How many layers a filter of ``params`` takes into use for ``entries``."""
+    count, room = 0, 0
+    while room < entries:
+        room += layer(params, count).capacity
+        count += 1
+    return count
 
 
 def push_ops(fingerprints: list[bytes]) -> list[Op]:
@@ -91,7 +109,7 @@ def push_same_urls(url: str, seed: int) -> None:
 def test_two_processes_pushing_the_same_2000_urls_queue_each_exactly_once(
     redis_server: RedisServer,
 ) -> None:
-    # 40 flushes each, through four layers: the two interleave while the filter grows
+    # 40 flushes each, through six layers: the two interleave while the filter grows
     context = multiprocessing.get_context("spawn")
     workers = [context.Process(target=push_same_urls, args=(redis_server.url, seed))
                for seed in (1, 2)]
@@ -103,7 +121,7 @@ def test_two_processes_pushing_the_same_2000_urls_queue_each_exactly_once(
     store, epoch = bloom_store(redis_server.url, capacity=200, error=1e-9)
     codec = RequestCodec(None, 1 << 16)
     queued = [codec.decode(blob).url for _, blob, _ in store.lease(epoch, 4_000, 60_000, "x")]
-    assert store.status().dedup["layers"] == 4
+    assert store.status().dedup["layers"] == layers_for(BloomParams(200, 1e-9), 2_000) == 6
     assert len(queued) == 2_000 and len(set(queued)) == 2_000
 
 
@@ -138,7 +156,7 @@ def test_a_700_page_crawl_completes_through_a_filter_planned_for_40(
     redis_server: RedisServer, site: SiteFactory, tmp_path: Path
 ) -> None:
     # given a filter planned for 40 URLs (error 1e-9, so that no page is skipped by chance):
-    # its layers hold 40, 80, 160, 320, 640, so 700 pages need a fifth layer
+    # its layers hold 40, 40, 60, 90, 135, 203, 304, so 700 pages need a seventh layer
     web = site(700)
     settings = {"CLUSTERSYNC_BLOOM_CAPACITY": "40", "CLUSTERSYNC_BLOOM_ERROR_RATE": "1e-9",
                 "CONCURRENT_REQUESTS": "32"}
@@ -147,20 +165,87 @@ def test_a_700_page_crawl_completes_through_a_filter_planned_for_40(
     wait_all(nodes, timeout_s=300)
     # then the filter grew, and every page was fetched exactly once
     dedup = JobStore(make_client(redis_server.url), "site", "t").status().dedup
-    assert dedup["layers"] >= 5 and dedup["entries"] == 700
+    assert dedup["layers"] == 7 and dedup["entries"] == 700
     assert missing_pages(web) == []
     assert pages_fetched_twice(web) == {}
 
 
-def test_a_very_low_error_rate_holds_in_small_layers_too(redis_server: RedisServer) -> None:
-    # with two hashes only, fingerprints agreeing on both modulo a small layer's size collide on
-    # every bit, a floor of about entries/bits^2 per layer, so the smaller the layers the more
-    # it shows: with five layers of 50..800 URLs, about one false positive per 9,000 lookups
-    # here instead of none (simulated: 18 in 8 runs of these 20,000 lookups)
-    store, epoch = bloom_store(redis_server.url, capacity=50, error=1e-9)
+@pytest.mark.parametrize("classic", [False, True], ids=["blocked", "classic"])
+def test_a_very_low_error_rate_holds_in_small_layers_too(
+    redis_server: RedisServer, classic: bool
+) -> None:
+    # the hashes that place a fingerprint's bits leave fewer choices the smaller the layer
+    # (classic: two hashes alone would collide on every bit modulo a small layer's size, about
+    # one false positive per 9,000 lookups here, simulated; blocked: every bit within one block
+    # of a few dozen, the bits of an arithmetic sequence in it gave one here): with several
+    # layers of 50 to 800 URLs, still none
+    store, epoch = bloom_store(redis_server.url, capacity=50, error=1e-9, classic=classic)
     insert(store, epoch, random_fingerprints(1_000, seed=7))
-    assert store.status().dedup["layers"] == 5
+    assert store.status().dedup["layers"] == (5 if classic else 7)
     assert insert(store, epoch, random_fingerprints(20_000, seed=8)) == (20_000, 0)
+
+
+def test_a_filter_grown_past_20_times_its_plan_keeps_the_configured_error_rate(
+    redis_server: RedisServer,
+) -> None:
+    # given a filter planned for 500 URLs at 1%, grown to 21 times that (seven layers)
+    store, epoch = bloom_store(redis_server.url, capacity=500, error=0.01)
+    known = random_fingerprints(10_500, seed=20)
+    pushed, _ = insert(store, epoch, known)
+    dedup = store.status().dedup
+    assert dedup["layers"] == 7
+    # when 40,000 fresh URLs are checked against it as it stands
+    wrong = false_positives(store, epoch, random_fingerprints(40_000, seed=21), window=100)
+    # then at most 1% of them are taken for seen, as the model of its layers expects (about
+    # 270 expected: the bound is over eight standard deviations away), and every URL that went
+    # in is still seen
+    assert wrong / 40_000 <= 0.01
+    assert abs(wrong - 40_000 * dedup["expected_error_rate"]) <= 5 * (40_000 * 0.007) ** 0.5
+    assert insert(store, epoch, known) == (0, 10_500) and pushed == dedup["entries"]
+
+
+def load_classic_job(client: redis.Redis) -> dict[str, object]:
+    """The dedup record of a classic Bloom job, as an earlier version wrote it, into job "job";
+    returns the record (tests/data/classic_bloom_job.json says how it was made)."""
+    record = json.loads((Path(__file__).parent / "data" / "classic_bloom_job.json").read_text())
+    keys = JobKeys("job")
+    client.hset(keys.meta, mapping=record["meta"])
+    client.hset(keys.bloom, mapping=record["bloom"])
+    for name, bits in record["chunks"].items():
+        index, chunk = name.split(":")
+        client.set(keys.bloom_chunk(int(index), int(chunk)), base64.b64decode(bits))
+    return cast("dict[str, object]", record)
+
+
+def test_a_classic_filter_written_by_an_earlier_version_is_read_and_grows_on(
+    redis_server: RedisServer,
+) -> None:
+    # given the three classic layers (and a fourth allocated ahead) that an earlier version
+    # wrote for 700 URLs, planned for 100 at 0.1%
+    client = make_client(redis_server.url)
+    load_classic_job(client)
+    rng = random.Random(42)
+    written = [rng.randbytes(20) for _ in range(700)]
+    # when a node of this version joins, whatever its own settings
+    store = JobStore(client, "job", "n1", DedupSettings("bloom", 5000, 0.01))
+    epoch = store.join(ttl_ms=60_000)[0]
+    # then it adopts the job's plan and layout, and every URL written before is still seen
+    dedup = store.status().dedup
+    assert (dedup["layout"], dedup["layers"], dedup["capacity"]) == ("classic", 3, 100)
+    assert insert(store, epoch, written) == (0, 700)
+    # and when 2,300 more URLs go in, the filter grows on in the classic layout, taking the
+    # layer allocated ahead into use: every URL is seen, and fresh ones within the error rate
+    more = random_fingerprints(2_300, seed=22)
+    pushed, _ = insert(store, epoch, more)
+    assert pushed >= 2_295 and insert(store, epoch, written + more) == (0, 3_000)
+    params = BloomParams(100, 0.001, blocked=False)
+    dedup = store.status().dedup
+    assert dedup["layers"] == layers_for(params, 700 + pushed) == 5
+    for index in range(dedup["layers"]):
+        stored = BloomLayout.parse(client.hget(store.keys.bloom, f"layout{index}") or b"")
+        assert stored == BloomLayout.of(layer(params, index))
+    wrong = false_positives(store, epoch, random_fingerprints(20_000, seed=23), window=100)
+    assert wrong / 20_000 <= 2 * 0.001
 
 
 

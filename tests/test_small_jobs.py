@@ -185,11 +185,14 @@ def test_an_older_node_refuses_a_job_that_starts_with_a_set(redis_server: RedisS
     # given a job created by this version
     store, _ = store_for(redis_server.url, DedupSettings())
     stored = store.client.hget(KEYS.meta, "dedup")
-    # then its stored mode is one an older node's settings check refuses (it never consults
-    # the set), while this version reads it as the "bloom" setting
-    assert stored == b"set-then-bloom" and store.dedup.mode == "bloom"
+    # then its stored mode is one that older nodes refuse at their join: the versions before
+    # the exact set took it for a setting (they never consult the set), those before the
+    # blocked layout read only their own two modes (they would read its layers wrong); while
+    # this version reads it as the "bloom" setting
+    assert stored == b"set-then-blocked-bloom" and store.dedup.mode == "bloom"
     with pytest.raises(ConfigError, match="is not a dedup mode"):
         DedupSettings(stored.decode())
+    assert stored.decode() not in ("exact", "set-then-bloom")
 
 
 def test_exact_dedup_stays_exact_forever(redis_server: RedisServer) -> None:

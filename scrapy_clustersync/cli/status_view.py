@@ -222,7 +222,7 @@ def _dedup_lines(dedup: dict[str, Any]) -> list[str]:
                      "exact set into the Bloom filter")
     lines.append(
         f"  bloom filter  {dedup['entries']:,} entries (estimated), {dedup['layers']} "
-        f"layer(s), {dedup['bytes']:,} bytes, expected error rate now "
+        f"{dedup.get('layout', '')} layer(s), {dedup['bytes']:,} bytes, expected error rate now "
         f"{dedup['expected_error_rate']:.2e} (configured {dedup['configured_error_rate']})"
     )
     if dedup.get("prepared_bytes"):

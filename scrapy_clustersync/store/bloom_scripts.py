@@ -1,6 +1,6 @@
 """The Bloom filter's upkeep scripts: ``bloom_prepare.lua`` allocates one chunk of a layer
 ahead of need (bloom_prepare.py drives it), ``dedup_migrate.lua`` moves a bounded batch of a
-"set-then-bloom" job's exact set into its filter."""
+Bloom job's exact set into its filter."""
 
 from __future__ import annotations
 
@@ -48,15 +48,16 @@ class DedupMigrateScript(JobScript):
     HELPERS = ("bloom",)
     KEYS = ("meta", "seen", "bloom")
     KEYS_TAIL = "chunk"
-    ARGV = ("epoch", "count", "described")
+    ARGV = ("epoch", "count", "dedup_mode", "described")
     ARGV_TAIL = "layout"
 
-    def call(self, epoch: str, count: int,
+    def call(self, epoch: str, count: int, job_mode: str,
              layers: LayersDescribed) -> tuple[list[str], list[Any]]:
         k = self.keys
         return ([k.meta, k.seen, k.bloom, *layers.chunk_keys],
-                [epoch, count, layers.count, *layers.layouts])
+                [epoch, count, job_mode, layers.count, *layers.layouts])
 
-    def run(self, epoch: str, count: int, layers: LayersDescribed) -> Migrated:
-        raw = self._call(*self.call(epoch, count, layers))
+    def run(self, epoch: str, count: int, job_mode: str, layers: LayersDescribed) -> Migrated:
+        """Move up to ``count`` fingerprints of a job of stored mode ``job_mode``."""
+        raw = self._call(*self.call(epoch, count, job_mode, layers))
         return Migrated(*(int(x) for x in as_text(raw).split()))

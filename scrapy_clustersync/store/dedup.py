@@ -4,11 +4,16 @@ for the scripts, and what ``clustersync status`` shows of it.
 A job's meta records how it records fingerprints (``dedup``), fixed when the job is created:
 
 - ``exact``: a set of raw 20-byte fingerprints, forever (``CLUSTERSYNC_DEDUP = "exact"``);
-- ``set-then-bloom``: the set while the job is small, then the Bloom filter: jobs with
-  ``CLUSTERSYNC_DEDUP = "bloom"`` (see bloom_layout.py ``set_limit``, lua/dedup_migrate.lua).
+- ``set-then-blocked-bloom``: the set while the job is small, then the Bloom filter in the
+  blocked layout: the jobs this version creates with ``CLUSTERSYNC_DEDUP = "bloom"`` (see
+  bloom_layout.py, ``set_limit``, lua/dedup_migrate.lua);
+- ``set-then-bloom``: the same with the classic layout: Bloom jobs made by earlier versions,
+  which keep that layout for every layer they grow, so that their nodes of an earlier version,
+  which compute the layers themselves, still read and fill them alike.
 
-A job that stores any other mode was made by another program: joining it is refused
-(``check_job_mode``).
+The mode is the version of the filter's format: a node checks it when it joins and refuses a
+job whose mode it does not read (``check_job_mode``), so a node of an earlier version stops at
+the join of a blocked job (with one error line) instead of reading its layers wrong.
 """
 
 from __future__ import annotations
@@ -21,9 +26,10 @@ from .errors import JobUnreadable, StoreError
 from .keys import JobKeys
 from .records import BloomLayout
 
+SET_THEN_BLOCKED_BLOOM = "set-then-blocked-bloom"
 SET_THEN_BLOOM = "set-then-bloom"
 #: the CLUSTERSYNC_DEDUP value each stored mode stands for
-SETTING_OF_JOB_MODE = {"exact": "exact", SET_THEN_BLOOM: "bloom"}
+SETTING_OF_JOB_MODE = {"exact": "exact", SET_THEN_BLOCKED_BLOOM: "bloom", SET_THEN_BLOOM: "bloom"}
 
 
 @dataclass(frozen=True)
@@ -38,7 +44,13 @@ class LayersDescribed:
 
 def job_mode_for(setting: str) -> str:
     """The mode a new job created with ``CLUSTERSYNC_DEDUP = setting`` stores."""
-    return SET_THEN_BLOOM if setting == "bloom" else setting
+    return SET_THEN_BLOCKED_BLOOM if setting == "bloom" else setting
+
+
+def bloom_params(job_mode: str, capacity: int, error_rate: float) -> BloomParams:
+    """The filter plan of a Bloom job of stored mode ``job_mode``: blocked unless the job was
+    made with the classic layout."""
+    return BloomParams(capacity, error_rate, blocked=job_mode != SET_THEN_BLOOM)
 
 
 def setting_of(job_mode: str) -> str:
@@ -104,13 +116,14 @@ def dedup_status(meta: dict[str, str], bloom: dict[str, str], exact_seen: int) -
     layers = int(bloom.get("layers", 0))
     counts = [int(bloom.get(f"count{i}", 0)) for i in range(layers)]
     sizes = [BloomLayout.parse(bloom[f"layout{i}"]).size_bytes for i in range(layers)]
-    params = BloomParams(int(meta["bloom_capacity"]), float(meta["bloom_error"]))
+    params = bloom_params(meta["dedup"], int(meta["bloom_capacity"]), float(meta["bloom_error"]))
     ahead = [int(value) * layer(params, int(field[8:])).chunk_bytes
              for field, value in bloom.items()
              if field.startswith("prepared") and int(field[8:]) >= layers]
     stage = "exact set" if not layers else "moving to the filter" if exact_seen else "filter"
     return {
-        "mode": "bloom", "stage": stage, "entries": sum(counts) + exact_seen,
+        "mode": "bloom", "layout": "blocked" if params.blocked else "classic", "stage": stage,
+        "entries": sum(counts) + exact_seen,
         "exact_entries": exact_seen, "layers": layers, "bytes": sum(sizes),
         "prepared_bytes": sum(ahead),
         "capacity": params.capacity, "configured_error_rate": params.error_rate,

@@ -13,7 +13,7 @@ from ..config import DedupSettings
 from .bloom_layout import MIGRATE_BATCH, BloomParams, set_limit
 from .bloom_prepare import BloomPreparer
 from .bloom_scripts import BloomPrepareScript, DedupMigrateScript
-from .dedup import bloom_refusal, describe_layers, job_mode_for
+from .dedup import bloom_params, bloom_refusal, describe_layers, job_mode_for
 from .errors import StoreError
 from .flush_script import FlushDedup
 from .keys import JobKeys
@@ -40,7 +40,8 @@ class DedupUpkeep:
         self.job_mode, self.settings = job_mode, settings
 
     def params(self) -> BloomParams:
-        return BloomParams(self.settings.bloom_capacity, self.settings.bloom_error_rate)
+        return bloom_params(self.job_mode, self.settings.bloom_capacity,
+                            self.settings.bloom_error_rate)
 
     def flush_dedup(self) -> FlushDedup:
         """What a flush call says of the dedup record: the job's mode and, for a Bloom job, the
@@ -89,7 +90,7 @@ class DedupUpkeep:
         while True:
             layers = describe_layers(self.params(), self._layers_described, self.keys)
             try:
-                moved = self._migrate.run(epoch, MIGRATE_BATCH, layers)
+                moved = self._migrate.run(epoch, MIGRATE_BATCH, self.job_mode, layers)
             except StoreError as exc:
                 prepared = self.grow_for_batch(epoch, exc, prepared)
                 continue

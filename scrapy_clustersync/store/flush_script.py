@@ -22,7 +22,7 @@ DEAD_LETTERS_KEPT = 10_000
 
 @dataclass(frozen=True)
 class FlushDedup:
-    """How a flush records fingerprints: the job's stored mode ("exact" or "set-then-bloom"),
+    """How a flush records fingerprints: the job's stored mode (store/dedup.py),
     how many the exact set takes before the filter does (0 for exact), and the layers described.
     """
 

@@ -87,7 +87,7 @@ def sample_calls() -> list[Call]:
         (control, control.call("pause"), 0, 0),
         (check, check.call([("k", "id", ""), ("k", "id2", "1")], True), 0, 6),
         (prepare, prepare.call("e", 1, 2, 64, 8), 0, 0),
-        (migrate, migrate.call("e", 200, TWO_LAYERS), 3, 10),
+        (migrate, migrate.call("e", 200, "set-then-blocked-bloom", TWO_LAYERS), 3, 10),
         (requeue, requeue.call([(b"l\n", "id", "0"), (b"m\n", "id2", "-1")]), 0, 6),
         (settings, settings.call({"DOWNLOAD_DELAY": 0.5, "USER_AGENT": UNSET}, "me@host", 3,
                                  "c", 10), 0, 4),

@@ -3,12 +3,17 @@
 --
 -- The calling script describes the filter's layers in its ARGV and passes their chunk strings in
 -- its KEYS, and calls bloom_setup(state key, argv, index of the first layout in argv, described
--- layers, keys, index of the first chunk in keys) before anything else here; no function here
--- reads KEYS or ARGV itself. The bloom hash (state key) holds:
+-- layers, keys, index of the first chunk in keys, job's dedup mode) before anything else here;
+-- no function here reads KEYS or ARGV itself. The job's dedup mode says how its layers are laid
+-- out (store/bloom_layout.py): "set-then-blocked-bloom", a fingerprint's bits in one 512-bit
+-- block of each layer; "set-then-bloom" (jobs made before), its bits over the whole layer.
+-- The bloom hash (state key) holds:
 -- layers (active count), count<i>, layout<i>, prepared<i> (chunks of layer i that exist, made by
 -- bloom_prepare.lua). No function here allocates a layer: bloom_refusal() refuses a call that
 -- may need one that is not described or not fully allocated, before the script writes anything.
-local BLOOM = {layers = {}, active = 0, needed = 0}
+local BLOOM = {layers = {}, active = 0, needed = 0, blocked = false, hashes = 0}
+local BLOCKED_MODE = 'set-then-blocked-bloom'
+local BLOCK_BITS, BLOCK_BYTES = 512, 64
 
 -- A Bloom layer's layout, in the field order of store/records.py BloomLayout: as ARGV describes
 -- each layer, and as bloom field layout<i> stores it (the numbers, space-separated).
@@ -24,19 +29,30 @@ local function layout_text(layer)
   return table.concat(values, ' ')
 end
 
-local function bloom_setup(state_key, argv, layout_base, described, keys, first_chunk_key)
+local function bloom_setup(state_key, argv, layout_base, described, keys, first_chunk_key,
+                           dedup_mode)
   BLOOM.key, BLOOM.described, BLOOM.keys = state_key, described, keys
+  BLOOM.blocked = dedup_mode == BLOCKED_MODE
   local key = first_chunk_key
   for l = 1, described do
-    BLOOM.layers[l] = layout_from_argv(argv, layout_base + #LAYOUT * (l - 1))
-    BLOOM.layers[l].first_key = key
-    key = key + BLOOM.layers[l].chunks
+    local layer = layout_from_argv(argv, layout_base + #LAYOUT * (l - 1))
+    layer.first_key = key
+    layer.blocks, layer.chunk_blocks = layer.bits / BLOCK_BITS, layer.chunk_bits / BLOCK_BITS
+    key = key + layer.chunks
+    BLOOM.layers[l] = layer
+    BLOOM.hashes = math.max(BLOOM.hashes, layer.hashes)
   end
   BLOOM.active = tonumber(redis.call('HGET', state_key, 'layers') or '0')
 end
 
 local function bloom_count(l)
   return tonumber(redis.call('HGET', BLOOM.key, 'count' .. (l - 1)) or '0')
+end
+
+-- entries in the last layer in use, read once per call and then kept (BLOOM.count)
+local function active_count()
+  if not BLOOM.count then BLOOM.count = bloom_count(BLOOM.active) end
+  return BLOOM.count
 end
 
 -- how many layers up to `adds` new entries may need (every one of them must be described)
@@ -67,7 +83,7 @@ local function activate_layer()
   local active = BLOOM.active
   redis.call('HSET', BLOOM.key, 'layers', active + 1, 'count' .. active, 0,
              'layout' .. active, layout_text(BLOOM.layers[active + 1]))
-  BLOOM.active = active + 1
+  BLOOM.active, BLOOM.count = active + 1, 0
 end
 
 -- An error reply if up to `adds` new entries may need a layer that is not described
@@ -86,6 +102,7 @@ local function bloom_refusal(adds)
   return nil
 end
 
+-- ---- classic layers: a fingerprint's bits over the whole layer, one GETBIT/SETBIT each --------
 -- triple hashing (h1 + i*h2 + i*i*h3): with only two hashes, two fingerprints that agree on
 -- h1 and h2 modulo a small layer's size agree on every bit, which puts a floor of about
 -- entries/bits^2 under the false-positive rate. 40, 40 and 32 bits of the fingerprint; every
@@ -96,43 +113,132 @@ local function hash_triple(fp)
   local h2 = (((b[6] * 256 + b[7]) * 256 + b[8]) * 256 + b[9]) * 256 + b[10]
   local h3 = ((b[11] * 256 + b[12]) * 256 + b[13]) * 256 + b[14]
   if h2 % 2 == 0 then h2 = h2 + 1 end
-  return h1, h2, h3
+  return {h1 = h1, h2 = h2, h3 = h3}
 end
 
-local function bit_of(layer, h1, h2, h3, i)
-  local pos = math.fmod(h1 + i * h2 + i * i * h3, layer.bits)
+local function bit_of(layer, probe, i)
+  local pos = math.fmod(probe.h1 + i * probe.h2 + i * i * probe.h3, layer.bits)
   local chunk = math.floor(pos / layer.chunk_bits)
   return BLOOM.keys[layer.first_key + chunk], pos - chunk * layer.chunk_bits
 end
 
-local function in_layer(layer, h1, h2, h3)
+local function classic_contains(layer, probe)
   for i = 0, layer.hashes - 1 do
-    local key, offset = bit_of(layer, h1, h2, h3, i)
+    local key, offset = bit_of(layer, probe, i)
     if redis.call('GETBIT', key, offset) == 0 then return false end
   end
   return true
 end
 
--- true if the fingerprint was new to the filter (and is now recorded); bloom_refusal() ran
-local function bloom_add(fp)
-  local h1, h2, h3 = hash_triple(fp)
-  for l = 1, BLOOM.active do
-    if in_layer(BLOOM.layers[l], h1, h2, h3) then return false end
-  end
-  if bloom_count(BLOOM.active) >= BLOOM.layers[BLOOM.active].capacity then
-    activate_layer()
-  end
-  local layer = BLOOM.layers[BLOOM.active]
+local function classic_insert(layer, probe)
   for i = 0, layer.hashes - 1 do
-    local key, offset = bit_of(layer, h1, h2, h3, i)
+    local key, offset = bit_of(layer, probe, i)
     redis.call('SETBIT', key, offset, 1)
   end
-  redis.call('HINCRBY', BLOOM.key, 'count' .. (BLOOM.active - 1), 1)
+end
+
+-- ---- blocked layers: a fingerprint's bits in one 512-bit block, one GETRANGE/SETRANGE each ----
+-- The block: 48 bits of the fingerprint modulo the layer's blocks. The bits in the block: the
+-- top 9 bits of the states of a Park-Miller generator (x -> 48271x mod 2^31-1, exact in
+-- doubles) seeded with the next 48 bits, a bit already taken moving to the next one, so that a
+-- fingerprint's bits are distinct. A generator rather than an arithmetic sequence: sequences
+-- (x + j*y + j*j*z mod 512) put fingerprints that share y and z on shifted copies of one
+-- pattern, which measurably raised the false-positive rate below 1e-4. Bits count from the
+-- high bit of each byte, as SETBIT's do.
+local BIT_WEIGHT = {128, 64, 32, 16, 8, 4, 2, 1}
+local MINSTD_MODULUS, MINSTD_MULTIPLIER, TOP_9_OF_31 = 2147483647, 48271, 4194304
+
+local function block_probe(fp)
+  local b = {string.byte(fp, 1, 12)}
+  local state = (((((b[7] * 256 + b[8]) * 256 + b[9]) * 256 + b[10]) * 256 + b[11]) * 256
+                 + b[12]) % (MINSTD_MODULUS - 1) + 1
+  local probe = {h = ((((b[1] * 256 + b[2]) * 256 + b[3]) * 256 + b[4]) * 256 + b[5]) * 256
+                     + b[6], byte = {}, weight = {}, blocks = {}}
+  local taken = {}
+  for j = 1, BLOOM.hashes do
+    state = (state * MINSTD_MULTIPLIER) % MINSTD_MODULUS
+    local bit = math.floor(state / TOP_9_OF_31)
+    while taken[bit] do bit = (bit + 1) % BLOCK_BITS end
+    taken[bit] = true
+    probe.byte[j], probe.weight[j] = math.floor(bit / 8) + 1, BIT_WEIGHT[bit % 8 + 1]
+  end
+  return probe
+end
+
+-- the block of layer l the fingerprint falls in: {key, byte offset, its bytes}, read once
+local function block_of(l, probe)
+  if not probe.blocks[l] then
+    local layer = BLOOM.layers[l]
+    local block = math.fmod(probe.h, layer.blocks)
+    local chunk = math.floor(block / layer.chunk_blocks)
+    local key = BLOOM.keys[layer.first_key + chunk]
+    local offset = (block - chunk * layer.chunk_blocks) * BLOCK_BYTES
+    probe.blocks[l] = {key, offset, redis.call('GETRANGE', key, offset, offset + BLOCK_BYTES - 1)}
+  end
+  return probe.blocks[l]
+end
+
+local function blocked_contains(l, probe)
+  local bytes = block_of(l, probe)[3]
+  for j = 1, BLOOM.layers[l].hashes do
+    if math.floor(string.byte(bytes, probe.byte[j]) / probe.weight[j]) % 2 == 0 then
+      return false
+    end
+  end
+  return true
+end
+
+-- writes the block back with the fingerprint's bits set: only the bytes that change are new
+local function blocked_insert(l, probe)
+  local block = block_of(l, probe)
+  local bytes, changed, order = block[3], {}, {}
+  for j = 1, BLOOM.layers[l].hashes do
+    local at, weight = probe.byte[j], probe.weight[j]
+    local value = changed[at] or string.byte(bytes, at)
+    if math.floor(value / weight) % 2 == 0 then
+      if not changed[at] then order[#order + 1] = at end
+      changed[at] = value + weight
+    end
+  end
+  if #order == 0 then return end  -- every bit set already (by other fingerprints)
+  table.sort(order)
+  local parts, from = {}, 1
+  for _, at in ipairs(order) do
+    parts[#parts + 1] = string.sub(bytes, from, at - 1)
+    parts[#parts + 1] = string.char(changed[at])
+    from = at + 1
+  end
+  parts[#parts + 1] = string.sub(bytes, from)
+  redis.call('SETRANGE', block[1], block[2], table.concat(parts))
+end
+
+-- ---- both layouts --------------------------------------------------------------------------
+local function contains(l, probe)
+  if BLOOM.blocked then return blocked_contains(l, probe) end
+  return classic_contains(BLOOM.layers[l], probe)
+end
+
+-- true if the fingerprint was new to the filter (and is now recorded); bloom_refusal() ran.
+-- Every layer is checked, the newest (the largest) first, before the newest takes the bits.
+local function bloom_add(fp)
+  local probe = BLOOM.blocked and block_probe(fp) or hash_triple(fp)
+  for l = BLOOM.active, 1, -1 do
+    if contains(l, probe) then return false end
+  end
+  if active_count() >= BLOOM.layers[BLOOM.active].capacity then
+    activate_layer()
+  end
+  if BLOOM.blocked then
+    blocked_insert(BLOOM.active, probe)
+  else
+    classic_insert(BLOOM.layers[BLOOM.active], probe)
+  end
+  BLOOM.count = redis.call('HINCRBY', BLOOM.key, 'count' .. (BLOOM.active - 1), 1)
   return true
 end
 
 -- entries in the last layer in use (0 if none is)
 local function bloom_active_entries()
   if BLOOM.active == 0 then return 0 end
-  return bloom_count(BLOOM.active)
+  return active_count()
 end

@@ -1,4 +1,4 @@
--- dedup_migrate: move up to `count` fingerprints of a "set-then-bloom" job from its exact set into
+-- dedup_migrate: move up to `count` fingerprints of a "set-then-*" job from its exact set into
 -- its Bloom filter (lua/bloom.lua), once the filter is in use (flush.lua takes its first layer
 -- into use when the set is full). Each fingerprint leaves the set and enters the filter in this
 -- one atomic step, so it is in exactly one of them at any moment, and flush.lua consults both
@@ -19,8 +19,10 @@
 --                             by chunk
 -- ARGV[1]  epoch      string  the job epoch the node joined; another value = Redis lost the job
 -- ARGV[2]  count      int     how many fingerprints to move at most
--- ARGV[3]  described  int     how many Bloom layers are described next
--- ARGV[4..] layout    int     per described layer: bits, hashes, bits per chunk, chunks,
+-- ARGV[3]  dedup_mode string  the job's dedup mode: "set-then-blocked-bloom" or "set-then-bloom"
+--                             (how its layers are laid out, see bloom.lua)
+-- ARGV[4]  described  int     how many Bloom layers are described next
+-- ARGV[5..] layout    int     per described layer: bits, hashes, bits per chunk, chunks,
 --                             capacity (bloom.lua LAYOUT)
 -- Returns "moved exact_entries active_bloom_layers active_layer_entries" (after the move).
 -- Errors (before any change): CLUSTERSYNC_STATE_LOST, CLUSTERSYNC_WRONG_TYPE,
@@ -31,14 +33,15 @@ local bloom_key = KEYS[3]
 local chunk_from = 4
 local epoch = ARGV[1]
 local count = tonumber(ARGV[2])
-local described = tonumber(ARGV[3])
-local layout_from = 4
+local dedup_mode = ARGV[3]
+local described = tonumber(ARGV[4])
+local layout_from = 5
 if redis.call('HGET', meta_key, 'epoch') ~= epoch then
   return redis.error_reply('CLUSTERSYNC_STATE_LOST job epoch missing or changed')
 end
 local refused = wrong_type({{seen_key, 'set'}, {bloom_key, 'hash'}})
 if refused then return refused end
-bloom_setup(bloom_key, ARGV, layout_from, described, KEYS, chunk_from)
+bloom_setup(bloom_key, ARGV, layout_from, described, KEYS, chunk_from, dedup_mode)
 local left = redis.call('SCARD', seen_key)
 count = math.min(left, count)
 

@@ -25,10 +25,11 @@
 -- ARGV[2]  call_id       string unique per call; the same id again returns the stored result
 -- ARGV[3]  node          string node id
 -- ARGV[4]  dead_max      int    how many dead letters to keep
--- ARGV[5]  dedup_mode    string the job's dedup mode: "exact" (the set only) or "set-then-bloom"
---                               (the set, then the Bloom filter: see "dedup" below)
+-- ARGV[5]  dedup_mode    string the job's dedup mode: "exact" (the set only),
+--                               "set-then-blocked-bloom" or "set-then-bloom" (the set, then the
+--                               Bloom filter, blocked or classic: see "dedup" below, bloom.lua)
 -- ARGV[6]  writes_seen   int    the node's write counter as it last saw it; -1 = do not check
--- ARGV[7]  set_limit     int    "set-then-bloom": the set takes new fingerprints until it holds
+-- ARGV[7]  set_limit     int    "set-then-*": the set takes new fingerprints until it holds
 --                               this many; then the filter does
 -- ARGV[8]  described     int    how many Bloom layers are described next (0 for exact)
 -- ARGV[9]  failed_max    int    how many failed requests to keep (0: none)
@@ -156,7 +157,7 @@ local function drop_lease(id)
 end
 
 -- ---- dedup: an exact set, a Bloom filter (lua/bloom.lua), or the set and then the filter ------
--- "set-then-bloom": new fingerprints go to the set until it holds set_limit (the node allocates the
+-- "set-then-*": new fingerprints go to the set until it holds set_limit (the node allocates the
 -- filter's first layer ahead of that; a batch that comes first is refused as below); then to
 -- the filter, while dedup_migrate.lua moves the set's fingerprints into the
 -- filter a bounded batch per call. A fingerprint is in one of the two at any moment (each move
@@ -173,10 +174,9 @@ end
 -- an error reply if the batch needs a Bloom layer not described or allocated; else nil
 local function prepare_dedup()
   if dedup_mode == 'exact' then return nil end
-  bloom_setup(bloom_key, ARGV, layout_from, described, KEYS, chunk_from)
+  bloom_setup(bloom_key, ARGV, layout_from, described, KEYS, chunk_from, dedup_mode)
   set_entries = redis.call('SCARD', seen_key)
-  adding_to_set = dedup_mode == 'set-then-bloom' and BLOOM.active == 0
-    and set_entries < set_limit
+  adding_to_set = BLOOM.active == 0 and set_entries < set_limit
   if adding_to_set then return nil end
   local pushes = 0
   each_op(function(op) if op == 'P' or op == 'T' then pushes = pushes + 1 end end)

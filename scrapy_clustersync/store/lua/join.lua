@@ -22,7 +22,7 @@
 -- ARGV[2]  new_epoch       string  the epoch to set if the job has none yet
 -- ARGV[3]  ttl_ms          int     liveness duration of the joining node; 0 = not a node
 -- ARGV[4]  claim           0|1     try to claim start()
--- ARGV[5]  dedup_mode      string  "set-then-bloom" or "exact", stored if the job is new
+-- ARGV[5]  dedup_mode      string  "set-then-blocked-bloom" or "exact", stored if the job is new
 -- ARGV[6]  bloom_capacity  int     stored if the job is new
 -- ARGV[7]  bloom_error     string  stored if the job is new
 -- ARGV[8]  recrawl         string  "" = a finished job stays finished; "keep-seen" or
