@@ -29,29 +29,38 @@ def dedup_keys(client: redis.Redis, keys: JobKeys) -> tuple[str, ...]:
     return tuple(key for key in DedupRecord.read(client, keys).keys if client.exists(key))
 
 
+def layer_of(keys: JobKeys, name: str) -> int | None:
+    """The layer whose chunk key ``name`` is, or None for another key."""
+    prefix = keys.bloom_chunk(0, 0).rsplit(":", 2)[0] + ":"
+    return int(name[len(prefix):].split(":")[0]) if name.startswith(prefix) else None
+
+
 def dedup_bytes(client: redis.Redis, keys: JobKeys, layers: int | None = None) -> int:
     """MEMORY USAGE of every key of the job's dedup record; with ``layers``, of the set, the
     hash and the chunks of the first ``layers`` layers only (the layers in use)."""
     names = dedup_keys(client, keys)
     if layers is not None:
-        prefix = keys.bloom_chunk(0, 0).rsplit(":", 2)[0] + ":"
-        names = tuple(name for name in names if not name.startswith(prefix)
-                      or int(name[len(prefix):].split(":")[0]) < layers)
+        names = tuple(name for name in names
+                      if (index := layer_of(keys, name)) is None or index < layers)
     return sum(client.memory_usage(name, samples=0) or 0 for name in names)
 
 
 def false_positives(store: JobStore, epoch: str, fresh: Sequence[bytes], window: int) -> int:
     """How many of ``fresh`` (fingerprints never pushed) the job's filter calls seen.
 
-    They are pushed ``window`` per flush, as a node pushes them; after each flush the dedup
-    record is put back as it was, so every window meets the filter as it stood before the
-    measurement (a window adds to the filter what it checks, ``window`` entries at most).
+    They are pushed ``window`` per flush, as a node pushes them; after each flush what a flush
+    may write of the dedup record (the set, the bloom hash, the last layer in use and those
+    after it: the earlier layers are full and never written) is put back as it was, so every
+    window meets the filter as it stood before the measurement (a window adds to the filter
+    what it checks, ``window`` entries at most).
     """
     client = store.client
+    last = int(client.hget(store.keys.bloom, "layers") or 0) - 1
     saved: dict[str, bytes] = {}
     for name in dedup_keys(client, store.keys):
-        value = client.dump(name)
-        if isinstance(value, bytes):  # None: deleted since (it was there a moment ago)
+        index = layer_of(store.keys, name)
+        value = client.dump(name) if index is None or index >= last else None
+        if isinstance(value, bytes):
             saved[name] = value
     wrong = 0
     for start in range(0, len(fresh), window):

@@ -144,72 +144,84 @@ end
 -- fingerprint's bits are distinct. A generator rather than an arithmetic sequence: sequences
 -- (x + j*y + j*j*z mod 512) put fingerprints that share y and z on shifted copies of one
 -- pattern, which measurably raised the false-positive rate below 1e-4. Bits count from the
--- high bit of each byte, as SETBIT's do.
+-- high bit of each byte, as SETBIT's do. The bits are made as a check needs them: a new URL's
+-- check of a layer stops at its first bit that is 0, after two or so.
+local floor, byte, char = math.floor, string.byte, string.char
+local unpack = unpack or table.unpack  -- Lua 5.1 (Redis) or later (fakeredis)
 local BIT_WEIGHT = {128, 64, 32, 16, 8, 4, 2, 1}
 local MINSTD_MODULUS, MINSTD_MULTIPLIER, TOP_9_OF_31 = 2147483647, 48271, 4194304
+-- The fingerprint being checked (one at a time, number `serial`): its block number, the
+-- generator's state, its bits made so far (n; byte index and weight of each; taken: bit ->
+-- serial of the fingerprint that took it) and the blocks read (per layer: key, byte offset,
+-- bytes). Reused from one fingerprint to the next: a flush checks hundreds, and making tables
+-- is what a Lua script spends most of its time on.
+local PROBE = {serial = 0, h = 0, state = 0, n = 0, byte = {}, weight = {}, taken = {},
+               key = {}, offset = {}, bytes = {}}
 
 local function block_probe(fp)
-  local b = {string.byte(fp, 1, 12)}
-  local state = (((((b[7] * 256 + b[8]) * 256 + b[9]) * 256 + b[10]) * 256 + b[11]) * 256
-                 + b[12]) % (MINSTD_MODULUS - 1) + 1
-  local probe = {h = ((((b[1] * 256 + b[2]) * 256 + b[3]) * 256 + b[4]) * 256 + b[5]) * 256
-                     + b[6], byte = {}, weight = {}, blocks = {}}
-  local taken = {}
-  for j = 1, BLOOM.hashes do
-    state = (state * MINSTD_MULTIPLIER) % MINSTD_MODULUS
-    local bit = math.floor(state / TOP_9_OF_31)
-    while taken[bit] do bit = (bit + 1) % BLOCK_BITS end
-    taken[bit] = true
-    probe.byte[j], probe.weight[j] = math.floor(bit / 8) + 1, BIT_WEIGHT[bit % 8 + 1]
-  end
+  local b1, b2, b3, b4, b5, b6, b7, b8, b9, b10, b11, b12 = byte(fp, 1, 12)
+  local probe = PROBE
+  for l = 1, BLOOM.described do probe.bytes[l] = nil end
+  probe.serial, probe.n = probe.serial + 1, 0
+  probe.h = ((((b1 * 256 + b2) * 256 + b3) * 256 + b4) * 256 + b5) * 256 + b6
+  probe.state = (((((b7 * 256 + b8) * 256 + b9) * 256 + b10) * 256 + b11) * 256 + b12)
+    % (MINSTD_MODULUS - 1) + 1
   return probe
 end
 
--- the block of layer l the fingerprint falls in: {key, byte offset, its bytes}, read once
+-- makes the fingerprint's bits up to its `upto`th
+local function make_bits(probe, upto)
+  local n, state, taken, serial = probe.n, probe.state, probe.taken, probe.serial
+  while n < upto do
+    state = (state * MINSTD_MULTIPLIER) % MINSTD_MODULUS
+    local bit = floor(state / TOP_9_OF_31)
+    while taken[bit] == serial do bit = (bit + 1) % BLOCK_BITS end
+    taken[bit] = serial
+    n = n + 1
+    probe.byte[n], probe.weight[n] = floor(bit / 8) + 1, BIT_WEIGHT[bit % 8 + 1]
+  end
+  probe.n, probe.state = n, state
+end
+
+-- the bytes of the block of layer l the fingerprint falls in (read once: probe.bytes[l])
 local function block_of(l, probe)
-  if not probe.blocks[l] then
+  local bytes = probe.bytes[l]
+  if not bytes then
     local layer = BLOOM.layers[l]
     local block = math.fmod(probe.h, layer.blocks)
-    local chunk = math.floor(block / layer.chunk_blocks)
+    local chunk = floor(block / layer.chunk_blocks)
     local key = BLOOM.keys[layer.first_key + chunk]
     local offset = (block - chunk * layer.chunk_blocks) * BLOCK_BYTES
-    probe.blocks[l] = {key, offset, redis.call('GETRANGE', key, offset, offset + BLOCK_BYTES - 1)}
+    bytes = redis.call('GETRANGE', key, offset, offset + BLOCK_BYTES - 1)
+    probe.key[l], probe.offset[l], probe.bytes[l] = key, offset, bytes
   end
-  return probe.blocks[l]
+  return bytes
 end
 
 local function blocked_contains(l, probe)
-  local bytes = block_of(l, probe)[3]
+  local bytes, at, weight = block_of(l, probe), probe.byte, probe.weight
   for j = 1, BLOOM.layers[l].hashes do
-    if math.floor(string.byte(bytes, probe.byte[j]) / probe.weight[j]) % 2 == 0 then
-      return false
-    end
+    if j > probe.n then make_bits(probe, j) end
+    if floor(byte(bytes, at[j]) / weight[j]) % 2 == 0 then return false end
   end
   return true
 end
 
--- writes the block back with the fingerprint's bits set: only the bytes that change are new
+-- writes the block back with the fingerprint's bits set (one SETRANGE of the whole block)
 local function blocked_insert(l, probe)
-  local block = block_of(l, probe)
-  local bytes, changed, order = block[3], {}, {}
-  for j = 1, BLOOM.layers[l].hashes do
-    local at, weight = probe.byte[j], probe.weight[j]
-    local value = changed[at] or string.byte(bytes, at)
-    if math.floor(value / weight) % 2 == 0 then
-      if not changed[at] then order[#order + 1] = at end
-      changed[at] = value + weight
+  local hashes = BLOOM.layers[l].hashes
+  make_bits(probe, hashes)
+  local values, at, weight, changed = {byte(block_of(l, probe), 1, BLOCK_BYTES)}, probe.byte,
+    probe.weight, false
+  for j = 1, hashes do
+    local value = values[at[j]]
+    if floor(value / weight[j]) % 2 == 0 then
+      values[at[j]], changed = value + weight[j], true
     end
   end
-  if #order == 0 then return end  -- every bit set already (by other fingerprints)
-  table.sort(order)
-  local parts, from = {}, 1
-  for _, at in ipairs(order) do
-    parts[#parts + 1] = string.sub(bytes, from, at - 1)
-    parts[#parts + 1] = string.char(changed[at])
-    from = at + 1
+  if changed then  -- else every bit was set already (by other fingerprints)
+    redis.call('SETRANGE', probe.key[l], probe.offset[l], char(unpack(values)))
   end
-  parts[#parts + 1] = string.sub(bytes, from)
-  redis.call('SETRANGE', block[1], block[2], table.concat(parts))
 end
 
 -- ---- both layouts --------------------------------------------------------------------------
