@@ -25,8 +25,10 @@ from scrapy_clustersync.store.keys import JobKeys
 
 
 def dedup_keys(client: redis.Redis, keys: JobKeys) -> tuple[str, ...]:
-    """Every key of the job's dedup record that exists now."""
-    return tuple(key for key in DedupRecord.read(client, keys).keys if client.exists(key))
+    """Every key of the job's dedup record that exists now, once each (the bloom hash names
+    the chunks of a layer in use twice: in its layout and in what was prepared)."""
+    names = dict.fromkeys(DedupRecord.read(client, keys).keys)
+    return tuple(name for name in names if client.exists(name))
 
 
 def layer_of(keys: JobKeys, name: str) -> int | None:

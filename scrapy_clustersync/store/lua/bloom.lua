@@ -49,10 +49,19 @@ local function bloom_count(l)
   return tonumber(redis.call('HGET', BLOOM.key, 'count' .. (l - 1)) or '0')
 end
 
--- entries in the last layer in use, read once per call and then kept (BLOOM.count)
+-- entries in the last layer in use, read once per call and then kept (BLOOM.count); what the
+-- call adds to them (BLOOM.added) goes into the bloom hash once, when the layer is no longer
+-- the last (activate_layer) or the call ends (bloom_finish)
 local function active_count()
-  if not BLOOM.count then BLOOM.count = bloom_count(BLOOM.active) end
+  if not BLOOM.count then BLOOM.count, BLOOM.added = bloom_count(BLOOM.active), 0 end
   return BLOOM.count
+end
+
+local function save_added()
+  if (BLOOM.added or 0) > 0 then
+    redis.call('HINCRBY', BLOOM.key, 'count' .. (BLOOM.active - 1), BLOOM.added)
+    BLOOM.added = 0
+  end
 end
 
 -- how many layers up to `adds` new entries may need (every one of them must be described)
@@ -80,10 +89,11 @@ end
 
 -- the next layer's chunks exist (unprepared_layer() said so): taking it into use writes no bits
 local function activate_layer()
+  save_added()
   local active = BLOOM.active
   redis.call('HSET', BLOOM.key, 'layers', active + 1, 'count' .. active, 0,
              'layout' .. active, layout_text(BLOOM.layers[active + 1]))
-  BLOOM.active, BLOOM.count = active + 1, 0
+  BLOOM.active, BLOOM.count, BLOOM.added = active + 1, 0, 0
 end
 
 -- An error reply if up to `adds` new entries may need a layer that is not described
@@ -245,12 +255,15 @@ local function bloom_add(fp)
   else
     classic_insert(BLOOM.layers[BLOOM.active], probe)
   end
-  BLOOM.count = redis.call('HINCRBY', BLOOM.key, 'count' .. (BLOOM.active - 1), 1)
+  BLOOM.count, BLOOM.added = BLOOM.count + 1, BLOOM.added + 1
   return true
 end
 
--- entries in the last layer in use (0 if none is)
-local function bloom_active_entries()
+-- entries in the last layer in use (0 if none is), once what the call added is counted in the
+-- bloom hash: a script that adds calls it once, after its last bloom_add
+local function bloom_finish()
   if BLOOM.active == 0 then return 0 end
-  return active_count()
+  local entries = active_count()
+  save_added()
+  return entries
 end

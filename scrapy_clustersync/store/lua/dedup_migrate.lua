@@ -46,7 +46,7 @@ local left = redis.call('SCARD', seen_key)
 count = math.min(left, count)
 
 local function answer(moved)
-  return table.concat({moved, left - count, BLOOM.active, bloom_active_entries()}, ' ')
+  return table.concat({moved, left - count, BLOOM.active, bloom_finish()}, ' ')
 end
 if BLOOM.active == 0 or count <= 0 then
   count = 0  -- the set still takes new fingerprints, or nothing is left to move

@@ -307,6 +307,6 @@ for name, value in pairs(counters) do
 end
 local exact_entries = redis.call('SCARD', seen_key)
 local result = table.concat({pushed, filtered, acked, released, dead, BLOOM.active,
-                             bloom_active_entries(), exact_entries}, ' ')
+                             bloom_finish(), exact_entries}, ' ')
 redis.call('HSET', last_call_key, 'writes', writes + 1, 'flush_id', call_id, 'flush_result', result)
 return result .. ' ' .. (writes + 1)
