@@ -156,17 +156,18 @@ end
 -- pattern, which measurably raised the false-positive rate below 1e-4. Bits count from the
 -- high bit of each byte, as SETBIT's do. The bits are made as a check needs them: a new URL's
 -- check of a layer stops at its first bit that is 0, after two or so.
-local floor, byte, char = math.floor, string.byte, string.char
+local byte, char = string.byte, string.char
 local unpack = unpack or table.unpack  -- Lua 5.1 (Redis) or later (fakeredis)
 local BIT_WEIGHT = {128, 64, 32, 16, 8, 4, 2, 1}
 local MINSTD_MODULUS, MINSTD_MULTIPLIER, TOP_9_OF_31 = 2147483647, 48271, 4194304
 -- The fingerprint being checked (one at a time, number `serial`): its block number, the
--- generator's state, its bits made so far (n; byte index and weight of each; taken: bit ->
--- serial of the fingerprint that took it) and the blocks read (per layer: key, byte offset,
--- bytes). Reused from one fingerprint to the next: a flush checks hundreds, and making tables
--- is what a Lua script spends most of its time on.
-local PROBE = {serial = 0, h = 0, state = 0, n = 0, byte = {}, weight = {}, taken = {},
-               key = {}, offset = {}, bytes = {}}
+-- generator's state, its bits made so far (n; byte index, weight and twice the weight of each;
+-- taken: bit -> serial of the fingerprint that took it) and the blocks read (per layer: key,
+-- byte offset, bytes). Reused from one fingerprint to the next: a flush checks hundreds, and
+-- making tables is what a Lua script spends most of its time on. (Hot paths use % rather than
+-- math.floor: an operator, not a function call.)
+local PROBE = {serial = 0, h = 0, state = 0, n = 0, byte = {}, weight = {}, twice = {},
+               taken = {}, key = {}, offset = {}, bytes = {}}
 
 local function block_probe(fp)
   local b1, b2, b3, b4, b5, b6, b7, b8, b9, b10, b11, b12 = byte(fp, 1, 12)
@@ -184,11 +185,13 @@ local function make_bits(probe, upto)
   local n, state, taken, serial = probe.n, probe.state, probe.taken, probe.serial
   while n < upto do
     state = (state * MINSTD_MULTIPLIER) % MINSTD_MODULUS
-    local bit = floor(state / TOP_9_OF_31)
+    local bit = (state - state % TOP_9_OF_31) / TOP_9_OF_31
     while taken[bit] == serial do bit = (bit + 1) % BLOCK_BITS end
     taken[bit] = serial
     n = n + 1
-    probe.byte[n], probe.weight[n] = floor(bit / 8) + 1, BIT_WEIGHT[bit % 8 + 1]
+    local within = bit % 8
+    local weight = BIT_WEIGHT[within + 1]
+    probe.byte[n], probe.weight[n], probe.twice[n] = (bit - within) / 8 + 1, weight, weight + weight
   end
   probe.n, probe.state = n, state
 end
@@ -198,10 +201,10 @@ local function block_of(l, probe)
   local bytes = probe.bytes[l]
   if not bytes then
     local layer = BLOOM.layers[l]
-    local block = math.fmod(probe.h, layer.blocks)
-    local chunk = floor(block / layer.chunk_blocks)
-    local key = BLOOM.keys[layer.first_key + chunk]
-    local offset = (block - chunk * layer.chunk_blocks) * BLOCK_BYTES
+    local block, per_chunk = probe.h % layer.blocks, layer.chunk_blocks
+    local within = block % per_chunk
+    local key = BLOOM.keys[layer.first_key + (block - within) / per_chunk]
+    local offset = within * BLOCK_BYTES
     bytes = redis.call('GETRANGE', key, offset, offset + BLOCK_BYTES - 1)
     probe.key[l], probe.offset[l], probe.bytes[l] = key, offset, bytes
   end
@@ -209,10 +212,10 @@ local function block_of(l, probe)
 end
 
 local function blocked_contains(l, probe)
-  local bytes, at, weight = block_of(l, probe), probe.byte, probe.weight
+  local bytes, at, weight, twice = block_of(l, probe), probe.byte, probe.weight, probe.twice
   for j = 1, BLOOM.layers[l].hashes do
     if j > probe.n then make_bits(probe, j) end
-    if floor(byte(bytes, at[j]) / weight[j]) % 2 == 0 then return false end
+    if byte(bytes, at[j]) % twice[j] < weight[j] then return false end
   end
   return true
 end
@@ -221,11 +224,11 @@ end
 local function blocked_insert(l, probe)
   local hashes = BLOOM.layers[l].hashes
   make_bits(probe, hashes)
-  local values, at, weight, changed = {byte(block_of(l, probe), 1, BLOCK_BYTES)}, probe.byte,
-    probe.weight, false
+  local values, at, weight, twice, changed = {byte(block_of(l, probe), 1, BLOCK_BYTES)},
+    probe.byte, probe.weight, probe.twice, false
   for j = 1, hashes do
     local value = values[at[j]]
-    if floor(value / weight[j]) % 2 == 0 then
+    if value % twice[j] < weight[j] then
       values[at[j]], changed = value + weight[j], true
     end
   end
