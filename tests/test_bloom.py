@@ -204,9 +204,9 @@ def test_a_filter_grown_past_20_times_its_plan_keeps_the_configured_error_rate(
     assert insert(store, epoch, known) == (0, 10_500) and pushed == dedup["entries"]
 
 
-def load_classic_job(client: redis.Redis) -> dict[str, object]:
-    """The dedup record of a classic Bloom job, as an earlier version wrote it, into job "job";
-    returns the record (tests/data/classic_bloom_job.json says how it was made)."""
+def load_classic_job(client: redis.Redis) -> None:
+    """The dedup record of a classic Bloom job, as an earlier version wrote it, into job "job"
+    (tests/data/classic_bloom_job.json says how it was made)."""
     record = json.loads((Path(__file__).parent / "data" / "classic_bloom_job.json").read_text())
     keys = JobKeys("job")
     client.hset(keys.meta, mapping=record["meta"])
@@ -214,7 +214,6 @@ def load_classic_job(client: redis.Redis) -> dict[str, object]:
     for name, bits in record["chunks"].items():
         index, chunk = name.split(":")
         client.set(keys.bloom_chunk(int(index), int(chunk)), base64.b64decode(bits))
-    return cast("dict[str, object]", record)
 
 
 def test_a_classic_filter_written_by_an_earlier_version_is_read_and_grows_on(
@@ -282,7 +281,7 @@ def prepare_ahead(store: JobStore, epoch: str) -> list[int]:
 
 
 def test_a_flush_that_starts_a_new_layer_allocates_none_of_it(redis_server: RedisServer) -> None:
-    # given a filter planned for 2M URLs (its second layer is 9 MB) whose first layer is 95% full
+    # given a filter planned for 2M URLs (its second layer is 6 MB) whose first layer is 95% full
     store, epoch = with_first_layer_holding(redis_server.url, 2_000_000, entries=1_900_000)
     second = layer(BloomParams(2_000_000, 0.001), 1)
     # when the node prepares ahead, then sends a batch that crosses into the second layer
@@ -297,8 +296,8 @@ def test_a_flush_that_starts_a_new_layer_allocates_none_of_it(redis_server: Redi
 
 
 def test_growing_the_filter_never_blocks_redis_for_long(redis_factory: RedisFactory) -> None:
-    # given a Redis that times every command, and a filter planned for 20M URLs (layers of 38
-    # and 92 MB) whose first layer is full, and that no node prepared ahead
+    # given a Redis that times every command, and a filter planned for 20M URLs (layers of 45
+    # and 57 MB) whose first layer is full, and that no node prepared ahead
     redis = redis_factory(extra_args=["--slowlog-log-slower-than", "0",
                                       "--slowlog-max-len", "100000"])
     store, epoch = with_first_layer_holding(redis.url, 20_000_000, entries=20_000_000 - 5)
@@ -318,8 +317,8 @@ def test_growing_the_filter_never_blocks_redis_for_long(redis_factory: RedisFact
 def test_a_layer_past_maxmemory_is_refused_and_the_batch_applies_later_once(
     redis_factory: RedisFactory,
 ) -> None:
-    # given a Redis limited to 8 MB, and a filter whose first layer (4 MB) is full, so that the
-    # next batch needs its second layer (9 MB)
+    # given a Redis limited to 8 MB, and a filter whose first layer (4.5 MB) is full, so that the
+    # next batch needs its second layer (6 MB)
     redis = redis_factory(extra_args=["--maxmemory", "8mb"])
     store, epoch = with_first_layer_holding(redis.url, 2_000_000, entries=2_000_000 - 50)
     second = layer(BloomParams(2_000_000, 0.001), 1)

@@ -60,7 +60,7 @@ def store_for(url: str, settings: DedupSettings, node: str = "n1") -> tuple[JobS
 
 
 def test_a_new_job_with_10_urls_uses_under_1_mb_of_redis(redis_server: RedisServer) -> None:
-    # given a job with the default dedup settings (a filter planned for 10M URLs, 19 MB)
+    # given a job with the default dedup settings (a filter planned for 10M URLs, 22 MB)
     store, epoch = store_for(redis_server.url, DedupSettings())
     # when 10 URLs are pushed and the node keeps its filter up
     assert push(store, epoch, fingerprints(10, seed=1)) == (10, 0)

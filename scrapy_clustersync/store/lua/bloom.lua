@@ -3,15 +3,15 @@
 --
 -- The calling script describes the filter's layers in its ARGV and passes their chunk strings in
 -- its KEYS, and calls bloom_setup(state key, argv, index of the first layout in argv, described
--- layers, keys, index of the first chunk in keys, job's dedup mode) before anything else here;
--- no function here reads KEYS or ARGV itself. The job's dedup mode says how its layers are laid
+-- layers, keys, index of the first chunk in keys, job's dedup mode) before anything else here,
+-- and bloom_finish() once after its last bloom_add(); no function here reads KEYS or ARGV. The job's dedup mode says how its layers are laid
 -- out (store/bloom_layout.py): "set-then-blocked-bloom", a fingerprint's bits in one 512-bit
 -- block of each layer; "set-then-bloom" (jobs made before), its bits over the whole layer.
 -- The bloom hash (state key) holds:
 -- layers (active count), count<i>, layout<i>, prepared<i> (chunks of layer i that exist, made by
 -- bloom_prepare.lua). No function here allocates a layer: bloom_refusal() refuses a call that
 -- may need one that is not described or not fully allocated, before the script writes anything.
-local BLOOM = {layers = {}, active = 0, needed = 0, blocked = false, hashes = 0}
+local BLOOM = {layers = {}, active = 0, needed = 0, blocked = false}
 local BLOCKED_MODE = 'set-then-blocked-bloom'
 local BLOCK_BITS, BLOCK_BYTES = 512, 64
 
@@ -40,7 +40,6 @@ local function bloom_setup(state_key, argv, layout_base, described, keys, first_
     layer.blocks, layer.chunk_blocks = layer.bits / BLOCK_BITS, layer.chunk_bits / BLOCK_BITS
     key = key + layer.chunks
     BLOOM.layers[l] = layer
-    BLOOM.hashes = math.max(BLOOM.hashes, layer.hashes)
   end
   BLOOM.active = tonumber(redis.call('HGET', state_key, 'layers') or '0')
 end
