@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import msgpack
 import pytest
-import scrapy
 from scrapy import Request
 from scrapy.http import FormRequest, Response
-from twisted.python.failure import Failure
 
 from scrapy_clustersync.codec import (
     LEASE_META_KEY,
@@ -16,15 +14,7 @@ from scrapy_clustersync.codec import (
     UnencodableRequest,
 )
 
-
-class Spider(scrapy.Spider):
-    name = "s"
-
-    def parse_item(self, response: Response) -> None:  # pragma: no cover - resolved by name only
-        pass
-
-    def on_error(self, failure: Failure) -> None:  # pragma: no cover
-        pass
+from .codec_cases import Spider
 
 
 @pytest.fixture

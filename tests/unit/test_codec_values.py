@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 from decimal import Decimal
 from typing import Any
@@ -12,30 +11,11 @@ import msgpack
 import pytest
 import scrapy
 from scrapy import Request
-from scrapy.http import Response
 
 from scrapy_clustersync.codec import RequestCodec, UndecodableEntry, UnencodableRequest
 
+from .codec_cases import ALLOWED, Offer, Product, Spider
 
-class Spider(scrapy.Spider):
-    name = "s"
-
-    def parse_item(self, response: Response) -> None:  # pragma: no cover - resolved by name only
-        pass
-
-
-class Product(scrapy.Item):
-    name = scrapy.Field()
-    price = scrapy.Field()
-
-
-@dataclasses.dataclass
-class Offer:
-    shop: str
-    price: Decimal
-
-
-ALLOWED = [f"{__name__}.Product", f"{__name__}.Offer"]
 PARIS = ZoneInfo("Europe/Paris")
 
 
@@ -133,7 +113,7 @@ def test_an_item_class_not_allowed_cannot_travel_and_the_refusal_names_the_setti
     codec = RequestCodec(None, 1 << 20)
     with pytest.raises(UnencodableRequest, match="CLUSTERSYNC_REQUEST_CLASSES") as error:
         codec.encode(Request("http://a", meta={"product": Product(name="pen")}))
-    assert error.value.kind == f"item class {__name__}.Product"
+    assert error.value.kind == f"item class {Product.__module__}.Product"
 
 
 def test_an_item_class_not_allowed_here_is_never_loaded_from_redis(codec: RequestCodec) -> None:
