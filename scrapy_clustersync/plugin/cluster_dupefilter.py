@@ -63,7 +63,6 @@ class RecentFingerprints:
     """
 
     def __init__(self, capacity: int) -> None:
-        self.capacity = capacity
         self._fingerprints = BoundedDict(capacity)
 
     def __contains__(self, fingerprint: bytes) -> bool:
