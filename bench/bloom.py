@@ -43,6 +43,7 @@ from scrapy_clustersync.config import DEFAULTS, DedupSettings
 from scrapy_clustersync.store import JobStore, Push, make_client
 from scrapy_clustersync.store.job_store import new_call_id
 from testkit.dedup_probe import create_classic_job, dedup_bytes, false_positives
+from testkit.rates import percentile
 from testkit.redis_server import RedisServer
 
 BATCH = int(DEFAULTS["CLUSTERSYNC_BATCH_SIZE"])
@@ -175,9 +176,8 @@ def run_layout(tmp: Path, classic: bool, args: argparse.Namespace) -> dict[str, 
 
 
 def cpu_summary(values: list[float]) -> dict[str, float]:
-    ordered = sorted(values)
-    return {"mean": sum(ordered) / len(ordered), "p99": ordered[int(0.99 * (len(ordered) - 1))],
-            "max": ordered[-1]}
+    return {"mean": sum(values) / len(values), "p99": percentile(values, 0.99),
+            "max": max(values)}
 
 
 def probes_text(commands: dict[str, float]) -> str:

@@ -49,6 +49,7 @@ from scrapy_clustersync.store.heartbeat_script import HeartbeatScript
 from scrapy_clustersync.store.lease_script import LeaseScript
 from scrapy_clustersync.store.script_base import load_lua
 from scrapy_clustersync.store.write_ops import Ack, Op, Push
+from testkit.rates import percentile
 from testkit.redis_server import RedisServer
 
 RESULTS_PATH = Path(__file__).resolve().parent / "results" / "loadgen.json"
@@ -155,11 +156,6 @@ def run_node(url: str, name: str, args: argparse.Namespace, until: float,
 def redis_main_cpu_s(client: Any) -> float:
     info = client.info("cpu")
     return float(info["used_cpu_user_main_thread"]) + float(info["used_cpu_sys_main_thread"])
-
-
-def percentile(values: list[float], share: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(share * len(ordered)))] if ordered else 0.0
 
 
 def spread(calls: dict[str, list[float]]) -> dict[str, dict[str, float]]:

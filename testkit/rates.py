@@ -1,5 +1,5 @@
-"""Rates read from a site's access times, and counters read between two times: what the
-politeness tests, bench/polite.py and bench/broad.py judge."""
+"""Rates read from a site's access times, counters read between two times, and the percentiles
+of measured times: what the politeness tests and the bench scripts judge."""
 
 from __future__ import annotations
 
@@ -60,3 +60,10 @@ def _value_at(samples: Sequence[tuple[float, float]], at: float) -> float:
     after = bisect_left(samples, at, key=lambda sample: sample[0])
     (t1, v1), (t0, v0) = samples[after], samples[max(0, after - 1)]
     return v1 if t1 == t0 else v0 + (v1 - v0) * (at - t0) / (t1 - t0)
+
+
+def percentile(values: Sequence[float], share: float) -> float:
+    """The value ``share`` (0..1) of the way up the sorted ``values`` (nearest rank below; 0.0
+    for none)."""
+    ordered = sorted(values)
+    return ordered[int(share * (len(ordered) - 1))] if ordered else 0.0
