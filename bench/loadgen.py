@@ -34,6 +34,7 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 # testkit, the dev and test kit, is not installed: it is imported from the repository root
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -46,7 +47,9 @@ from scrapy_clustersync.config import DEFAULTS
 from scrapy_clustersync.store import JobStore, make_client
 from scrapy_clustersync.store.flush_script import FlushScript
 from scrapy_clustersync.store.heartbeat_script import HeartbeatScript
+from scrapy_clustersync.store.keys import JobKeys
 from scrapy_clustersync.store.lease_script import LeaseScript
+from scrapy_clustersync.store.records import as_text
 from scrapy_clustersync.store.script_base import load_lua
 from scrapy_clustersync.store.write_ops import Ack, Op, Push
 from testkit.rates import percentile
@@ -55,6 +58,8 @@ from testkit.redis_server import RedisServer
 RESULTS_PATH = Path(__file__).resolve().parent / "results" / "loadgen.json"
 JOB = "loadgen"
 TARGET_PAGES_PER_CORE = 50_000
+#: what a queued URL-only request may cost Redis, everything of the queue included
+TARGET_BYTES_PER_REQUEST = 150
 SLOW_MS = 10
 #: how long the nodes run again with every command logged, for each script's run time
 LATENCY_RUN_S = 3.0
@@ -81,6 +86,28 @@ class NodeFigures:
 def site_url(number: int, sites: int, tag: str = "p") -> str:
     """A URL of one of ``sites`` hosts, distinct for each ``number`` (and ``tag``)."""
     return f"https://site{number % sites}.example.com/{tag}/{number}.html"
+
+
+def site_of(url: str) -> str:
+    """The site a node pushes ``url`` to: its host (Scrapy's download slot key)."""
+    return urlsplit(url).hostname or ""
+
+
+def queue_bytes(client: Any) -> dict[str, int]:
+    """The bytes the job's keys take (MEMORY USAGE, every element counted): the queue's (the
+    frontier's lists and sets and the meta hash), the dedup record's, and all of them."""
+    keys = JobKeys(JOB)
+    names = [as_text(name) for name in client.scan_iter(match=f"clustersync:{{{JOB}}}:*",
+                                                         count=10_000)]
+    pipe = client.pipeline(transaction=False)
+    for name in names:
+        pipe.memory_usage(name, samples=0)
+    sizes = dict(zip(names, pipe.execute(), strict=True))
+    queue = sum(size for name, size in sizes.items()
+                if name.startswith(keys.frontier) or name in (keys.meta, keys.queue))
+    dedup = sum(size for name, size in sizes.items()
+                if name == keys.seen or name.startswith(keys.bloom))
+    return {"queue": queue, "dedup": dedup, "all": sum(sizes.values())}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -139,10 +166,10 @@ def run_node(url: str, name: str, args: argparse.Namespace, until: float,
             for _ in range(args.new_links):
                 link = site_url(fresh, args.sites, name)
                 fresh += 1
-                ops.append(Push(fingerprint(Request(link)), 0, encode(link)))
+                ops.append(Push(fingerprint(Request(link)), 0, encode(link), 0, site_of(link)))
             for dup in range(args.dup_links):  # a URL of the seeded queue: seen
                 link = site_url((fresh * 7 + dup) % args.queued, args.sites)
-                ops.append(Push(fingerprint(Request(link)), 0, encode(link)))
+                ops.append(Push(fingerprint(Request(link)), 0, encode(link), 0, site_of(link)))
             ops.append(Ack(each.entry_id))
         if ops:
             began = time.perf_counter()
@@ -203,6 +230,7 @@ def main(argv: list[str] | None = None) -> None:
         client = server.client()
         seed_rate = fill(server, args.queued, args.sites, Path(tmp))
         used_memory = int(client.info("memory")["used_memory"])
+        sizes = queue_bytes(client)
         # the throughput: the slow log keeps only the calls of SLOW_MS or more
         client.config_set("slowlog-log-slower-than", SLOW_MS * 1000)
         client.slowlog_reset()
@@ -233,6 +261,8 @@ def main(argv: list[str] | None = None) -> None:
         "redis_cpu_ms_per_page": round(cpu_ms_per_page, 4),
         "pages_per_s_per_redis_core": round(per_core), "seed_urls_per_s": round(seed_rate),
         "redis_used_memory_bytes": used_memory,
+        "bytes_per_queued_request": {kind: round(size / args.queued, 1)
+                                     for kind, size in sizes.items()},
         "in_redis": spread(in_redis), "as_the_nodes_timed_them": spread(calls),
         "slowlog": [{"ms": entry["duration"] / 1000, "command": str(entry["command"])[:80]}
                     for entry in slow],
@@ -244,6 +274,10 @@ def main(argv: list[str] | None = None) -> None:
     print(f"  {pages:,} pages = {pages / elapsed:,.0f} pages/s; Redis CPU {cpu_ms_per_page:.4f} "
           f"ms/page = {per_core:,.0f} pages/s per Redis core "
           f"(target >= {TARGET_PAGES_PER_CORE:,})")
+    per = report["bytes_per_queued_request"]
+    print(f"  bytes per queued request: {per['queue']:.1f} in the queue "
+          f"(target <= {TARGET_BYTES_PER_REQUEST}), {per['dedup']:.1f} in the dedup record, "
+          f"{per['all']:.1f} in all the job's keys")
     timed = report["as_the_nodes_timed_them"]
     for kind, figure in report["in_redis"].items():
         node = timed.get(kind, {})

@@ -143,7 +143,7 @@ def test_check_finds_each_broken_invariant_and_repair_mends_it(
     if kind.endswith("without_entry"):
         assert code == 1 and [(f["kind"], f["subject"]) for f in after] == [
             ("counts", "counters")], after
-        assert "does not bound the 9 entries" in after[0]["detail"]
+        assert "does not bound the 9 requests" in after[0]["detail"]
     else:
         assert (code, after) == (0, [])
     # and every request that still has its entry is queued or leased, in its place

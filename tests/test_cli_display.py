@@ -202,4 +202,5 @@ def test_text_from_redis_is_printed_as_it_is_never_as_markup(redis_server: Redis
 
 def _task_push(task: str) -> TaskPush:
     pushed = push_op("http://a/1")
-    return TaskPush(pushed.fingerprint, pushed.priority, pushed.request, pushed.flags, task)
+    return TaskPush(pushed.fingerprint, pushed.priority, pushed.request, pushed.flags,
+                    pushed.site, task)

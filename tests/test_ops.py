@@ -78,8 +78,8 @@ def test_every_op_reads_back_from_its_script_arguments_after_a_msgpack_round_tri
 def test_the_script_arguments_are_the_opcode_then_the_fields_flush_lua_reads() -> None:
     push, again, ack, release, dead, refused, start = (
         PUSH, PUSH_AGAIN, ACK, RELEASE, DEAD, REFUSED, StartDone())
-    assert push.args() == ["P", FINGERPRINT, -3, push.request, 0]
-    assert again.args() == ["P", b"", 7, again.request, 1]
+    assert push.args() == ["P", FINGERPRINT, -3, push.request, 0, push.site]
+    assert again.args() == ["P", b"", 7, again.request, 1, again.site]
     assert ack.args() == ["A", ack.entry_id]
     assert release.args() == ["N", release.entry_id]
     assert dead.args() == ["D", dead.entry_id, "cannot be decoded"]
@@ -109,7 +109,7 @@ def test_a_push_describes_itself_by_its_url_and_an_unreadable_one_says_so() -> N
     (["Q", "e1"], "unknown opcode 'Q'; this version writes P, T, A, F, N, D, X, S"),
     ([b"A", "e1"], "unknown opcode b'A'"),
     (["A"], "op 'A' has 0 fields, not 1"),
-    (["P", FINGERPRINT, 0, b"blob"], "op 'P' has 3 fields, not 4"),
+    (["P", FINGERPRINT, 0, b"blob"], "op 'P' has 3 fields, not 5"),
     (["S", "extra"], "op 'S' has 1 fields, not 0"),
     (["P", "text, not bytes", 0, b"blob", 0], "field fingerprint is 'text, not bytes'"),
     (["P", FINGERPRINT, 0, b"blob", "2"], "field flags is '2', not of type int"),
@@ -169,9 +169,10 @@ def test_a_batch_with_every_kind_of_op_is_applied_in_order(
     (RawOp("Q", "e1"), "unknown opcode Q"),
     (RawOp("D", "e1"), "missing fields"),
     (RawOp("A", ""), "empty entry id"),
-    (RawOp("P", FINGERPRINT, 0, b"blob", 8), "flags must be an integer from 0 to 7"),
-    (RawOp("P", FINGERPRINT, "inf", b"blob", 0), "priority is not a finite number"),
-    (RawOp("P", b"short", 0, b"blob", 0), "fingerprint of 5 bytes, not 20"),
+    (RawOp("P", FINGERPRINT, 0, b"blob", 8, "a"), "flags must be an integer from 0 to 7"),
+    (RawOp("P", FINGERPRINT, "inf", b"blob", 0, "a"), "priority is not a finite number"),
+    (RawOp("P", b"short", 0, b"blob", 0, "a"), "fingerprint of 5 bytes, not 20"),
+    (RawOp("P", FINGERPRINT, 0, b"blob", 0, "a\tb"), "a site holds no tab and no newline"),
 ])
 def test_the_script_still_refuses_a_malformed_op_by_its_number_before_any_change(
     redis_server: RedisServer, raw: RawOp, why: str

@@ -9,6 +9,7 @@ from scrapy import Request
 from scrapy.utils.request import RequestFingerprinter
 
 from scrapy_clustersync.codec import RequestCodec
+from scrapy_clustersync.plugin.request_tasks import site_of
 from scrapy_clustersync.store import (
     Ack,
     DeadLetterEntry,
@@ -29,7 +30,7 @@ FINGERPRINTER = RequestFingerprinter()
 def push_op(url: str, priority: int = 0, dont_filter: bool = False) -> Push:
     request = Request(url, priority=priority, dont_filter=dont_filter)
     fingerprint = b"" if dont_filter else FINGERPRINTER.fingerprint(request)
-    return Push(fingerprint, priority, CODEC.encode(request), dont_filter)
+    return Push(fingerprint, priority, CODEC.encode(request), dont_filter, site_of(request))
 
 
 def joined(redis_server: RedisServer, node: str = "n1", job: str = "job") -> tuple[JobStore, str]:
@@ -56,15 +57,16 @@ def test_within_a_priority_the_order_is_scrapys_lifo_or_fifo_others_before_start
     store.flush(epoch, ops, new_call_id())
     # then the queue gives the higher priority first, then the others newest first, then the
     # start requests oldest first, as Scrapy's scheduler does (a FIFO push, from a node of other
-    # settings, comes before the LIFO ones of its priority and kind)
+    # settings, comes after the LIFO ones of its priority and kind)
     assert lease_urls(store, epoch) == [
-        "http://a/high", "http://a/fifo", "http://a/child2", "http://a/child1",
+        "http://a/high", "http://a/child2", "http://a/child1", "http://a/fifo",
         "http://a/start1", "http://a/start2"]
 
 
 def flagged(url: str, flags: PushFlags, priority: int = 0) -> Push:
     request = Request(url, priority=priority)
-    return Push(FINGERPRINTER.fingerprint(request), priority, CODEC.encode(request), flags)
+    return Push(FINGERPRINTER.fingerprint(request), priority, CODEC.encode(request), flags,
+                site_of(request))
 
 
 def test_higher_priority_first_and_fifo_among_equals(redis_server: RedisServer) -> None:

@@ -47,7 +47,7 @@ def blob(path: str) -> bytes:
 
 
 def task_push(number: int, task: str) -> TaskPush:
-    return TaskPush(bytes([number]) * 20, 0, blob(str(number)), 0, task)
+    return TaskPush(bytes([number]) * 20, 0, blob(str(number)), 0, "a.test", task=task)
 
 
 def failed(entry_id: str, url: str = "http://a/x", status: int = 404) -> Failed:
@@ -215,13 +215,16 @@ def test_a_spool_file_of_the_previous_version_replays_and_its_pushes_have_no_tas
     assert store.client.hlen(store.keys.task_of) == 0
 
 
-def test_a_push_without_a_task_keeps_the_previous_versions_arguments() -> None:
-    # the previous version reads a P op of 4 fields: a push without a task still is one
-    push = Push(b"\x01" * 20, 2, b"blob", int(PushFlags.LIFO))
-    assert push.args() == ["P", b"\x01" * 20, 2, b"blob", 4]
-    assert TaskPush(b"\x01" * 20, 2, b"blob", 4, "t").args() == ["T", b"\x01" * 20, 2, b"blob",
-                                                                 4, "t"]
-    assert decode_op(["P", b"\x01" * 20, 2, b"blob", 4]) == push
+def test_a_push_spooled_by_the_previous_version_without_a_site_still_decodes() -> None:
+    # a push's arguments end in its site (and a task push's then in its task); the previous
+    # version spooled them without the site: those go to the job's legacy queue (site "")
+    push = Push(b"\x01" * 20, 2, b"blob", int(PushFlags.LIFO), "a.test")
+    assert push.args() == ["P", b"\x01" * 20, 2, b"blob", 4, "a.test"]
+    assert TaskPush(b"\x01" * 20, 2, b"blob", 4, "a.test", "t").args() == [
+        "T", b"\x01" * 20, 2, b"blob", 4, "a.test", "t"]
+    assert decode_op(["P", b"\x01" * 20, 2, b"blob", 4]) == Push(b"\x01" * 20, 2, b"blob", 4)
+    assert decode_op(["T", b"\x01" * 20, 2, b"blob", 4, "t"]) == TaskPush(
+        b"\x01" * 20, 2, b"blob", 4, "", "t")
     with pytest.raises(OpDecodeError, match="task id"):
         decode_op(["T", b"\x01" * 20, 2, b"blob", 4, ""])
 

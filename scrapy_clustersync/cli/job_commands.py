@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import click
 
+from ..store.frontier_status import read_frontier
 from ..store.site_scripts import SITES_SHOWN, read_sites
 from .check_commands import needs_a_person, show_status
 from .context import CliContext, pass_cli
@@ -39,8 +40,9 @@ def jobs(cli: CliContext, as_json: bool) -> None:
                    "other code or settings, dead letters (for cron and monitoring).")
 @click.option("--sites", "top_sites", type=click.IntRange(min=1), is_flag=False,
               flag_value=SITES_SHOWN, default=None,
-              help=f"Also show the sites' politeness budgets for the cluster: delay in force, "
-                   f"backoff, in flight, next turn; the N used last ({SITES_SHOWN} unless told).")
+              help=f"Also show the queue's deepest sites (requests queued, ready or when they "
+                   f"may start) and the sites' politeness budgets for the cluster: delay in "
+                   f"force, backoff, in flight, next turn; N of each ({SITES_SHOWN} unless told).")
 @settings_option
 @pass_cli
 def status(cli: CliContext, job: str | None, every: bool, as_json: bool,
@@ -54,7 +56,8 @@ def status(cli: CliContext, job: str | None, every: bool, as_json: bool,
     attention = needs_a_person(store, report) if check_health else None
     sites = None
     if top_sites is not None:
-        sites = sites_dict(*read_sites(store.client, store.keys, top_sites))
+        sites = sites_dict(*read_sites(store.client, store.keys, top_sites),
+                           read_frontier(store.client, store.keys, top_sites))
     show_status(report, attention, as_json, every, sites)
     if attention:
         exit_needing_a_person()

@@ -108,22 +108,24 @@ class SeedEncoder:
     priority: int
     callback: str | None
 
-    def rows_for(self, urls: list[str]) -> list[tuple[bytes, bytes]]:
-        """(fingerprint, encoded request) of each URL: the costly part, made by the workers
-        (tuples travel between processes faster than ops)."""
+    def rows_for(self, urls: list[str]) -> list[tuple[bytes, bytes, str]]:
+        """(fingerprint, encoded request, site) of each URL: the costly part, made by the
+        workers (tuples travel between processes faster than ops). The site is the URL's host
+        name, Scrapy's download slot key of a request with no ``download_slot`` meta."""
         encode = _encoder(self.priority, self.callback)
         if is_scrapys_default(self.fingerprinter):
             safe_urls = [safe_url_string(url) for url in urls]
-            return [(default_get_fingerprint(url), encode(url)) for url in safe_urls]
-        rows: list[tuple[bytes, bytes]] = []
+            return [(default_get_fingerprint(url), encode(url), urlsplit(url).hostname or "")
+                    for url in safe_urls]
+        rows: list[tuple[bytes, bytes, str]] = []
         for url in urls:
             request = Request(url, priority=self.priority)
             fingerprint = cluster_fingerprint(self.fingerprinter.fingerprint(request))
-            rows.append((fingerprint, encode(request.url)))
+            rows.append((fingerprint, encode(request.url), urlsplit(request.url).hostname or ""))
         return rows
 
-    def ops_of(self, rows: list[tuple[bytes, bytes]]) -> list[Push]:
-        return [Push(fingerprint, self.priority, blob) for fingerprint, blob in rows]
+    def ops_of(self, rows: list[tuple[bytes, bytes, str]]) -> list[Push]:
+        return [Push(fingerprint, self.priority, blob, 0, site) for fingerprint, blob, site in rows]
 
     def ops_for(self, urls: list[str]) -> list[Push]:
         return self.ops_of(self.rows_for(urls))
@@ -156,7 +158,7 @@ def _encoder(priority: int, callback: str | None) -> Callable[[str], bytes]:
 _WORKER_ENCODER: SeedEncoder | None = None
 
 
-def _worker_rows(urls: list[str]) -> list[tuple[bytes, bytes]]:
+def _worker_rows(urls: list[str]) -> list[tuple[bytes, bytes, str]]:
     assert _WORKER_ENCODER is not None
     return _WORKER_ENCODER.rows_for(urls)
 

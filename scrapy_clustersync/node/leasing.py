@@ -22,6 +22,8 @@ from ..store import JobStore, Leased
 from ..store.control_state import RUNNING
 from ..store.job_store import new_call_id
 from ..store.round_trip import Answer, RoundTrip
+from ..store.script_results import LeaseBatch
+from .lease_sizing import HORIZON_ROUND_TRIPS, MIN_HORIZON_S
 
 if TYPE_CHECKING:
     from .reactor_link import NodeLink
@@ -30,6 +32,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 EMPTY_QUEUE_BACKOFF_MAX_S = 1.0
+#: a lease that got nothing because of a site's pace asks again when told, but not sooner
+MIN_PACED_RETRY_S = 0.01
 #: the weight of the last lease call's time in the round trip's average
 ROUND_TRIP_WEIGHT = 0.2
 #: the reactor is told the round trip again when it moved by this share
@@ -40,7 +44,7 @@ ROUND_TRIP_TELL_CHANGE = 0.25
 class LeaseCall:
     """A lease added to a round trip, until its answer is handed over."""
 
-    answer: Answer[list[Leased]]
+    answer: Answer[LeaseBatch]
     count: int  # entries asked for
     #: pushes of the batch ahead of it in the round trip (0: none, or a lease sent again)
     settling: int
@@ -135,7 +139,9 @@ class LeasingPart:
             self._lease_returned = self._writes.returns_settled
         call_id, count, _ = self._pending_lease
         lease_ms = int(self.config.lease_timeout_s * 1000)
-        answer = self.store.lease_in(trip, self.epoch, count, lease_ms, call_id)
+        # what a paced site may start before the next lease comes (lease_sizing.py's horizon)
+        horizon_ms = int(1000 * max(MIN_HORIZON_S, HORIZON_ROUND_TRIPS * self._round_trip_s))
+        answer = self.store.lease_in(trip, self.epoch, count, lease_ms, call_id, horizon_ms)
         return LeaseCall(answer, count, settling if fresh else 0, returning if fresh else 0)
 
     def _lease_answered(self, call: LeaseCall, took_s: float, settled: bool = False) -> bool:
@@ -167,7 +173,10 @@ class LeasingPart:
         if not entries:
             backoff_s = self._empty_backoff_s * 2 or 0.05
             self._empty_backoff_s = min(EMPTY_QUEUE_BACKOFF_MAX_S, backoff_s)
-            self._next_lease = time.monotonic() + self._empty_backoff_s
+            wait_s = self._empty_backoff_s
+            if entries.retry_s is not None:  # a site's pace, not an empty queue: ask then
+                wait_s = min(wait_s, max(MIN_PACED_RETRY_S, entries.retry_s))
+            self._next_lease = time.monotonic() + wait_s
             return False
         self._empty_backoff_s = 0.0
         return True

@@ -9,9 +9,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from .thread_api import ReservedTurns
-from .thread_messages import SlowDown, WantTurns
+from .thread_messages import SetPace, SlowDown, WantTurns
 
 if TYPE_CHECKING:
+    from ..store.lease_script import LeasePace
     from ..store.site_scripts import TurnsAsk
 
 #: what is told of the turns reserved for a site
@@ -35,6 +36,10 @@ class SiteLinkPart:
         """``site`` answered 429/503: block it ``retry_after_s``, or back it off (None), for
         the whole cluster, at once."""
         self._say(SlowDown(site, retry_after_s, delay_s), True)
+
+    def set_pace(self, pace: LeasePace) -> None:
+        """Lease each site's requests no faster than ``pace`` from now on."""
+        self._say(SetPace(pace))
 
     def listen_turns(self, callback: TurnsListener) -> None:
         """Call ``callback(site, turns)`` on the reactor with each reservation's answer."""

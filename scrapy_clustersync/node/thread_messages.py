@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from .thread_api import StartState
 
 if TYPE_CHECKING:
+    from ..store.lease_script import LeasePace
     from ..store.script_results import Heartbeat
     from ..store.shared_settings import SharedSettings
     from ..store.site_scripts import TurnsAsk
@@ -140,6 +141,14 @@ class WantTurns:
     Asks of one site not sent yet are merged."""
 
     ask: TurnsAsk
+
+
+@dataclass(frozen=True)
+class SetPace:
+    """The node's politeness settings (at start, or changed live): its leases serve each site
+    no faster than ``pace`` (store/lease_script.py LeasePace)."""
+
+    pace: LeasePace
 
 
 @dataclass(frozen=True)

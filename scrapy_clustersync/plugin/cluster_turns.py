@@ -40,6 +40,7 @@ from collections.abc import Callable
 from time import monotonic
 from typing import TYPE_CHECKING, Any, Protocol
 
+from ..store.lease_script import LeasePace
 from ..store.site_scripts import TurnsAsk
 from .retry_after import retry_after_s
 from .site_summary import SITES_IN_RECORD, SiteSeen, idle_sites, summary
@@ -70,6 +71,8 @@ class SiteLink(Protocol):
     def slow_down(self, site: str, retry_after_s: float | None, delay_s: float) -> None: ...
 
     def listen_turns(self, callback: Callable[[str, ReservedTurns], None]) -> None: ...
+
+    def set_pace(self, pace: LeasePace) -> None: ...
 
     def listen_slowed(self, callback: Callable[[str], None]) -> None: ...
 
@@ -138,6 +141,15 @@ class ClusterTurns:
         self._version += 1
         for site in list(self._reserved):
             self._drop_reserved(site)
+        self._tell_pace()
+
+    def _tell_pace(self) -> None:
+        """Leases hand out each site's requests no faster than these settings let it start (a
+        throttled site never fills the prefetch: store/lua/frontier.lua)."""
+        if self._link is not None:
+            self._link.set_pace(LeasePace(
+                on=True, delay_s=self.download_delay, site_delays=dict(self.site_delays),
+                per_domain=self.per_domain, recorded_first=self.slot_driven))
 
     def bind(self, link: SiteLink, wake: Callable[[], None],
              demand: Callable[[str], int] = lambda key: 1) -> None:
@@ -146,6 +158,7 @@ class ClusterTurns:
         self._link, self._wake, self._demand = link, wake, demand
         link.listen_turns(self.reserved)
         link.listen_slowed(self.slowed)
+        self._tell_pace()
 
     # ---- SiteTurns ---------------------------------------------------------------------------
     def delay_of(self, key: str, slot: Slot | None) -> float:

@@ -28,6 +28,7 @@ from scrapy import Request
 from scrapy.exceptions import IgnoreRequest
 from scrapy.http import Response
 from scrapy.spidermiddlewares.httperror import HttpError
+from scrapy.utils.httpobj import urlparse_cached
 
 from ..store.write_ops import (
     REASON_MAX_CHARS,
@@ -67,13 +68,23 @@ def task_of(request: Request) -> str | None:
     return None
 
 
+def site_of(request: Request) -> str:
+    """The site whose queue ``request`` joins in the frontier: Scrapy's download slot key (its
+    ``download_slot`` meta, else its host name), without the DNS lookup that
+    ``CONCURRENT_REQUESTS_PER_IP`` adds, which the node that pushes cannot wait for."""
+    slot = request.meta.get("download_slot")
+    if slot is not None:
+        return str(slot).replace("\t", " ").replace("\n", " ")
+    return urlparse_cached(request).hostname or ""
+
+
 def push_of(request: Request, fingerprint: bytes, priority: int, blob: bytes,
             flags: int) -> Push:
     """The push of ``request``, encoded as ``blob``: a ``TaskPush`` if it belongs to a task."""
     task = task_of(request)
     if task is None:
-        return Push(fingerprint, priority, blob, flags)
-    return TaskPush(fingerprint, priority, blob, flags, task)
+        return Push(fingerprint, priority, blob, flags, site_of(request))
+    return TaskPush(fingerprint, priority, blob, flags, site_of(request), task)
 
 
 def filtered_here(request: Request) -> TaskFiltered | None:

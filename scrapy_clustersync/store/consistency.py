@@ -5,8 +5,10 @@ What must hold (docs/architecture.md, "Check and repair"):
 - every lease is owned by a live node, or has expired (then the next lease call reclaims it);
 - no entry is both queued and leased; every queued or leased id has its entry; every entry is
   queued or leased; the lease record and the lease deadline of an entry go together;
-- the counts add up: entries = queued + leased, and pushed - acked - dead <= entries <=
-  pushed - acked (every entry was pushed once and leaves by an ack or a dead letter);
+- the counts add up: entries = queued in the legacy queue + leased; the frontier's count is the
+  sum of its sites' counts; and pushed - acked - dead <= held <= pushed - acked, held being the
+  entries and the frontier's requests (every entry was pushed once and leaves by an ack or a
+  dead letter);
 - the live nodes run the same code and settings (their records' digests and ``versions``:
   node_differences.py says which settings or files differ, on which nodes).
 
@@ -77,8 +79,11 @@ class Snapshot:
     leases: dict[str, str]
     deadlines: dict[str, float]
     counters: dict[str, int]
-    queued: int
+    queued: int  # in the legacy queue
     entries: int
+    #: the frontier's requests queued: its own count (meta), and the sum of its sites' counts
+    frontier_queued: int = 0
+    frontier_sites_sum: int = 0
 
 
 class JobCheck:
@@ -131,7 +136,11 @@ class JobCheck:
             pipe.hgetall(k.stats)
             pipe.zcard(k.queue)
             pipe.hlen(k.entries)
-            now, nodes, info, leased, deadlines, stats, queued, entries = pipe.execute()
+            pipe.hget(k.meta, "fqueued")
+            # the sites with requests queued: a broad crawl's are many, but one sorted set
+            pipe.zrange(k.frontier_sites, 0, -1, withscores=True)
+            (now, nodes, info, leased, deadlines, stats, queued, entries, frontier_queued,
+             frontier_sites) = pipe.execute()
         return Snapshot(
             server_ms=int(now[0]) * 1000 + int(now[1]) // 1000,
             live_until={_text(n): float(s) for n, s in nodes},
@@ -139,7 +148,8 @@ class JobCheck:
             leases={_text(i): _text(v) for i, v in leased.items()},
             deadlines={_text(i): float(s) for i, s in deadlines},
             counters={_text(a): int(b) for a, b in stats.items()},
-            queued=int(queued), entries=int(entries))
+            queued=int(queued), entries=int(entries), frontier_queued=int(frontier_queued or 0),
+            frontier_sites_sum=int(sum(score for _, score in frontier_sites)))
 
     def _scan_queue(self) -> set[str]:
         with translate_errors(self.client):
@@ -204,12 +214,17 @@ class JobCheck:
             found.append(Finding("counts", "entries", f"{snap.entries:,} entries, but "
                                  f"{snap.queued:,} queued + {len(snap.leases):,} leased = "
                                  f"{held:,}"))
+        if snap.frontier_queued != snap.frontier_sites_sum:
+            found.append(Finding("counts", "frontier", f"{snap.frontier_queued:,} requests "
+                                 f"queued in the frontier, but its sites count "
+                                 f"{snap.frontier_sites_sum:,}"))
         c = snap.counters
         pushed, acked, dead = c.get("pushed", 0), c.get("acked", 0), c.get("dead", 0)
-        if not pushed - acked - dead <= snap.entries <= pushed - acked:
+        held = snap.entries + snap.frontier_queued
+        if not pushed - acked - dead <= held <= pushed - acked:
             found.append(Finding("counts", "counters", f"pushed {pushed:,} - acked {acked:,} "
-                                 f"(- dead {dead:,}) does not bound the {snap.entries:,} "
-                                 "entries held"))
+                                 f"(- dead {dead:,}) does not bound the {held:,} requests "
+                                 "held"))
         return found
 
 

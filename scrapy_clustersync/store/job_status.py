@@ -49,7 +49,8 @@ def read_status(client: redis.Redis, keys: JobKeys) -> JobStatus:
     meta_t = {_text(a): _text(b) for a, b in meta.items()}
     dedup = dedup_status(meta_t, {_text(a): _text(b) for a, b in bloom.items()}, int(seen))
     return JobStatus(
-        job=keys.job, exists=bool(meta_t), queued=int(queued), leased=int(leased),
+        job=keys.job, exists=bool(meta_t), leased=int(leased),
+        queued=int(queued) + int(meta_t.get("fqueued") or 0),  # legacy queue + frontier
         seen=int(dedup["entries"]), dead_letters=int(dead),
         counters={_text(a): int(b) for a, b in stats.items()},
         start_claimed_by=meta_t.get("start_claim"), start_done="start_done" in meta_t,

@@ -25,7 +25,7 @@ from .heartbeat_script import Beat, HeartbeatScript
 from .job_status import read_status
 from .join_scripts import RETRY, DedupRecord, JoinRequest, JoinScript, RestartScript
 from .keys import JobKeys
-from .lease_script import LeaseScript
+from .lease_script import DEFAULT_HORIZON_MS, LeasePace, LeaseScript
 from .records import DeadLetter, FormatError, format_node_record
 from .records import as_text as _text
 from .round_trip import Answer, RoundTrip
@@ -35,7 +35,7 @@ from .script_results import (
     Heartbeat,
     JobStatus,
     Joined,
-    Leased,
+    LeaseBatch,
     Restarted,
 )
 from .site_scripts import SiteStore
@@ -62,6 +62,10 @@ def beat_of(*, ttl_ms: int, lease_ms: int, info: dict[str, Any], idle: bool, idl
     idle_flag = (2 if busy_since_last else 1) if idle else 0
     return Beat(ttl_ms, lease_ms, format_node_record(info), idle_flag, idle_after_ms, grace_ms,
                 told_ms, gap_ms, lease_ids, retention_ms)
+
+
+#: keys one UNLINK of ``purge`` names at most
+PURGE_BATCH = 10_000
 
 
 class JobStore:
@@ -271,12 +275,18 @@ class JobStore:
             again_if=lambda error: bool(bloom_refusal(error)[0]), failed=self._failed))
 
     def lease_in(self, trip: RoundTrip, epoch: str, count: int, lease_ms: int,
-                 call_id: str) -> Answer[list[Leased]]:
+                 call_id: str, horizon_ms: int = DEFAULT_HORIZON_MS) -> Answer[LeaseBatch]:
         """``lease`` in ``trip``."""
-        keys, args = self._lease.call(epoch, call_id, count, lease_ms, self._writes_arg())
+        keys, args = self._lease.call(epoch, call_id, count, lease_ms, self._writes_arg(),
+                                      horizon_ms)
         return self._add(trip, self._lease, keys, args, Answer(
             self.client, lambda reply: self._count(self._lease.parse(reply)),
-            lambda: self.lease(epoch, count, lease_ms, call_id), failed=self._failed))
+            lambda: self.lease(epoch, count, lease_ms, call_id, horizon_ms),
+            failed=self._failed))
+
+    def set_lease_pace(self, pace: LeasePace) -> None:
+        """Serve each site's requests no faster than ``pace`` says (lease_script.py)."""
+        self._lease.set_pace(pace)
 
     def heartbeat_in(self, trip: RoundTrip, epoch: str, beat: Beat) -> Answer[Heartbeat]:
         """``heartbeat`` in ``trip`` (``beat``: ``beat_of``'s)."""
@@ -290,10 +300,12 @@ class JobStore:
              answer: Answer[T]) -> Answer[T]:
         return trip.add(lambda pipe: script.queue(pipe, keys, args), answer, ran=script.sent)
 
-    def lease(self, epoch: str, count: int, lease_ms: int, call_id: str) -> list[Leased]:
-        """Lease up to ``count`` entries, in the queue's order."""
-        return self._counted(
-            lambda writes_seen: self._lease.run(epoch, call_id, count, lease_ms, writes_seen))
+    def lease(self, epoch: str, count: int, lease_ms: int, call_id: str,
+              horizon_ms: int = DEFAULT_HORIZON_MS) -> LeaseBatch:
+        """Lease up to ``count`` entries: the best queue class first, its sites in turn, each
+        no faster than the lease pace lets it start within ``horizon_ms``."""
+        return self._counted(lambda writes_seen: self._lease.run(
+            epoch, call_id, count, lease_ms, writes_seen, horizon_ms))
 
     def heartbeat(
         self,
@@ -371,6 +383,13 @@ class JobStore:
             names.extend(DedupRecord.read(self.client, k).keys)
             for site in map(_text, self.client.zrange(k.sites, 0, -1)):
                 names.extend((k.site(site), k.site_inflight(site)))
-            # UNLINK: a huge queue or Bloom layer is freed in the background, not in the call
-            return int(self.client.unlink(*dict.fromkeys(names)))
+            # the frontier's lists and sets, and the politeness hashes its leases wrote
+            for prefix in (k.frontier, k.site_prefix):
+                names.extend(_text(name) for name in
+                             self.client.scan_iter(match=prefix + "*", count=1000))
+            # UNLINK: a huge queue or Bloom layer is freed in the background, not in the call;
+            # a broad crawl's many site lists go a batch of names per command
+            unique = list(dict.fromkeys(names))
+            return sum(int(self.client.unlink(*unique[i:i + PURGE_BATCH]))
+                       for i in range(0, len(unique), PURGE_BATCH))
 

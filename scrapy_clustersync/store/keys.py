@@ -16,8 +16,14 @@ class JobKeys:
     """Key names of one job.
 
     - ``meta``     hash: epoch (detects a Redis that lost its data), seq, start claim, start_done
-    - ``queue``    sorted set: entry id, score = -priority; equal scores sort by id, i.e. FIFO
-    - ``entries``  hash: entry id -> encoded request
+    - ``f:...``    the frontier: the queued requests, one list per site and queue class, and what
+      leases them fairly (lua/frontier.lua documents every key: ``f:q:<kind>:<priority>:<site>``
+      lists, ``f:ready:<kind>:<priority>`` and ``f:classes`` and ``f:sites`` sorted sets,
+      ``f:requeued`` hash; ``meta`` holds ``fqueued``, ``fbytes`` and ``fturn``)
+    - ``queue``    sorted set: the legacy queue, what a job queued by an earlier version still
+      holds (and entries put back with no site known): entry id, score = -priority; equal scores
+      sort by id, i.e. FIFO; served before the frontier
+    - ``entries``  hash: entry id -> encoded request, for leased entries and the legacy queue's
     - ``deadlines`` sorted set: leased entry id -> lease deadline (Redis server time, ms)
     - ``leased``   hash: leased entry id -> "<queue score>|<node id>" (records.LeaseValue)
     - ``seen``     set: raw 20-byte request fingerprints (exact dedup; a Bloom job's first ones
@@ -183,6 +189,39 @@ class JobKeys:
     def site(self, site: str) -> str:
         """One site's politeness budget (``site`` is its Scrapy download slot key)."""
         return self._key(f"site:{site}")
+
+    @property
+    def site_prefix(self) -> str:
+        """Not a key: what every ``site(...)`` key starts with (lease.lua names them from it)."""
+        return self._key("site:")
+
+    @property
+    def frontier(self) -> str:
+        """Not a key: what the frontier's keys start with (lua/frontier.lua names them from it)."""
+        return self._key("f:")
+
+    def frontier_list(self, kind: int, priority: int, site: str) -> str:
+        """The queued requests of one site and queue class (lua/frontier.lua)."""
+        return f"{self.frontier}q:{kind}:{priority}:{site}"
+
+    def frontier_ready(self, kind: int, priority: int) -> str:
+        """The sites with requests of one queue class, in turn order (lua/frontier.lua)."""
+        return f"{self.frontier}ready:{kind}:{priority}"
+
+    @property
+    def frontier_sites(self) -> str:
+        """Sorted set: site -> requests queued (lua/frontier.lua)."""
+        return f"{self.frontier}sites"
+
+    @property
+    def frontier_classes(self) -> str:
+        """Sorted set: queue class "<kind>:<priority>" -> order, best first (lua/frontier.lua)."""
+        return f"{self.frontier}classes"
+
+    @property
+    def frontier_requeued(self) -> str:
+        """Hash: entry id -> its state, for entries put back when their lease ended."""
+        return f"{self.frontier}requeued"
 
     def site_inflight(self, site: str) -> str:
         """One site's turns under way, when the cluster caps its concurrency."""

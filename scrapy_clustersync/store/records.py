@@ -74,27 +74,31 @@ class BloomLayout(NamedTuple):
 
 
 class LeaseValue(NamedTuple):
-    """What the leased hash holds for a leased entry: "<queue score>|<node id>".
+    """What the leased hash holds for a leased entry: "<queue score>|<node id>", and for an
+    entry of the frontier "\n<where>" after it (lua/prelude.lua lease_value).
 
     ``score``: the entry's queue score (-priority), restored when the lease ends; ``node``:
-    the node that holds the lease.
+    the node that holds the lease; ``where``: the entry's kind (one character) and site, whose
+    frontier list it goes back to ("" for the legacy queue).
     """
 
     score: float
     node: str
+    where: str = ""
 
     def format(self) -> str:
         # the score as Redis writes one: no ".0" on a whole number
         score = str(int(self.score)) if self.score.is_integer() else repr(self.score)
-        return f"{score}|{self.node}"
+        return f"{score}|{self.node}" + (f"\n{self.where}" if self.where else "")
 
     @classmethod
     def parse(cls, value: str | bytes) -> LeaseValue:
         """The lease in ``value``; FormatError if it has no "|" or no numeric score."""
-        score, separator, node = as_text(value).partition("|")
+        score, separator, rest = as_text(value).partition("|")
+        node, _, where = rest.partition("\n")
         try:
             if separator:
-                return cls(float(score), node)
+                return cls(float(score), node, where)
         except ValueError:
             pass
         raise FormatError(f"lease value {value!r:.100} is not '<queue score>|<node id>'")

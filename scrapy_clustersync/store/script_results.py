@@ -17,6 +17,14 @@ class Leased(NamedTuple):
     priority: float
 
 
+class LeaseBatch(list[Leased]):
+    """The entries one lease handed out, in order; ``retry_s``: with fewer than asked for
+    because a site was passed over for its pace, in how many seconds a lease may get one of it
+    (None: none was passed over)."""
+
+    retry_s: float | None = None
+
+
 @dataclass(frozen=True)
 class FlushResult:
     """What a flush did: requests pushed and filtered, leases acked and released, dead letters,

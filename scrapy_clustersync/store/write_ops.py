@@ -66,7 +66,9 @@ class Push(_WriteOp):
 
     ``fingerprint``: the 20-byte cluster fingerprint, added to the job's dedup record; ``b""``
     with ``PushFlags.DONT_FILTER`` (no dedup check, no add). ``priority``: higher is leased
-    first. ``flags``: ``PushFlags``.
+    first. ``flags``: ``PushFlags``. ``site``: the request's Scrapy download slot key, whose
+    queue in the frontier it joins (lua/frontier.lua); "" for the job's legacy queue (an op
+    spooled by an earlier version, which had none).
     """
 
     OPCODE: ClassVar[str] = "P"
@@ -74,6 +76,7 @@ class Push(_WriteOp):
     priority: int
     request: bytes
     flags: int = 0
+    site: str = ""
 
     def __post_init__(self) -> None:
         # made an int here, on the thread that makes the op: args() runs on the Redis thread,
@@ -82,6 +85,8 @@ class Push(_WriteOp):
         if flags < 0 or flags & ~ALL_PUSH_FLAGS:
             raise ValueError(f"push flags {flags!r} are not a combination of PushFlags")
         object.__setattr__(self, "flags", flags)
+        if "\t" in self.site or "\n" in self.site:
+            raise ValueError(f"a site holds no tab and no newline, not {self.site!r:.60}")
 
     @property
     def dont_filter(self) -> bool:
@@ -89,7 +94,8 @@ class Push(_WriteOp):
         return bool(self.flags & PushFlags.DONT_FILTER)
 
     def args(self) -> list[Arg]:
-        return [self.OPCODE, self.fingerprint, self.priority, self.request, self.flags]
+        return [self.OPCODE, self.fingerprint, self.priority, self.request, self.flags,
+                self.site]
 
     def describe(self) -> str:
         """A short, readable form for the log: the request's URL first."""
@@ -289,6 +295,12 @@ def _field_types(kind: type[Op]) -> tuple[tuple[str, type], ...]:
 
 #: opcode -> (name, type) of each field after it, in order
 OP_FIELD_TYPES = {opcode: _field_types(kind) for opcode, kind in OP_KINDS.items()}
+#: the fields of a push spooled by an earlier version, which had no site (it goes to the
+#: legacy queue)
+_SITELESS_FIELD_TYPES = {
+    opcode: tuple(field for field in OP_FIELD_TYPES[opcode] if field[0] != "site")
+    for opcode in (Push.OPCODE, TaskPush.OPCODE)
+}
 
 
 def decode_op(args: Sequence[Any]) -> Op:
@@ -304,6 +316,7 @@ def decode_op(args: Sequence[Any]) -> Op:
         raise OpDecodeError(f"unknown opcode {opcode!r}; this version writes "
                             f"{', '.join(OP_KINDS)}")
     expected = OP_FIELD_TYPES[opcode]
+    values = _with_site(opcode, values)
     if len(values) != len(expected):
         raise OpDecodeError(f"op {opcode!r} has {len(values)} fields, not {len(expected)}")
     decoded: list[Any] = []
@@ -316,6 +329,15 @@ def decode_op(args: Sequence[Any]) -> Op:
         return OP_KINDS[opcode](*decoded)
     except ValueError as exc:  # a value the record refuses, e.g. push flags of no known meaning
         raise OpDecodeError(f"op {opcode!r}: {exc}") from None
+
+
+def _with_site(opcode: str, values: list[Any]) -> list[Any]:
+    """The fields of a push spooled by an earlier version with the site "" it lacks (after
+    flags, the fourth field); any other op's unchanged."""
+    siteless = _SITELESS_FIELD_TYPES.get(opcode)
+    if siteless is not None and len(values) == len(siteless):
+        return [*values[:4], "", *values[4:]]
+    return values
 
 
 def _has_type(value: Any, wanted: type) -> bool:

@@ -18,6 +18,7 @@ from scrapy_clustersync.node.thread_api import ReservedTurns
 from scrapy_clustersync.plugin.cluster_turns import ClusterTurns
 from scrapy_clustersync.plugin.retry_after import retry_after_s
 from scrapy_clustersync.plugin.site_turns import LocalTurns, site_turns_for
+from scrapy_clustersync.store.lease_script import LeasePace
 from scrapy_clustersync.store.site_scripts import TurnsAsk
 
 
@@ -27,6 +28,7 @@ class FakeLink:
         self.slowed: list[tuple[str, float | None, float]] = []
         self.listener: Callable[[str, ReservedTurns], None] | None = None
         self.slowed_listener: Callable[[str], None] | None = None
+        self.paces: list[LeasePace] = []
 
     def want_turns(self, ask: TurnsAsk) -> None:
         self.asks.append(ask)
@@ -39,6 +41,9 @@ class FakeLink:
 
     def listen_slowed(self, callback: Callable[[str], None]) -> None:
         self.slowed_listener = callback
+
+    def set_pace(self, pace: LeasePace) -> None:
+        self.paces.append(pace)
 
 
 #: the gate's clock, as ClusterTurns reads it when turns come (the tests set it)
@@ -54,6 +59,18 @@ def turns_on(delay: float = 0.5, per_domain: int = 0) -> tuple[ClusterTurns, Fak
     link, woken = FakeLink(), [0]
     turns.bind(link, lambda: woken.__setitem__(0, woken[0] + 1), lambda key: 3)
     return turns, link, woken
+
+
+def test_the_leases_are_told_the_pace_when_bound_and_when_the_settings_change_live() -> None:
+    # given cluster turns bound to the node's Redis thread
+    turns, link, _ = turns_on(delay=0.5, per_domain=2)
+    # then its leases serve each site at the cluster's pace: the delays and the cap
+    assert link.paces == [LeasePace(on=True, delay_s=0.5, site_delays={"slow.com": 3.0},
+                                    per_domain=2)]
+    # when the shared settings change the delays live
+    turns.configure(download_delay=0.0, randomize=False, site_delays={}, per_domain=2)
+    # then the leases follow at once: no delay left, the cap kept
+    assert link.paces[-1] == LeasePace(on=True, delay_s=0.0, site_delays={}, per_domain=2)
 
 
 def test_a_site_without_delay_or_cap_costs_no_redis_call() -> None:

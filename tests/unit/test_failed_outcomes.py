@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from typing import Any
+from urllib.parse import urlparse
 
 from scrapy import Request
 from scrapy.exceptions import IgnoreRequest
@@ -133,11 +134,11 @@ def test_a_callbacks_requests_inherit_its_task_where_the_scraper_takes_its_outpu
     assert scraper.handled == [*children, {"item": 1}]
     assert [child.meta[TASK_META_KEY] for child in children] == [7, "x"]
     pushes = [push_of(child, b"f" * 20, 0, b"blob", 0) for child in children]
-    assert pushes == [TaskPush(b"f" * 20, 0, b"blob", 0, "7"),
-                      TaskPush(b"f" * 20, 0, b"blob", 0, "x")]
+    assert pushes == [TaskPush(b"f" * 20, 0, b"blob", 0, urlparse(child.url).hostname or "",
+                               task=task) for child, task in zip(children, ("7", "x"), strict=True)]
 
 
 def test_a_request_without_a_task_or_with_no_usable_id_is_a_plain_push() -> None:
     for meta in ({}, {TASK_META_KEY: {"not": "an id"}}, {TASK_META_KEY: ""}):
         assert push_of(Request("http://a/", meta=meta), b"f" * 20, 0, b"b", 0) == Push(
-            b"f" * 20, 0, b"b", 0)
+            b"f" * 20, 0, b"b", 0, "a")

@@ -12,7 +12,7 @@
 -- KEYS[1]  meta       hash    epoch, control, control_ms, finished_ms (heartbeat.lua's record),
 --                             stop_reason (closespider.lua's; a resume removes it)
 -- KEYS[2]  nodes      zset    node id -> liveness deadline (server ms)
--- KEYS[3]  queue      zset    entry id -> -priority
+-- KEYS[3]  queue      zset    the legacy queue (frontier.lua); with meta's fqueued: queued
 -- KEYS[4]  deadlines  zset    leased entry id -> lease deadline (server ms)
 -- ARGV[1]  action     string  "pause", "resume", "stop" or "settle" (change nothing but a stop
 --                             that no live node holds up any more)
@@ -46,7 +46,7 @@ end
 local before = state
 -- finished as join.lua sees it: recorded by heartbeat.lua, and nothing queued or leased since
 local finished = state == 'running' and redis.call('HEXISTS', meta_key, 'finished_ms') == 1
-  and redis.call('ZCARD', queue_key) == 0 and redis.call('ZCARD', deadlines_key) == 0
+  and queued_count(meta_key, queue_key) == 0 and redis.call('ZCARD', deadlines_key) == 0
 local verdict = 'same'
 local after = state
 if action == 'pause' then

@@ -4,8 +4,8 @@
 -- (store/flush_script.py FlushScript builds the call and reads the answer.)
 --
 -- KEYS[1]  meta          hash   job epoch and entry sequence
--- KEYS[2]  queue         zset   entry id -> -priority
--- KEYS[3]  entries       hash   entry id -> encoded request
+-- KEYS[2]  queue         zset   the legacy queue: entry id -> -priority (frontier.lua)
+-- KEYS[3]  entries       hash   entry id -> encoded request (leased entries, the legacy queue's)
 -- KEYS[4]  deadlines     zset   leased entry id -> lease deadline (server ms)
 -- KEYS[5]  leased        hash   leased entry id -> "<queue score>|<node>"
 -- KEYS[6]  seen          set    raw 20-byte request fingerprints: the exact set (see "dedup")
@@ -19,7 +19,8 @@
 -- KEYS[13] task_of       hash   entry id -> task id, for entries of a task (tasks.lua)
 -- KEYS[14] scrapy_stats  hash   the Scrapy stats of every node, summed (C ops)
 -- KEYS[15] node_stats    hash   "<node>\t<stat>" -> the same, per node
--- KEYS[16..] chunk       string bloom chunk strings of the described layers, layer by layer,
+-- KEYS[16] frontier      prefix the frontier's key names start with this (frontier.lua)
+-- KEYS[17..] chunk       string bloom chunk strings of the described layers, layer by layer,
 --                               chunk by chunk
 -- ARGV[1]  epoch         string the job epoch the node joined; another value = Redis lost the job
 -- ARGV[2]  call_id       string unique per call; the same id again returns the stored result
@@ -37,9 +38,11 @@
 --                               capacity (bloom.lua LAYOUT); then the ops
 -- The ops follow the layouts (from ARGV index 10 + 5 * described), each an opcode followed by
 -- its fields (OP_FIELDS below counts them; store/write_ops.py has a record for each opcode):
---   P fingerprint priority blob flags(0..7)        push unless the fingerprint was seen (flags:
---                                                  1 no dedup, 2 start request, 4 LIFO)
---   T fingerprint priority blob flags task         a push of a request of task `task`
+--   P fingerprint priority blob flags(0..7) site   push unless the fingerprint was seen (flags:
+--                                                  1 no dedup, 2 start request, 4 LIFO), into
+--                                                  the frontier list of `site` (its download
+--                                                  slot key); "" for the legacy queue
+--   T fingerprint priority blob flags site task    a push of a request of task `task`
 --   A id                                           ack: the request is done
 --   F id url status error attempts errback(0|1)    ack of a request that failed, recorded in
 --                                                  the failed list and in its task
@@ -64,10 +67,11 @@
 --                                   chunks exist: this script never allocates a layer (that
 --                                   would block Redis for the whole layer and escape maxmemory);
 --                                   the caller allocates it with bloom_prepare.lua, calls again
--- Entry ids are "<kind><order, 16 hex digits><first 8 characters of the call id>". Equal queue
--- scores (priorities) sort by id, so the id is Scrapy's order within a priority: kind 0 (other
--- requests) before kind 1 (start requests, flag 2), as Scrapy's start queues; then the order,
--- the job's sequence for FIFO or LIFO_BASE minus it for LIFO (flag 4), so the newest comes
+-- Entry ids of the frontier are "<the job's sequence, hex><first 8 characters of the call id>":
+-- the list keeps their order. In the legacy queue (a push with no site), equal queue scores
+-- (priorities) sort by id, so there the id is "<kind><order, 16 hex digits><the same 8>": kind 0
+-- (other requests) before kind 1 (start requests, flag 2), as Scrapy's start queues; then the
+-- order, the sequence for FIFO or LIFO_BASE minus it for LIFO (flag 4), so the newest comes
 -- first. The call id keeps ids unique even when Redis came back older and the sequence runs
 -- again.
 local meta_key = KEYS[1]
@@ -85,7 +89,8 @@ local tasks_key = KEYS[12]
 local task_of_key = KEYS[13]
 local scrapy_stats_key = KEYS[14]
 local node_stats_key = KEYS[15]
-local chunk_from = 16
+local frontier_key = KEYS[16]
+local chunk_from = 17
 local epoch = ARGV[1]
 local call_id = ARGV[2]
 local node = ARGV[3]
@@ -104,7 +109,10 @@ local refused = wrong_type({{queue_key, 'zset'}, {entries_key, 'hash'}, {deadlin
                             {leased_key, 'hash'}, {seen_key, 'set'}, {stats_key, 'hash'},
                             {dead_key, 'list'}, {last_call_key, 'hash'}, {bloom_key, 'hash'},
                             {failed_key, 'list'}, {tasks_key, 'hash'}, {task_of_key, 'hash'},
-                            {scrapy_stats_key, 'hash'}, {node_stats_key, 'hash'}})
+                            {scrapy_stats_key, 'hash'}, {node_stats_key, 'hash'},
+                            {frontier_key .. 'classes', 'zset'},
+                            {frontier_key .. 'sites', 'zset'},
+                            {frontier_key .. 'requeued', 'hash'}})
 if refused then return refused end
 local last = redis.call('HMGET', last_call_key, 'writes', 'flush_id', 'flush_result')
 local writes = tonumber(last[1] or '0')
@@ -119,6 +127,7 @@ local pushed, filtered, acked, released, dead, failed = 0, 0, 0, 0, 0, 0
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 task_setup(tasks_key, task_of_key, node, now_ms)
+frontier_setup(frontier_key, meta_key, queue_key, entries_key)
 
 -- ---- stored formats: the one place each is written ---------------------------------------------
 -- A dead letter, newest first, dead_max of them kept (store/records.py DeadLetter parses it):
@@ -133,7 +142,7 @@ local function dead_letter(id, reason, blob)
 end
 
 -- ---- the op table: opcode -> how many fields follow it (store/write_ops.py: the same counts) --
-local OP_FIELDS = {P = 4, T = 5, A = 1, F = 6, N = 1, D = 2, X = 2, S = 0, C = 1, K = 1}
+local OP_FIELDS = {P = 5, T = 6, A = 1, F = 6, N = 1, D = 2, X = 2, S = 0, C = 1, K = 1}
 local first_op = layout_from + #LAYOUT * described
 
 -- Calls visit(opcode, ARGV index of the op's first field, op number) for each op of the batch,
@@ -203,7 +212,10 @@ local function check_op(op, f, number)
     if not prio or prio ~= prio or prio == math.huge or prio == -math.huge then
       return bad_op(number, 'priority is not a finite number')
     end
-    if op == 'T' and ARGV[f + 4] == '' then return bad_op(number, 'empty task id') end
+    if op == 'T' and ARGV[f + 5] == '' then return bad_op(number, 'empty task id') end
+    if string.find(ARGV[f + 4], '[\t\n]') then
+      return bad_op(number, 'a site holds no tab and no newline')
+    end
   elseif op == 'K' and ARGV[f] == '' then
     return bad_op(number, 'empty task id')
   elseif (op == 'A' or op == 'F' or op == 'N' or op == 'D') and ARGV[f] == '' then
@@ -230,8 +242,14 @@ if unready then return unready end
 
 -- ---- ops --------------------------------------------------------------------------------------
 local id_tail = string.sub(call_id, 1, 8)
+-- the job's entry sequence, read once and written back once per call
+local seq_next = nil
+local function next_seq()
+  seq_next = (seq_next or tonumber(redis.call('HGET', meta_key, 'seq') or '0')) + 1
+  return seq_next
+end
 local LIFO_BASE = 9007199254740992  -- 2^53: every sequence number below it is exact
-local function entry_id(flags, seq)
+local function legacy_id(flags, seq)
   local kind = math.floor(flags / 2) % 2
   local order = seq
   if math.floor(flags / 4) % 2 == 1 then order = LIFO_BASE - seq end
@@ -241,7 +259,10 @@ end
 -- a lease that was reclaimed sits in the queue again; the work is done, so it goes there too.
 -- A repeated or late ack finds nothing and changes nothing.
 local function settle(id, failure)
-  if drop_lease(id) + redis.call('ZREM', queue_key, id) == 0 then return end
+  if drop_lease(id) == 0 and redis.call('ZREM', queue_key, id) == 0
+      and not frontier_settle_queued(id) then
+    return
+  end
   redis.call('HDEL', entries_key, id)
   acked = acked + 1
   local task = task_settled(id, failure)
@@ -254,31 +275,42 @@ end
 local function apply_op(op, f)
   if op == 'P' or op == 'T' then
     local fp, prio, blob, flags = ARGV[f], ARGV[f + 1], ARGV[f + 2], tonumber(ARGV[f + 3])
+    local site = ARGV[f + 4]
     local id = nil
     if flags % 2 == 1 or is_new(fp) then
-      id = entry_id(flags, redis.call('HINCRBY', meta_key, 'seq', 1))
-      redis.call('HSET', entries_key, id, blob)
-      redis.call('ZADD', queue_key, -tonumber(prio), id)
+      local seq = next_seq()
+      if site == '' then
+        id = legacy_id(flags, seq)
+        redis.call('HSET', entries_key, id, blob)
+        redis.call('ZADD', queue_key, -tonumber(prio), id)
+      else
+        id = string.format('%x', seq) .. id_tail
+        frontier_push(id, blob, math.floor(flags / 2) % 2, tostring(tonumber(prio)), site,
+                      math.floor(flags / 4) % 2 == 1)
+      end
       pushed = pushed + 1
     else
       filtered = filtered + 1
     end
-    if op == 'T' then task_pushed(ARGV[f + 4], id) end
+    if op == 'T' then task_pushed(ARGV[f + 5], id) end
   elseif op == 'A' then
     settle(ARGV[f], nil)
   elseif op == 'F' then
     settle(ARGV[f], failure_of(ARGV[f + 1], ARGV[f + 2], ARGV[f + 3], ARGV[f + 4], ARGV[f + 5]))
   elseif op == 'N' then
     local id = ARGV[f]
-    local score, owner = parse_lease(redis.call('HGET', leased_key, id))
+    local score, owner, where = parse_lease(redis.call('HGET', leased_key, id))
     if owner == node then
       drop_lease(id)
-      redis.call('ZADD', queue_key, score, id)
+      frontier_return(id, score, where)
       released = released + 1
     end
   elseif op == 'D' then
     local id = ARGV[f]
-    dead_letter(id, ARGV[f + 1], redis.call('HGET', entries_key, id) or '')
+    local blob = redis.call('HGET', entries_key, id)
+    -- an entry queued again in the frontier (its lease ended) is left there: who leases it next
+    -- crawls it or dead-letters it with its request
+    if blob then dead_letter(id, ARGV[f + 1], blob) end
     if drop_lease(id) + redis.call('ZREM', queue_key, id) > 0 then
       task_settled(id, {node = node, at_ms = now_ms, error = 'dead letter: ' .. ARGV[f + 1]})
     end
@@ -297,6 +329,8 @@ local function apply_op(op, f)
   end
 end
 each_op(apply_op)
+if seq_next then redis.call('HSET', meta_key, 'seq', seq_next) end
+frontier_finish()
 
 local counters = {pushed = pushed, filtered = filtered, acked = acked, released = released,
                   dead = dead, failed = failed}

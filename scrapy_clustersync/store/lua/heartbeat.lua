@@ -11,7 +11,7 @@
 -- KEYS[4]  idle           hash    node id -> server ms since which the node is idle
 -- KEYS[5]  deadlines      zset    leased entry id -> lease deadline (server ms)
 -- KEYS[6]  leased         hash    leased entry id -> "<queue score>|<node>"
--- KEYS[7]  queue          zset    entry id -> -priority
+-- KEYS[7]  queue          zset    the legacy queue: entry id -> -priority (frontier.lua)
 -- KEYS[8]  last_call      hash    this node's write counter (see flush.lua); it expires a day
 --                                 after the node left (prelude.lua bump_writes)
 -- KEYS[9]  stats          hash    job counters (acked: requests done; reclaimed, declared_dead)
@@ -21,6 +21,8 @@
 -- KEYS[12] node_stats     hash    "<node>\t<stat>" -> int (pruned with the node)
 -- KEYS[13] scrapy_stats   hash    the nodes' stats summed (their names: prune_nodes, prelude)
 -- KEYS[14] pruned         hash    the summary of the pruned nodes (prune_nodes, prelude)
+-- KEYS[15] entries        hash    entry id -> encoded request (leased entries)
+-- KEYS[16] frontier       prefix  the frontier's key names start with this (frontier.lua)
 -- ARGV[1]  epoch          string  the job epoch the node joined
 -- ARGV[2]  node           string  node id
 -- ARGV[3]  ttl_ms         int     liveness duration (CLUSTERSYNC_NODE_DEAD_AFTER); 0 = the
@@ -98,6 +100,8 @@ local node_seen_key = KEYS[11]
 local node_stats_key = KEYS[12]
 local scrapy_stats_key = KEYS[13]
 local pruned_key = KEYS[14]
+local entries_key = KEYS[15]
+local frontier_key = KEYS[16]
 local prune_keys = {node_seen = node_seen_key, nodes = nodes_key, node_info = node_info_key,
                     node_stats = node_stats_key, scrapy_stats = scrapy_stats_key,
                     idle = idle_key, dead_nodes = dead_nodes_key, pruned = pruned_key}
@@ -121,13 +125,16 @@ local refused = wrong_type({{nodes_key, 'zset'}, {node_info_key, 'hash'}, {idle_
                             {deadlines_key, 'zset'}, {leased_key, 'hash'}, {queue_key, 'zset'},
                             {last_call_key, 'hash'}, {stats_key, 'hash'}, {dead_nodes_key, 'hash'},
                             {node_seen_key, 'zset'}, {node_stats_key, 'hash'},
-                            {pruned_key, 'hash'}})
+                            {pruned_key, 'hash'}, {entries_key, 'hash'},
+                            {frontier_key .. 'sites', 'zset'},
+                            {frontier_key .. 'requeued', 'hash'}})
 if refused then return refused end
 local writes, rolled_back = bump_writes(last_call_key, writes_seen)
 if not writes then return rolled_back end
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local leaving = ttl_ms == 0
+frontier_setup(frontier_key, meta_key, queue_key, entries_key)
 local DEATHS_PER_BEAT = 100
 local PRUNE_PER_BEAT = 10
 
@@ -198,11 +205,11 @@ local function declare_dead()
   end
   local leases = redis.call('HGETALL', leased_key)
   for i = 1, #leases, 2 do
-    local score, owner = parse_lease(leases[i + 1])
+    local score, owner, where = parse_lease(leases[i + 1])
     if owner and returned[owner] then
       redis.call('ZREM', deadlines_key, leases[i])
       redis.call('HDEL', leased_key, leases[i])
-      redis.call('ZADD', queue_key, score, leases[i])
+      frontier_return(leases[i], score, where)
       returned[owner] = returned[owner] + 1
     end
   end
@@ -259,7 +266,8 @@ elseif claim[1] then
   end
 end
 
-local queued = redis.call('ZCARD', queue_key)
+frontier_finish()
+local queued = frontier_queued()
 local leased = redis.call('ZCARD', deadlines_key)
 local live = redis.call('ZRANGEBYSCORE', nodes_key, now_ms, '+inf', 'LIMIT', 0, 100000)
 local idle_after = idle_after_ms

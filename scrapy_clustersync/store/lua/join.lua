@@ -79,7 +79,7 @@ local function answer(claimed)
 end
 if ttl_ms > 0 then
   local record = redis.call('HMGET', meta_key, FINISH_FIELDS[1], FINISH_FIELDS[2], FINISH_FIELDS[3], FINISH_FIELDS[4])
-  local idle = redis.call('ZCARD', queue_key) == 0 and redis.call('ZCARD', deadlines_key) == 0
+  local idle = queued_count(meta_key, queue_key) == 0 and redis.call('ZCARD', deadlines_key) == 0
   if recrawl == 'join' then
     record[1] = false
   end

@@ -1,18 +1,23 @@
 -- lease: hand a batch of queued requests to one node, and first return expired leases.
+-- The legacy queue (a job queued by an earlier version) is served first, then the frontier
+-- (frontier.lua): the best class first, its sites in turn, each no faster than its pace allows.
 -- A leased entry stays in Redis (entries + deadlines + leased) until it is acked; a lease whose
--- deadline (server time) has passed goes back to the queue with its old score, skipping dedup.
+-- deadline (server time) has passed goes back to the queue first in its place, skipping dedup.
 --
 -- (store/lease_script.py LeaseScript builds the call and reads the answer.)
 --
 -- KEYS[1]  meta         hash    job epoch
--- KEYS[2]  queue        zset    entry id -> -priority
--- KEYS[3]  entries      hash    entry id -> encoded request
+-- KEYS[2]  queue        zset    the legacy queue: entry id -> -priority (frontier.lua)
+-- KEYS[3]  entries      hash    entry id -> encoded request (leased entries, the legacy queue's)
 -- KEYS[4]  deadlines    zset    leased entry id -> lease deadline (server ms)
 -- KEYS[5]  leased       hash    leased entry id -> "<queue score>|<node>"
 -- KEYS[6]  stats        hash    job counters
 -- KEYS[7]  last_call    hash    this node's write counter, last call id and result
 -- KEYS[8]  tasks        hash    task id -> task record (tasks.lua: a pending task turns running)
 -- KEYS[9]  task_of      hash    entry id -> task id
+-- KEYS[10] frontier     prefix  the frontier's key names start with this (frontier.lua)
+-- KEYS[11] site_prefix  prefix  a site's politeness hash is this and the site (site_turns.lua)
+-- KEYS[12] nodes        zset    node id -> liveness deadline: how many nodes are live (the pace)
 -- ARGV[1]  epoch        string  the job epoch the node joined
 -- ARGV[2]  call_id      string  unique per call
 -- ARGV[3]  node         string  node id
@@ -20,7 +25,16 @@
 -- ARGV[5]  lease_ms     int     lease duration in milliseconds
 -- ARGV[6]  reclaim_max  int     how many expired leases to return at most in this call
 -- ARGV[7]  writes_seen  int     the node's write counter as it last saw it; -1 = do not check
--- Returns a flat array: the node's write counter, then id1, blob1, score1, id2, blob2, ...
+-- ARGV[8]  pace         0|1|2   1, 2: hand out a site's requests no faster than its pace allows
+--                               within horizon_ms (CLUSTERSYNC_POLITENESS = "cluster"); 2: the
+--                               delay its politeness hash records first (AutoThrottle); 0: no pace
+-- ARGV[9]  horizon_ms   int     how far ahead this lease is meant to last
+-- ARGV[10] delay_ms     float   the delay of a site not in delays (DOWNLOAD_DELAY)
+-- ARGV[11] per_domain   int     a site's requests handed out at once at most (0: no cap)
+-- ARGV[12] idle_ms      int     a site's politeness hash expires this long after its last use
+-- ARGV[13..] delays     pairs   site, delay_ms: the sites with a delay of their own
+-- Returns a flat array: the node's write counter, then in how many ms a site passed over for its
+-- pace may have a request handed out (-1: none was), then id1, blob1, score1, id2, blob2, ...
 -- (the queue score is -priority: the node keeps Scrapy's order across priorities)
 -- Errors (before any change): CLUSTERSYNC_STATE_LOST, CLUSTERSYNC_WRONG_TYPE,
 -- CLUSTERSYNC_ROLLED_BACK <w> <e> (as flush).
@@ -40,21 +54,42 @@ local count = tonumber(ARGV[4])
 local lease_ms = tonumber(ARGV[5])
 local reclaim_max = tonumber(ARGV[6])
 local writes_seen = ARGV[7]
+local frontier_key = KEYS[10]
+local site_prefix_key = KEYS[11]
+local nodes_key = KEYS[12]
+local pace = ARGV[8]
+local horizon_ms = tonumber(ARGV[9])
+local delay_ms = tonumber(ARGV[10])
+local per_domain = tonumber(ARGV[11])
+local idle_ms = tonumber(ARGV[12])
+local delays_from = 13
+local site_pace = {on = pace ~= '0', recorded_first = pace == '2', horizon = horizon_ms,
+                   default_ms = delay_ms, per_domain = per_domain, idle_ms = idle_ms,
+                   site_prefix = site_prefix_key, delays = {}}
+for i = delays_from, #ARGV - 1, 2 do site_pace.delays[ARGV[i]] = tonumber(ARGV[i + 1]) end
 if redis.call('HGET', meta_key, 'epoch') ~= epoch then
   return redis.error_reply('CLUSTERSYNC_STATE_LOST job epoch missing or changed')
 end
 local refused = wrong_type({{queue_key, 'zset'}, {entries_key, 'hash'}, {deadlines_key, 'zset'},
                             {leased_key, 'hash'}, {stats_key, 'hash'}, {last_call_key, 'hash'},
-                            {tasks_key, 'hash'}, {task_of_key, 'hash'}})
+                            {tasks_key, 'hash'}, {task_of_key, 'hash'}, {nodes_key, 'zset'},
+                            {frontier_key .. 'classes', 'zset'}, {frontier_key .. 'sites', 'zset'},
+                            {frontier_key .. 'requeued', 'hash'}})
 if refused then return refused end
 local writes, rolled_back = bump_writes(last_call_key, writes_seen)
 if not writes then return rolled_back end
-local out = {writes}
+local out = {writes, -1}
 
-local function lease_one(id, score, deadline)
-  local blob = redis.call('HGET', entries_key, id)
+local deadline
+-- blob: the entry's request, or nil when it is in the entries hash (the legacy queue)
+local function lease_one(id, score, where, blob)
+  if blob then
+    redis.call('HSET', entries_key, id, blob)
+  else
+    blob = redis.call('HGET', entries_key, id)
+  end
   redis.call('ZADD', deadlines_key, deadline, id)
-  redis.call('HSET', leased_key, id, lease_value(score, node))
+  redis.call('HSET', leased_key, id, lease_value(score, node, where))
   task_leased(id)
   out[#out + 1] = id
   out[#out + 1] = blob or ''
@@ -63,36 +98,47 @@ end
 
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local deadline = now_ms + lease_ms
+deadline = now_ms + lease_ms
+site_pace.now = now_ms
+if site_pace.on then site_pace.nodes = redis.call('ZCOUNT', nodes_key, now_ms, '+inf') end
 task_setup(tasks_key, task_of_key, node, now_ms)
+frontier_setup(frontier_key, meta_key, queue_key, entries_key)
 
 local last = redis.call('HMGET', last_call_key, 'lease_id', 'lease_result')
 if last[1] == call_id then
   -- the same call again: hand out the same entries if they are still leased to this node
   for id in string.gmatch(last[2] or '', '%S+') do
-    local score, owner = parse_lease(redis.call('HGET', leased_key, id))
-    if owner == node then lease_one(id, score, deadline) end
+    local score, owner, where = parse_lease(redis.call('HGET', leased_key, id))
+    if owner == node then lease_one(id, score, where, nil) end
   end
   return out
 end
 
 local expired = redis.call('ZRANGEBYSCORE', deadlines_key, '-inf', now_ms, 'LIMIT', 0, reclaim_max)
 for _, id in ipairs(expired) do
-  local score = parse_lease(redis.call('HGET', leased_key, id)) or '0'
+  local score, _, where = parse_lease(redis.call('HGET', leased_key, id))
   redis.call('ZREM', deadlines_key, id)
   redis.call('HDEL', leased_key, id)
-  redis.call('ZADD', queue_key, score, id)
+  frontier_return(id, score, where)
 end
 if #expired > 0 then
   redis.call('HINCRBY', stats_key, 'reclaimed', #expired)
 end
 
-local popped = redis.call('ZPOPMIN', queue_key, count)
 local ids = {}
+local popped = redis.call('ZPOPMIN', queue_key, count)
 for j = 1, #popped, 2 do
-  lease_one(popped[j], popped[j + 1], deadline)
+  lease_one(popped[j], popped[j + 1], '', nil)
   ids[#ids + 1] = popped[j]
 end
+if #ids < count then
+  local _, retry_at = frontier_lease(count - #ids, site_pace, function(id, blob, score, where)
+    lease_one(id, score, where, blob)
+    ids[#ids + 1] = id
+  end)
+  if retry_at then out[2] = math.max(0, retry_at - now_ms) end
+end
+frontier_finish()
 if #ids > 0 then
   redis.call('HINCRBY', stats_key, 'leased', #ids)
 end

@@ -37,17 +37,27 @@ local function bump_writes(key, expected)
 end
 
 
--- lease_value(score, node): what the leased hash holds for an entry leased to ``node``:
--- "<queue score>|<node>", the score putting the entry back in its place when the lease ends
--- (store/records.py LeaseValue parses it). parse_lease(value): its score and node; nil, nil for
--- a missing value (HGET's false) or one of another form.
-local function lease_value(score, node)
+-- lease_value(score, node, where): what the leased hash holds for an entry leased to ``node``:
+-- "<queue score>|<node>" for an entry of the legacy queue (frontier.lua), else
+-- "<queue score>|<node>\n<where>" (``where``: frontier.lua frontier_where, its kind and site),
+-- what puts the entry back in its place when the lease ends (store/records.py LeaseValue parses
+-- it). parse_lease(value): its score, node and where ("" for the legacy queue); nil, nil for a
+-- missing value (HGET's false) or one of another form.
+local function lease_value(score, node, where)
+  if where and where ~= '' then return score .. '|' .. node .. '\n' .. where end
   return score .. '|' .. node
 end
 
 local function parse_lease(value)
   if not value then return nil, nil end
-  return string.match(value, '^([^|]*)|(.*)$')
+  local score, owner, where = string.match(value, '^([^|]*)|([^\n]*)\n?(.*)$')
+  return score, owner, where
+end
+
+-- queued_count(meta, legacy): the requests queued in the job: the frontier's (frontier.lua keeps
+-- their count in the meta hash) and the legacy queue's
+local function queued_count(meta, legacy)
+  return tonumber(redis.call('HGET', meta, 'fqueued') or '0') + redis.call('ZCARD', legacy)
 end
 
 -- The fields of the meta hash that say how the job's last run ended (heartbeat.lua writes them

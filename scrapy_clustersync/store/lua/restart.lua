@@ -50,7 +50,7 @@ end
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local live = redis.call('ZCOUNT', nodes_key, now_ms, '+inf')
-local queued = redis.call('ZCARD', queue_key)
+local queued = queued_count(meta_key, queue_key)
 local leased = redis.call('ZCARD', deadlines_key)
 if force ~= '1' and (live > 0 or queued > 0 or leased > 0) then
   return {0, live, queued, leased, ''}

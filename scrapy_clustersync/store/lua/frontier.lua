@@ -1,0 +1,250 @@
+-- frontier: the job's queue, one list per site and queue class, leased fairly across sites.
+-- Loaded after prelude.lua by the scripts that push, lease and return entries (flush.lua,
+-- lease.lua, heartbeat.lua); the script calls frontier_setup first and frontier_finish last.
+--
+-- A queued request is one item "<entry id>\t<encoded request>" of the list of its site (its
+-- Scrapy download slot key) and class. A class is "<kind>:<priority>": kind 0 for most requests,
+-- 1 for start requests (after the others of their priority, as Scrapy's start queues). FIFO
+-- pushes go to the tail, LIFO pushes (Scrapy's LIFO queues) to the head, and the head is leased
+-- first, so a list keeps Scrapy's order within its site and class. The keys, all named from the
+-- prefix the script gets in its KEYS (the job's hash tag is in it, so they live on the job's
+-- shard; store/keys.py JobKeys documents each):
+--   <prefix>q:<class>:<site>  list   the queued items of one site and class
+--   <prefix>ready:<class>     zset   site -> turn: the sites with items of the class, served in
+--                                    turn order (round robin: a site served goes to the back)
+--   <prefix>classes           zset   class -> order (-2 x priority + kind): best first
+--   <prefix>sites             zset   site -> requests queued (status --sites: the deepest)
+--   <prefix>requeued          hash   entry id -> "q<where>" for an entry put back by a lease's
+--                                    end ("<where>": frontier_where), "d<where>" once it was
+--                                    acked while queued again (skipped when its turn comes: a
+--                                    late ack of a node thought dead)
+--   meta fields fqueued (requests queued), fbytes (their bytes), fturn (the last turn given)
+-- A site is in ready:<class> exactly while its list of that class is not empty, and a class is
+-- in classes while its ready set is not empty.
+--
+-- Jobs queued by an earlier version hold their entries in the "legacy" queue (a sorted set of
+-- entry ids, their requests in the entries hash); lease.lua serves it first until it is empty,
+-- and an entry put back with no site known goes there too (check.lua's repairs, requeue.lua).
+local FRONTIER = {}
+
+local function frontier_setup(prefix, meta, legacy, entries)
+  FRONTIER.prefix, FRONTIER.meta, FRONTIER.legacy, FRONTIER.entries = prefix, meta, legacy, entries
+  FRONTIER.classes = prefix .. 'classes'
+  FRONTIER.sites = prefix .. 'sites'
+  FRONTIER.requeued = prefix .. 'requeued'
+  FRONTIER.queued, FRONTIER.bytes, FRONTIER.site_counts = 0, 0, {}
+  FRONTIER.turn = nil  -- read on first use
+  FRONTIER.any_requeued = nil  -- whether the requeued hash may hold an entry: read on first use
+end
+
+local function class_of(kind, prio)
+  return kind .. ':' .. prio
+end
+
+local function list_key(class, site)
+  return FRONTIER.prefix .. 'q:' .. class .. ':' .. site
+end
+
+local function ready_key(class)
+  return FRONTIER.prefix .. 'ready:' .. class
+end
+
+local function next_turn()
+  if not FRONTIER.turn then
+    FRONTIER.turn = tonumber(redis.call('HGET', FRONTIER.meta, 'fturn') or '0')
+  end
+  FRONTIER.turn = FRONTIER.turn + 1
+  return FRONTIER.turn
+end
+
+local function counted(site, requests, bytes)
+  FRONTIER.queued = FRONTIER.queued + requests
+  FRONTIER.bytes = FRONTIER.bytes + bytes
+  FRONTIER.site_counts[site] = (FRONTIER.site_counts[site] or 0) + requests
+end
+
+-- a site's list of `class` was empty and holds an item now
+local function became_ready(class, kind, prio, site)
+  redis.call('ZADD', ready_key(class), next_turn(), site)
+  redis.call('ZADD', FRONTIER.classes, 'NX', -2 * tonumber(prio) + tonumber(kind), class)
+end
+
+-- Queue entry `id` (request `blob`) of `site`: at the tail of its list, or at the head
+-- (`head`: a LIFO push, or an entry whose lease ended, which goes first again).
+local function frontier_push(id, blob, kind, prio, site, head)
+  local class = class_of(kind, prio)
+  local item = id .. '\t' .. blob
+  local length
+  if head then
+    length = redis.call('LPUSH', list_key(class, site), item)
+  else
+    length = redis.call('RPUSH', list_key(class, site), item)
+  end
+  if length == 1 then became_ready(class, kind, prio, site) end
+  counted(site, 1, #item)
+end
+
+-- where a leased entry came from, as its lease value keeps it (prelude.lua lease_value):
+-- "" for the legacy queue, else its kind (one character) and its site
+local function frontier_where(kind, site)
+  return kind .. site
+end
+
+-- Put leased entry `id` back in the queue, first of its site and class; `score` and `where` as
+-- its lease value holds them. Its request moves from the entries hash into the list.
+local function frontier_return(id, score, where)
+  if not where or where == '' then
+    redis.call('ZADD', FRONTIER.legacy, score or '0', id)
+    return
+  end
+  local blob = redis.call('HGET', FRONTIER.entries, id)
+  if not blob then return end  -- (an entry with no request left: check.lua reports it)
+  redis.call('HDEL', FRONTIER.entries, id)
+  local prio = tostring(-tonumber(score or '0'))
+  if prio == '-0' then prio = '0' end
+  frontier_push(id, blob, string.sub(where, 1, 1), prio, string.sub(where, 2), true)
+  redis.call('HSET', FRONTIER.requeued, id, 'q' .. where)
+  FRONTIER.any_requeued = true
+end
+
+-- Entry `id` is done while it may sit in the queue again (its lease ended, a late ack): true if
+-- it was queued (it will be skipped when its turn comes).
+local function frontier_settle_queued(id)
+  local state = redis.call('HGET', FRONTIER.requeued, id)
+  if not state or string.sub(state, 1, 1) ~= 'q' then return false end
+  redis.call('HSET', FRONTIER.requeued, id, 'd' .. string.sub(state, 2))
+  counted(string.sub(state, 3), -1, 0)
+  return true
+end
+
+-- The pace of `site` for a lease: how many of its requests may be handed out now (math.huge: no
+-- limit), the step between them, when the first may start, and when a lease may have one if
+-- none now. pace (lease.lua): {on=, recorded_first=, now=, horizon=, default_ms=, delays=,
+-- per_domain=, nodes=, site_prefix=, idle_ms=}. The site's politeness hash (site_turns.lua):
+-- tat_ms, blocked_ms, backoff_ms, delay_ms, and lease_due_ms, which leases keep: when the next
+-- request handed out may start. A lease hands out what may start before its horizon, and the
+-- cluster may hold one request more per other live node, so that every node has one to wait
+-- for at the gate, whose turns decide the starts.
+local function site_allowance(pace, site)
+  if not pace.on then return math.huge, 0, nil, nil end
+  local s = redis.call('HMGET', pace.site_prefix .. site, 'tat_ms', 'blocked_ms', 'backoff_ms',
+                       'delay_ms', 'lease_due_ms')
+  local delay = pace.delays[site] or pace.default_ms
+  if pace.recorded_first and s[4] then delay = tonumber(s[4]) or delay end
+  local step = math.max(delay, tonumber(s[3] or '0'))
+  local blocked = tonumber(s[2] or '0')
+  local due = math.max(tonumber(s[1] or '0'), blocked, tonumber(s[5] or '0'), pace.now)
+  local ahead = pace.horizon + step * math.max(0, pace.nodes - 1)
+  if due > pace.now + ahead or blocked > pace.now + pace.horizon then
+    return 0, step, due, math.max(due - ahead, blocked - pace.horizon)
+  end
+  local left = math.huge
+  if step > 0 then
+    left = math.min(math.floor((pace.now + ahead - due) / step),
+                    math.floor(pace.horizon / step)) + 1
+  end
+  if pace.per_domain > 0 then left = math.min(left, pace.per_domain) end
+  return left, step, due, nil
+end
+
+-- Lease up to `want` queued requests, handing each to hand(id, blob, score, where); returns how
+-- many, and the soonest (server ms) a site passed over for its pace may have one (nil: none). Classes best first; within a class, the sites in turn, each given a share of what is
+-- left per round and never more than its pace allows (a site that may not start a request
+-- within the horizon is passed over and goes to the back). Bounded: at most CLASSES_PER_LEASE
+-- classes and SITES_PER_LEASE site visits per call.
+local CLASSES_PER_LEASE = 16
+local SITES_PER_LEASE = 512
+
+local function take_items(class, site, n, hand, score, where)
+  local items = redis.call('LPOP', list_key(class, site), n)
+  if not items then return 0, true end
+  if FRONTIER.any_requeued == nil then
+    FRONTIER.any_requeued = redis.call('EXISTS', FRONTIER.requeued) == 1
+  end
+  local given, bytes = 0, 0
+  for _, item in ipairs(items) do
+    local tab = string.find(item, '\t', 1, true)
+    local id = string.sub(item, 1, tab - 1)
+    bytes = bytes + #item
+    local state = FRONTIER.any_requeued and redis.call('HGET', FRONTIER.requeued, id)
+    if state then redis.call('HDEL', FRONTIER.requeued, id) end
+    -- an entry acked while it was queued again was counted out then (frontier_settle_queued)
+    if not state or string.sub(state, 1, 1) ~= 'd' then
+      hand(id, string.sub(item, tab + 1), score, where)
+      given = given + 1
+    end
+  end
+  counted(site, -given, -bytes)
+  return given, #items < n or redis.call('EXISTS', list_key(class, site)) == 0
+end
+
+local function frontier_lease(want, pace, hand)
+  local taken, visits = 0, 0
+  local retry_at = nil  -- the soonest a site passed over may have a request handed out
+  local paced = {}  -- site -> {left=, step=, due=, given=} within this call
+  local classes = redis.call('ZRANGE', FRONTIER.classes, 0, CLASSES_PER_LEASE - 1)
+  for _, class in ipairs(classes) do
+    if taken >= want or visits >= SITES_PER_LEASE then break end
+    local colon = string.find(class, ':', 1, true)
+    local kind, prio = string.sub(class, 1, colon - 1), string.sub(class, colon + 1)
+    local score, ready = tostring(-tonumber(prio)), ready_key(class)
+    -- rounds until the lease is full, or every site of the class was visited in turn since
+    -- one last gave a request (those left may not start one yet)
+    local ready_sites, fruitless = redis.call('ZCARD', ready), 0
+    while taken < want and visits < SITES_PER_LEASE and fruitless < ready_sites do
+      local popped = redis.call('ZPOPMIN', ready, math.min(want - taken, SITES_PER_LEASE - visits))
+      if #popped == 0 then break end
+      local share = math.ceil((want - taken) * 2 / #popped)
+      for i = 1, #popped, 2 do
+        local site = popped[i]
+        visits = visits + 1
+        local p = paced[site]
+        if not p then
+          local left, step, due, later = site_allowance(pace, site)
+          p = {left = left, step = step, due = due, given = 0}
+          paced[site] = p
+          if later and (not retry_at or later < retry_at) then retry_at = later end
+        end
+        local n, given, emptied = math.min(share, p.left, want - taken), 0, false
+        if n > 0 then
+          given, emptied = take_items(class, site, n, hand, score, frontier_where(kind, site))
+          p.left, p.given, taken = p.left - given, p.given + given, taken + given
+        end
+        if given > 0 then fruitless = 0 else fruitless = fruitless + 1 end
+        if emptied then
+          ready_sites = ready_sites - 1
+        else
+          redis.call('ZADD', ready, next_turn(), site)
+        end
+      end
+    end
+    if redis.call('EXISTS', ready) == 0 then redis.call('ZREM', FRONTIER.classes, class) end
+  end
+  for site, p in pairs(paced) do
+    if p.step > 0 and p.given > 0 then
+      local key = pace.site_prefix .. site
+      redis.call('HSET', key, 'lease_due_ms', p.due + p.given * p.step)
+      redis.call('PEXPIRE', key, pace.idle_ms)
+    end
+  end
+  return taken, retry_at
+end
+
+-- requests queued in the job: the frontier's and the legacy queue's
+local function frontier_queued()
+  return queued_count(FRONTIER.meta, FRONTIER.legacy) + FRONTIER.queued
+end
+
+local function frontier_finish()
+  if FRONTIER.queued ~= 0 then redis.call('HINCRBY', FRONTIER.meta, 'fqueued', FRONTIER.queued) end
+  if FRONTIER.bytes ~= 0 then redis.call('HINCRBY', FRONTIER.meta, 'fbytes', FRONTIER.bytes) end
+  if FRONTIER.turn then redis.call('HSET', FRONTIER.meta, 'fturn', FRONTIER.turn) end
+  for site, delta in pairs(FRONTIER.site_counts) do
+    if delta ~= 0 and site ~= '' then
+      if tonumber(redis.call('ZINCRBY', FRONTIER.sites, delta, site)) <= 0 then
+        redis.call('ZREM', FRONTIER.sites, site)
+      end
+    end
+  end
+  FRONTIER.queued, FRONTIER.bytes, FRONTIER.site_counts = 0, 0, {}
+end
