@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-EMPTY_QUEUE_BACKOFF_MAX_S = 1.0
+EMPTY_QUEUE_BACKOFF_MAX_S = 0.5
 #: a lease that got nothing because of a site's pace asks again when told, but not sooner
 MIN_PACED_RETRY_S = 0.01
 #: the weight of the last lease call's time in the round trip's average

@@ -119,32 +119,35 @@ end
 
 -- The pace of `site` for a lease: how many of its requests may be handed out now (math.huge: no
 -- limit), the step between them, when the first may start, and when a lease may have one if
--- none now. pace (lease.lua): {on=, recorded_first=, now=, horizon=, default_ms=, delays=,
--- per_domain=, nodes=, site_prefix=, idle_ms=}. The site's politeness hash (site_turns.lua):
--- tat_ms, blocked_ms, backoff_ms, delay_ms, and lease_due_ms, which leases keep: when the next
--- request handed out may start. A lease hands out what may start before its horizon, and the
--- cluster may hold one request more per other live node, so that every node has one to wait
+-- none now. pace (lease.lua): {on=, recorded_first=, node=, now=, horizon=, default_ms=,
+-- delays=, per_domain=, nodes=, site_prefix=, idle_ms=}. The site's politeness hash
+-- (site_turns.lua): tat_ms, blocked_ms, backoff_ms, delay_ms; and what leases keep there:
+-- lease_due_ms, when the next request handed out may start, and "lease:<node>", when the last
+-- one handed to that node may. A node is handed what may start before its horizon, and the
+-- cluster may hold one request more per other live node, so that each node has one to wait
 -- for at the gate, whose turns decide the starts.
 local function site_allowance(pace, site)
-  if not pace.on then return math.huge, 0, nil, nil end
+  if not pace.on then return math.huge, 0, nil, nil, nil end
   local s = redis.call('HMGET', pace.site_prefix .. site, 'tat_ms', 'blocked_ms', 'backoff_ms',
-                       'delay_ms', 'lease_due_ms')
+                       'delay_ms', 'lease_due_ms', 'lease:' .. pace.node)
   local delay = pace.delays[site] or pace.default_ms
   if pace.recorded_first and s[4] then delay = tonumber(s[4]) or delay end
   local step = math.max(delay, tonumber(s[3] or '0'))
   local blocked = tonumber(s[2] or '0')
   local due = math.max(tonumber(s[1] or '0'), blocked, tonumber(s[5] or '0'), pace.now)
+  local own = math.max(tonumber(s[6] or '0'), pace.now)
   local ahead = pace.horizon + step * math.max(0, pace.nodes - 1)
-  if due > pace.now + ahead or blocked > pace.now + pace.horizon then
-    return 0, step, due, math.max(due - ahead, blocked - pace.horizon)
+  local mine = pace.now + pace.horizon
+  if due > pace.now + ahead or own > mine then
+    return 0, step, due, own, math.max(due - ahead, own - pace.horizon)
   end
   local left = math.huge
   if step > 0 then
     left = math.min(math.floor((pace.now + ahead - due) / step),
-                    math.floor(pace.horizon / step)) + 1
+                    math.floor((mine - own) / step)) + 1
   end
   if pace.per_domain > 0 then left = math.min(left, pace.per_domain) end
-  return left, step, due, nil
+  return left, step, due, own, nil
 end
 
 -- Lease up to `want` queued requests, handing each to hand(id, blob, score, where); returns how
@@ -200,8 +203,8 @@ local function frontier_lease(want, pace, hand)
         visits = visits + 1
         local p = paced[site]
         if not p then
-          local left, step, due, later = site_allowance(pace, site)
-          p = {left = left, step = step, due = due, given = 0}
+          local left, step, due, own, later = site_allowance(pace, site)
+          p = {left = left, step = step, due = due, own = own, given = 0}
           paced[site] = p
           if later and (not retry_at or later < retry_at) then retry_at = later end
         end
@@ -223,7 +226,8 @@ local function frontier_lease(want, pace, hand)
   for site, p in pairs(paced) do
     if p.step > 0 and p.given > 0 then
       local key = pace.site_prefix .. site
-      redis.call('HSET', key, 'lease_due_ms', p.due + p.given * p.step)
+      redis.call('HSET', key, 'lease_due_ms', p.due + p.given * p.step,
+                 'lease:' .. pace.node, p.own + p.given * p.step)
       redis.call('PEXPIRE', key, pace.idle_ms)
     end
   end

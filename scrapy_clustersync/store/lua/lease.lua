@@ -65,7 +65,7 @@ local idle_ms = tonumber(ARGV[12])
 local delays_from = 13
 local site_pace = {on = pace ~= '0', recorded_first = pace == '2', horizon = horizon_ms,
                    default_ms = delay_ms, per_domain = per_domain, idle_ms = idle_ms,
-                   site_prefix = site_prefix_key, delays = {}}
+                   node = node, site_prefix = site_prefix_key, delays = {}}
 for i = delays_from, #ARGV - 1, 2 do site_pace.delays[ARGV[i]] = tonumber(ARGV[i + 1]) end
 if redis.call('HGET', meta_key, 'epoch') ~= epoch then
   return redis.error_reply('CLUSTERSYNC_STATE_LOST job epoch missing or changed')
