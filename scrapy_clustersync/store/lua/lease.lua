@@ -81,19 +81,36 @@ if not writes then return rolled_back end
 local out = {writes, -1}
 
 local deadline
+-- the writes of the entries leased, sent a batch per command (lease_writes)
+local new_entries, new_deadlines, new_leases = {}, {}, {}
 -- blob: the entry's request, or nil when it is in the entries hash (the legacy queue)
 local function lease_one(id, score, where, blob)
   if blob then
-    redis.call('HSET', entries_key, id, blob)
+    new_entries[#new_entries + 1] = id
+    new_entries[#new_entries + 1] = blob
   else
     blob = redis.call('HGET', entries_key, id)
   end
-  redis.call('ZADD', deadlines_key, deadline, id)
-  redis.call('HSET', leased_key, id, lease_value(score, node, where))
+  new_deadlines[#new_deadlines + 1] = deadline
+  new_deadlines[#new_deadlines + 1] = id
+  new_leases[#new_leases + 1] = id
+  new_leases[#new_leases + 1] = lease_value(score, node, where)
   task_leased(id)
   out[#out + 1] = id
   out[#out + 1] = blob or ''
   out[#out + 1] = tostring(score)
+end
+
+local WRITE_BATCH = 1000  -- arguments per command at most (Lua's unpack has a limit)
+local function each_batch(command, key, args)
+  for i = 1, #args, WRITE_BATCH do
+    redis.call(command, key, unpack(args, i, math.min(#args, i + WRITE_BATCH - 1)))
+  end
+end
+local function lease_writes()
+  each_batch('HSET', entries_key, new_entries)
+  each_batch('ZADD', deadlines_key, new_deadlines)
+  each_batch('HSET', leased_key, new_leases)
 end
 
 local t = redis.call('TIME')
@@ -111,6 +128,7 @@ if last[1] == call_id then
     local score, owner, where = parse_lease(redis.call('HGET', leased_key, id))
     if owner == node then lease_one(id, score, where, nil) end
   end
+  lease_writes()
   return out
 end
 
@@ -139,6 +157,7 @@ if #ids < count then
   if retry_at then out[2] = math.max(0, retry_at - now_ms) end
 end
 frontier_finish()
+lease_writes()
 if #ids > 0 then
   redis.call('HINCRBY', stats_key, 'leased', #ids)
 end
