@@ -9,7 +9,9 @@ import random
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Any
 
+import pytest
 import redis
 from scrapy import Request
 from scrapy.utils.request import RequestFingerprinter
@@ -27,13 +29,16 @@ from scrapy_clustersync.store import (
 from scrapy_clustersync.store.consistency import JobCheck
 from scrapy_clustersync.store.job_store import new_call_id
 from scrapy_clustersync.store.keys import JobKeys
+from scrapy_clustersync.store.lease_script import LeasePace
+from scrapy_clustersync.store.script_results import Heartbeat, Leased
 from testkit.redis_server import RedisServer
 
 CODEC = RequestCodec(None, max_bytes=1 << 20)
 FINGERPRINTER = RequestFingerprinter()
 LONG_MS = 600_000
 #: sites as Scrapy's download slot keys may be: ports, a custom slot with odd characters
-SITES = ["a.test", "b.test:8080", "slot:with:colons", "x|y", "é.test", "sp ace", "*"]
+SITES = ["a.test", "b.test:8080", "slot:with:colons", "x|y", "é.test", "sp ace", "*", ""]
+#: "" is no site known: the legacy queue, as an op spooled by an earlier version
 PRIORITIES = [0, 1, -3, 7, 10**15, -(10**12), 123456789012345678]
 FLAGS = [0, int(PushFlags.START), int(PushFlags.LIFO), int(PushFlags.START | PushFlags.LIFO)]
 
@@ -49,183 +54,304 @@ def joined(redis_server: RedisServer, node: str) -> tuple[JobStore, str]:
     return store, epoch
 
 
-def beat(store: JobStore, epoch: str, ttl_ms: int = LONG_MS, lease_ids: tuple[str, ...] = ()):
+def beat(store: JobStore, epoch: str, ttl_ms: int = LONG_MS) -> Heartbeat:
     return store.heartbeat(epoch, ttl_ms=ttl_ms, lease_ms=LONG_MS, info={}, idle=False,
-                           idle_after_ms=0, lease_ids=list(lease_ids))
+                           idle_after_ms=0, lease_ids=[])
 
 
-def text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
+def text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def frontier_state(client: redis.Redis, keys: JobKeys) -> dict[str, object]:
-    """Every frontier structure, read whole (the test's jobs are small)."""
-    prefix = keys.frontier
-    lists: dict[tuple[str, str], list[bytes]] = {}
-    ready: dict[str, set[str]] = {}
-    for raw in client.scan_iter(match=prefix + "*"):
-        name = text(raw)[len(prefix):]
-        if name.startswith("q:"):
-            kind, prio, site = name[2:].split(":", 2)
-            lists[(f"{kind}:{prio}", site)] = list(client.lrange(raw, 0, -1))
-        elif name.startswith("ready:"):
-            ready[name[6:]] = {text(s) for s in client.zrange(raw, 0, -1)}
-    return {
-        "lists": lists, "ready": ready,
-        "classes": {text(c) for c in client.zrange(keys.frontier_classes, 0, -1)},
-        "sites": {text(s): v for s, v in client.zrange(keys.frontier_sites, 0, -1,
-                                                      withscores=True)},
-        "requeued": {text(i): text(s) for i, s in client.hgetall(keys.frontier_requeued).items()},
-        "meta": {text(f): text(v) for f, v in client.hgetall(keys.meta).items()},
-        "entries": {text(i) for i in client.hkeys(keys.entries)},
-        "legacy": {text(i) for i in client.zrange(keys.queue, 0, -1)},
-        "leased": {text(i) for i in client.hkeys(keys.leased)},
-        "deadlines": {text(i) for i in client.zrange(keys.deadlines, 0, -1)},
-    }
+def names(values: Any) -> set[str]:
+    return {text(value) for value in values}
+
+
+@dataclass(frozen=True)
+class FrontierState:
+    """Every frontier structure, and the entries, leases and legacy queue, read whole."""
+
+    lists: dict[tuple[str, str], list[bytes]]  # (class, site) -> items
+    ready: dict[str, set[str]]  # class -> sites
+    classes: set[str]
+    sites: dict[str, float]
+    requeued: dict[str, str]
+    meta: dict[str, str]
+    entries: set[str]
+    legacy: set[str]
+    leased: set[str]
+    deadlines: set[str]
+
+    @classmethod
+    def read(cls, client: redis.Redis, keys: JobKeys) -> FrontierState:
+        prefix = keys.frontier
+        lists: dict[tuple[str, str], list[bytes]] = {}
+        ready: dict[str, set[str]] = {}
+        for raw in client.scan_iter(match=prefix + "*"):
+            name = text(raw)[len(prefix):]
+            if name.startswith("q:"):
+                kind, prio, site = name[2:].split(":", 2)
+                items: list[Any] = list(client.lrange(raw, 0, -1))
+                lists[(f"{kind}:{prio}", site)] = items
+            elif name.startswith("ready:"):
+                ready[name[6:]] = names(client.zrange(raw, 0, -1))
+        return cls(
+            lists, ready, names(client.zrange(keys.frontier_classes, 0, -1)),
+            {text(site): float(n) for site, n in scored(client, keys.frontier_sites)},
+            {text(i): text(v) for i, v in client.hgetall(keys.frontier_requeued).items()},
+            {text(f): text(v) for f, v in client.hgetall(keys.meta).items()},
+            names(client.hkeys(keys.entries)), names(client.zrange(keys.queue, 0, -1)),
+            names(client.hkeys(keys.leased)), names(client.zrange(keys.deadlines, 0, -1)))
+
+
+def scored(client: redis.Redis, key: str) -> list[tuple[Any, float]]:
+    pairs: list[Any] = list(client.zrange(key, 0, -1, withscores=True))
+    return pairs
+
+
+def item_id(item: bytes) -> str:
+    return item.split(b"\t", 1)[0].decode()
 
 
 def assert_frontier_invariants(client: redis.Redis, keys: JobKeys) -> None:
-    s = frontier_state(client, keys)
-    lists, ready, requeued = s["lists"], s["ready"], s["requeued"]
-    assert isinstance(lists, dict) and isinstance(ready, dict) and isinstance(requeued, dict)
+    s = FrontierState.read(client, keys)
     # a site is in its class's ready set exactly while its list is not empty
-    assert {(c, site) for c, sites in ready.items() for site in sites} == set(lists)
+    assert {(c, site) for c, sites in s.ready.items() for site in sites} == set(s.lists)
     # a class is in f:classes exactly while its ready set is not empty
-    assert s["classes"] == set(ready)
-    ids_in_lists = [text(item.split(b"\t", 1)[0]) for items in lists.values() for item in items]
+    assert s.classes == set(s.ready)
+    ids_in_lists = [item_id(item) for items in s.lists.values() for item in items]
     assert len(ids_in_lists) == len(set(ids_in_lists)), "an entry queued twice"
     # the requeued hash records only entries that sit in a list
-    assert set(requeued) <= set(ids_in_lists), "f:requeued keeps entries no list holds"
-    live = Counter()
-    size = 0
-    for (_, site), items in lists.items():
-        for item in items:
-            size += len(item)
-            if not requeued.get(text(item.split(b"\t", 1)[0]), "").startswith("d"):
-                live[site] += 1
-    meta = s["meta"]
-    assert isinstance(meta, dict)
-    assert int(meta.get("fqueued", 0)) == sum(live.values())
-    assert int(meta.get("fbytes", 0)) == size
-    assert s["sites"] == {site: float(n) for site, n in live.items() if n}
+    assert set(s.requeued) <= set(ids_in_lists), "f:requeued keeps entries no list holds"
+    live: Counter[str] = Counter()
+    for (_, site), items in s.lists.items():
+        live[site] += sum(not s.requeued.get(item_id(i), "").startswith("d") for i in items)
+    assert int(s.meta.get("fqueued", 0)) == sum(live.values())
+    assert int(s.meta.get("fbytes", 0)) == sum(len(i) for items in s.lists.values()
+                                               for i in items)
+    assert s.sites == {site: float(n) for site, n in live.items() if n}
     # an entry is queued in one place or leased, never both
-    assert not set(ids_in_lists) & (s["leased"] | s["entries"] | s["legacy"])
-    assert s["leased"] == s["deadlines"]
-    assert s["entries"] == s["legacy"] | s["leased"]
+    assert not set(ids_in_lists) & (s.leased | s.entries | s.legacy)
+    assert s.leased == s.deadlines
+    assert s.entries == s.legacy | s.leased
 
 
 @dataclass
 class Model:
     """What the test knows: each request's entry id, who holds which lease, what was acked."""
 
-    url_of: dict[str, str] = field(default_factory=dict)
     holder: dict[str, tuple[str, bool]] = field(default_factory=dict)  # id -> (node, lasting)
     acked: set[str] = field(default_factory=set)
     pushed: list[str] = field(default_factory=list)
     handed: Counter[str] = field(default_factory=Counter)
 
-    def took(self, node: str, entries: list, lasting: bool) -> None:
+    def took(self, node: str, entries: list[Leased], lasting: bool) -> None:
         for entry_id, blob, _ in entries:
             url = CODEC.decode(blob).url
             assert entry_id not in self.acked, f"{url} handed out again after its ack"
             held = self.holder.get(entry_id)
             assert held is None or not held[1] or held[0] == node, (
                 f"{url} handed to {node} while leased to {held[0]}")
-            self.url_of[entry_id] = url
             self.holder[entry_id] = (node, lasting)
             self.handed[url] += 1
 
+    def held_by(self, node: str) -> list[str]:
+        return [i for i, (n, _) in self.holder.items() if n == node and i not in self.acked]
 
+
+class Attack:
+    """Two nodes that push, lease and end their leases at random (rng), against ``model``."""
+
+    def __init__(self, redis_server: RedisServer, rng: random.Random, paced: bool) -> None:
+        self.rng, self.model, self.serial = rng, Model(), 0
+        self.client = make_client(redis_server.url)
+        self.stores = dict(n1=joined(redis_server, "n1"), n2=joined(redis_server, "n2"))
+        self.keys = self.stores["n1"][0].keys
+        if paced:  # two sites slow enough that leases pass them over
+            pace = LeasePace(on=True, site_delays={"a.test": 0.05, "x|y": 0.02})
+            for store, _ in self.stores.values():
+                store.set_lease_pace(pace)
+
+    def queue_as_an_earlier_version(self) -> None:
+        """Entries in the legacy queue, and leases of n2 whose values name no site."""
+        client, keys = self.client, self.keys
+        now_ms = int(client.time()[0]) * 1000
+        for n in range(6):
+            entry_id, url = f"0{n:016x}cafe0000", f"http://old.test/{n}"
+            client.hset(keys.entries, entry_id, CODEC.encode(Request(url, priority=-n)))
+            if n % 2:
+                client.zadd(keys.queue, {entry_id: n})
+            else:
+                client.hset(keys.leased, entry_id, f"{n}|n2")
+                client.zadd(keys.deadlines, {entry_id: now_ms + LONG_MS})
+                self.model.holder[entry_id] = ("n2", True)
+                self.model.handed[url] += 1
+            self.model.pushed.append(url)
+        client.hincrby(keys.stats, "pushed", 6)
+
+    def step(self, name: str) -> None:
+        action = self.rng.random()
+        if action < 0.25:
+            self.push(name)
+        elif action < 0.55:
+            self.lease(name)
+        elif action < 0.85:
+            self.end_leases(name)
+        else:
+            self.declare_dead(name)
+
+    def push(self, name: str) -> None:
+        store, epoch = self.stores[name]
+        rng, ops = self.rng, []
+        for _ in range(rng.randint(1, 6)):
+            self.serial += 1
+            url = f"http://u.test/{self.serial}"
+            ops.append(push(url, rng.choice(PRIORITIES), rng.choice(SITES), rng.choice(FLAGS)))
+            self.model.pushed.append(url)
+        call_id = new_call_id()
+        store.flush(epoch, ops, call_id)
+        if rng.random() < 0.3:
+            store.flush(epoch, ops, call_id)  # a retry: nothing more
+
+    def lease(self, name: str) -> None:
+        store, epoch = self.stores[name]
+        lasting = self.rng.random() < 0.6  # else a lease that has expired at once
+        lease_ms, call_id = LONG_MS if lasting else 0, new_call_id()
+        got = list(store.lease(epoch, self.rng.randint(1, 8), lease_ms, call_id))
+        self.model.took(name, got, lasting)
+        if self.rng.random() < 0.3:
+            again = list(store.lease(epoch, 8, lease_ms, call_id))
+            assert {e for e, _, _ in again} <= {e for e, _, _ in got}
+            self.model.took(name, again, lasting)
+
+    def end_leases(self, name: str) -> None:
+        """Ack, release or dead-letter some of what ``name`` held (or holds no more: its lease
+        ended, and it comes late), each flush sent twice."""
+        store, epoch = self.stores[name]
+        mine = self.model.held_by(name)
+        ops: list[Ack | Release | DeadLetterEntry] = []
+        acks = []
+        for entry_id in self.rng.sample(mine, min(len(mine), self.rng.randint(1, 4))):
+            choice = self.rng.random()
+            if choice < 0.6:
+                ops.append(Ack(entry_id))
+                acks.append(entry_id)
+            elif choice < 0.9:
+                ops.append(Release(entry_id))
+            else:
+                # a dead letter ends a lease; an entry queued again stays queued
+                ops.append(DeadLetterEntry(entry_id, "attack"))
+                if self.client.hexists(self.keys.leased, entry_id):
+                    acks.append(entry_id)
+            del self.model.holder[entry_id]
+        if ops:
+            call_id = new_call_id()
+            result = store.flush(epoch, ops, call_id)
+            assert store.flush(epoch, ops, call_id) == result
+            self.model.acked.update(acks)
+
+    def declare_dead(self, name: str) -> None:
+        """The other node's liveness runs out and ``name``'s heartbeat declares it dead (its
+        leases go back to the queue), then it comes back."""
+        other = "n2" if name == "n1" else "n1"
+        other_store, other_epoch = self.stores[other]
+        beat(other_store, other_epoch, ttl_ms=1)
+        time.sleep(0.005)
+        answer = beat(*self.stores[name])
+        assert [d.node for d in answer.declared_dead] == [other]
+        beat(other_store, other_epoch)
+        for entry_id, (holder, _) in list(self.model.holder.items()):
+            if holder == other:
+                self.model.holder[entry_id] = (holder, False)
+
+    def drain(self, paced: bool) -> None:
+        """n1 leases and acks what is queued; each node acks what it still holds."""
+        store, epoch = self.stores["n1"]
+        for _ in range(200):
+            time.sleep(0.06 if paced else 0)
+            batch = store.lease(epoch, 50, LONG_MS, new_call_id())
+            if not batch and batch.retry_s is None:
+                break
+            self.model.took("n1", list(batch), True)
+            store.flush(epoch, [Ack(e) for e, _, _ in batch], new_call_id())
+            self.model.acked.update(e for e, _, _ in batch)
+            assert_frontier_invariants(self.client, self.keys)
+        for name, (each, each_epoch) in self.stores.items():
+            each.flush(each_epoch, [Ack(i) for i in self.model.held_by(name)], new_call_id())
+
+
+@pytest.mark.parametrize("paced", [False, True], ids=["unpaced", "paced"])
 def test_random_lease_endings_lose_nothing_hand_out_nothing_twice_and_keep_the_counts(
-    redis_server: RedisServer,
+    redis_server: RedisServer, paced: bool,
 ) -> None:
     # given two nodes pushing requests of odd sites, priorities and flags, and leasing them in
-    # every way a lease can end: acked, released, expired and reclaimed, returned by a
-    # heartbeat that declared the node dead, acked late after that, calls retried
-    rng = random.Random(20261203)
-    client = make_client(redis_server.url)
-    stores = dict(n1=joined(redis_server, "n1"), n2=joined(redis_server, "n2"))
-    keys = stores["n1"][0].keys
-    model = Model()
-    serial = 0
+    # every way a lease can end: acked, released, dead-lettered, expired and reclaimed,
+    # returned by a heartbeat that declared the node dead, acked late after that, calls
+    # retried; and a job an earlier version queued
+    attack = Attack(redis_server, random.Random(20261203), paced)
+    attack.queue_as_an_earlier_version()
     for step in range(400):
-        name = rng.choice(["n1", "n2"])
-        store, epoch = stores[name]
-        action = rng.random()
-        if action < 0.25:
-            ops = []
-            for _ in range(rng.randint(1, 6)):
-                serial += 1
-                url = f"http://u.test/{serial}"
-                ops.append(push(url, rng.choice(PRIORITIES), rng.choice(SITES), rng.choice(FLAGS)))
-                model.pushed.append(url)
-            call_id = new_call_id()
-            store.flush(epoch, ops, call_id)
-            if rng.random() < 0.3:
-                store.flush(epoch, ops, call_id)  # a retry: nothing more
-        elif action < 0.55:
-            lasting = rng.random() < 0.6
-            call_id = new_call_id()
-            got = store.lease(epoch, rng.randint(1, 8), LONG_MS if lasting else 0, call_id)
-            model.took(name, list(got), lasting)
-            if rng.random() < 0.3:
-                again = store.lease(epoch, 8, LONG_MS if lasting else 0, call_id)
-                assert {e for e, _, _ in again} <= {e for e, _, _ in got}
-                model.took(name, list(again), lasting)
-        elif action < 0.85:
-            # this node ends some of what it held (or holds no more: a late ack or release)
-            mine = [i for i, (n, _) in model.holder.items() if n == name]
-            ops, acks = [], []
-            for entry_id in rng.sample(mine, min(len(mine), rng.randint(1, 4))):
-                choice = rng.random()
-                if choice < 0.6:
-                    ops.append(Ack(entry_id))
-                    acks.append(entry_id)
-                elif choice < 0.9:
-                    ops.append(Release(entry_id))
-                else:
-                    # a dead letter ends a lease; an entry queued again stays queued
-                    ops.append(DeadLetterEntry(entry_id, "attack"))
-                    if client.hexists(keys.leased, entry_id):
-                        acks.append(entry_id)
-                del model.holder[entry_id]
-            if ops:
-                call_id = new_call_id()
-                result = store.flush(epoch, ops, call_id)
-                assert store.flush(epoch, ops, call_id) == result
-                model.acked.update(acks)
-        else:
-            # the other node is declared dead by this one's heartbeat (its liveness ran out),
-            # and comes back: what it held goes back to the queue, its lasting leases too
-            other = "n2" if name == "n1" else "n1"
-            other_store, other_epoch = stores[other]
-            beat(other_store, other_epoch, ttl_ms=1)
-            time.sleep(0.005)
-            answer = beat(store, epoch)
-            assert [d.node for d in answer.declared_dead] == [other]
-            beat(other_store, other_epoch)
-            for entry_id, (holder, _) in list(model.holder.items()):
-                if holder == other:
-                    model.holder[entry_id] = (holder, False)
-        assert_frontier_invariants(client, keys)
-    # when every request left is leased and acked
-    for _ in range(200):
-        store, epoch = stores["n1"]
-        got = list(store.lease(epoch, 50, LONG_MS, new_call_id()))
-        if not got:
-            break
-        model.took("n1", got, True)
-        store.flush(epoch, [Ack(e) for e, _, _ in got], new_call_id())
-        model.acked.update(e for e, _, _ in got)
-        assert_frontier_invariants(client, keys)
-    for name in ("n1", "n2"):  # what the nodes still hold from lasting leases
-        store, epoch = stores[name]
-        held = [i for i, (n, _) in model.holder.items() if n == name and i not in model.acked]
-        store.flush(epoch, [Ack(i) for i in held], new_call_id())
-    # then every request was handed out, nothing is queued or leased, the check finds nothing
-    # and no key of the frontier is left
-    assert set(model.pushed) <= set(model.handed)
-    status = stores["n1"][0].status()
+        name = attack.rng.choice(["n1", "n2"])
+        attack.step(name)
+        # then after every step the frontier's invariants hold, and its counts add up
+        assert_frontier_invariants(attack.client, attack.keys)
+        if step % 25 == 0:
+            findings = JobCheck(attack.stores[name][0]).run()
+            assert [f for f in findings if f.kind == "counts"] == []
+    # and when every request left is leased and acked: every request was handed out, nothing
+    # is queued or leased, the check finds nothing, and no key of the frontier is left
+    attack.drain(paced)
+    assert set(attack.model.pushed) <= set(attack.model.handed)
+    store = attack.stores["n1"][0]
+    status = store.status()
     assert (status.queued, status.leased) == (0, 0)
-    assert JobCheck(stores["n1"][0]).run() == []
-    assert client.keys(keys.frontier + "*") == []
+    assert JobCheck(store).run() == []
+    assert attack.client.keys(attack.keys.frontier + "*") == []
+
+
+def test_a_slow_site_of_many_priorities_does_not_hold_back_a_ready_site_of_a_lower_one(
+    redis_server: RedisServer,
+) -> None:
+    # given a slow site (a minute between requests) with requests of 20 priorities, one of
+    # which a lease already handed out, so that the site may start no other for a minute
+    store, epoch = joined(redis_server, "n1")
+    store.set_lease_pace(LeasePace(on=True, site_delays={"slow.test": 60.0}))
+    store.flush(epoch, [push(f"http://slow.test/{p}", 100 + p, "slow.test")
+                        for p in range(21)], new_call_id())
+    assert [CODEC.decode(b).url for _, b, _ in store.lease(epoch, 5, LONG_MS, new_call_id())] \
+        == ["http://slow.test/20"]
+    # and a fast site with a request of a lower priority than all of them
+    store.flush(epoch, [push("http://fast.test/0", 0, "fast.test")], new_call_id())
+    # when a node leases
+    got = [CODEC.decode(b).url for _, b, _ in store.lease(epoch, 5, LONG_MS, new_call_id())]
+    # then it gets the fast site's request now, not after the slow site's minute
+    assert got == ["http://fast.test/0"]
+
+
+def test_a_lease_across_many_priorities_hands_them_out_best_first_and_empties_their_classes(
+    redis_server: RedisServer,
+) -> None:
+    # given requests of 40 priorities (big, negative) over two sites, some priorities with
+    # one request, some with more than one lease takes of them
+    store, epoch = joined(redis_server, "n1")
+    priorities = [p * 10**13 - 20 * 10**13 for p in range(40)]
+    ops = [push(f"http://{site}.test/{p}/{n}", p, f"{site}.test")
+           for p in priorities for site in ("a", "b") for n in range(1 + (p // 10**13) % 3)]
+    rng = random.Random(7)
+    rng.shuffle(ops)
+    store.flush(epoch, ops, new_call_id())
+    # when a node leases them, a few or many classes' worth at a time
+    got: list[int] = []
+    while batch := store.lease(epoch, rng.choice([7, 150]), LONG_MS, new_call_id()):
+        got += [CODEC.decode(blob).priority for _, blob, _ in batch]
+    # then every request came, best priority first, and no class is left behind
+    assert got == sorted((op_priority(op) for op in ops), reverse=True)
+    assert client_of(redis_server).keys(store.keys.frontier + "*") == []
+
+
+def op_priority(op: Push) -> int:
+    return op.priority
+
+
+def client_of(redis_server: RedisServer) -> redis.Redis:
+    return make_client(redis_server.url)

@@ -151,11 +151,14 @@ local function site_allowance(pace, site)
 end
 
 -- Lease up to `want` queued requests, handing each to hand(id, blob, score, where); returns how
--- many, and the soonest (server ms) a site passed over for its pace may have one (nil: none). Classes best first; within a class, the sites in turn, each given a share of what is
--- left per round and never more than its pace allows (a site that may not start a request
--- within the horizon is passed over and goes to the back). Bounded: at most CLASSES_PER_LEASE
--- classes and SITES_PER_LEASE site visits per call.
-local CLASSES_PER_LEASE = 16
+-- many, and the soonest (server ms) a site passed over for its pace may have one (nil: none).
+-- Classes best first; within a class, the sites in turn, each given a share of what is left per
+-- round and never more than its pace allows (a site that may not start a request within the
+-- horizon is passed over and goes to the back). Bounded: SITES_PER_LEASE site visits per call,
+-- and as many classes (read CLASSES_PER_READ at a time): a class whose sites may not start a
+-- request costs a visit per site, so the classes after it are reached (a slow site with
+-- requests of many priorities holds back no other site).
+local CLASSES_PER_READ = 16
 local SITES_PER_LEASE = 512
 
 local function take_items(class, site, n, hand, score, where)
@@ -181,49 +184,64 @@ local function take_items(class, site, n, hand, score, where)
   return given, #items < n or redis.call('EXISTS', list_key(class, site)) == 0
 end
 
-local function frontier_lease(want, pace, hand)
-  local taken, visits = 0, 0
-  local retry_at = nil  -- the soonest a site passed over may have a request handed out
-  local paced = {}  -- site -> {left=, step=, due=, given=} within this call
-  local classes = redis.call('ZRANGE', FRONTIER.classes, 0, CLASSES_PER_LEASE - 1)
-  for _, class in ipairs(classes) do
-    if taken >= want or visits >= SITES_PER_LEASE then break end
-    local colon = string.find(class, ':', 1, true)
-    local kind, prio = string.sub(class, 1, colon - 1), string.sub(class, colon + 1)
-    local score, ready = tostring(-tonumber(prio)), ready_key(class)
-    -- rounds until the lease is full, or every site of the class was visited in turn since
-    -- one last gave a request (those left may not start one yet)
-    local ready_sites, fruitless = redis.call('ZCARD', ready), 0
-    while taken < want and visits < SITES_PER_LEASE and fruitless < ready_sites do
-      local popped = redis.call('ZPOPMIN', ready, math.min(want - taken, SITES_PER_LEASE - visits))
-      if #popped == 0 then break end
-      local share = math.ceil((want - taken) * 2 / #popped)
-      for i = 1, #popped, 2 do
-        local site = popped[i]
-        visits = visits + 1
-        local p = paced[site]
-        if not p then
-          local left, step, due, own, later = site_allowance(pace, site)
-          p = {left = left, step = step, due = due, own = own, given = 0}
-          paced[site] = p
-          if later and (not retry_at or later < retry_at) then retry_at = later end
-        end
-        local n, given, emptied = math.min(share, p.left, want - taken), 0, false
-        if n > 0 then
-          given, emptied = take_items(class, site, n, hand, score, frontier_where(kind, site))
-          p.left, p.given, taken = p.left - given, p.given + given, taken + given
-        end
-        if given > 0 then fruitless = 0 else fruitless = fruitless + 1 end
-        if emptied then
-          ready_sites = ready_sites - 1
-        else
-          redis.call('ZADD', ready, next_turn(), site)
-        end
+-- Lease from the sites of `class` in turn, until the lease is full or every site of the class
+-- was visited since one last gave a request (those left may not start one yet). `st`: the
+-- call's {taken=, visits=, retry_at=, paced=} (paced: site -> {left=, step=, due=, given=}).
+local function lease_class(class, st, want, pace, hand)
+  local colon = string.find(class, ':', 1, true)
+  local kind, prio = string.sub(class, 1, colon - 1), string.sub(class, colon + 1)
+  local score, ready = tostring(-tonumber(prio)), ready_key(class)
+  local ready_sites, fruitless = redis.call('ZCARD', ready), 0
+  while st.taken < want and st.visits < SITES_PER_LEASE and fruitless < ready_sites do
+    local popped = redis.call('ZPOPMIN', ready,
+                              math.min(want - st.taken, SITES_PER_LEASE - st.visits))
+    if #popped == 0 then break end
+    local share = math.ceil((want - st.taken) * 2 / #popped)
+    for i = 1, #popped, 2 do
+      local site = popped[i]
+      st.visits = st.visits + 1
+      local p = st.paced[site]
+      if not p then
+        local left, step, due, own, later = site_allowance(pace, site)
+        p = {left = left, step = step, due = due, own = own, given = 0}
+        st.paced[site] = p
+        if later and (not st.retry_at or later < st.retry_at) then st.retry_at = later end
+      end
+      local n, given, emptied = math.min(share, p.left, want - st.taken), 0, false
+      if n > 0 then
+        given, emptied = take_items(class, site, n, hand, score, frontier_where(kind, site))
+        p.left, p.given, st.taken = p.left - given, p.given + given, st.taken + given
+      end
+      if given > 0 then fruitless = 0 else fruitless = fruitless + 1 end
+      if emptied then
+        ready_sites = ready_sites - 1
+      else
+        redis.call('ZADD', ready, next_turn(), site)
       end
     end
-    if redis.call('EXISTS', ready) == 0 then redis.call('ZREM', FRONTIER.classes, class) end
   end
-  for site, p in pairs(paced) do
+  if redis.call('EXISTS', ready) == 0 then
+    redis.call('ZREM', FRONTIER.classes, class)
+    return false
+  end
+  return true
+end
+
+local function frontier_lease(want, pace, hand)
+  local st = {taken = 0, visits = 0, retry_at = nil, paced = {}}
+  -- classes read, and those visited that still hold requests (the next read starts after them)
+  local read, kept, classes, at = 0, 0, {}, 0
+  while st.taken < want and st.visits < SITES_PER_LEASE and read < SITES_PER_LEASE do
+    at = at + 1
+    if at > #classes then
+      classes = redis.call('ZRANGE', FRONTIER.classes, kept, kept + CLASSES_PER_READ - 1)
+      if #classes == 0 then break end
+      at = 1
+    end
+    read = read + 1
+    if lease_class(classes[at], st, want, pace, hand) then kept = kept + 1 end
+  end
+  for site, p in pairs(st.paced) do
     if p.step > 0 and p.given > 0 then
       local key = pace.site_prefix .. site
       redis.call('HSET', key, 'lease_due_ms', p.due + p.given * p.step,
@@ -231,7 +249,7 @@ local function frontier_lease(want, pace, hand)
       redis.call('PEXPIRE', key, pace.idle_ms)
     end
   end
-  return taken, retry_at
+  return st.taken, st.retry_at
 end
 
 -- requests queued in the job: the frontier's and the legacy queue's
