@@ -355,3 +355,73 @@ def op_priority(op: Push) -> int:
 
 def client_of(redis_server: RedisServer) -> redis.Redis:
     return make_client(redis_server.url)
+
+
+def test_a_retried_lease_of_a_node_declared_dead_does_not_hand_out_what_another_node_holds(
+    redis_server: RedisServer,
+) -> None:
+    # given n1 leased two requests, but the answer was lost, and n1 was declared dead (its
+    # leases went back to the queue) before it called again, and n2 leased them meanwhile
+    n1, epoch = joined(redis_server, "n1")
+    n2, _ = joined(redis_server, "n2")
+    n1.flush(epoch, [push(f"http://a.test/{n}") for n in range(2)], new_call_id())
+    call_id = new_call_id()
+    first = n1.lease(epoch, 2, LONG_MS, call_id)
+    beat(n1, epoch, ttl_ms=1)
+    time.sleep(0.005)
+    assert [d.node for d in beat(n2, epoch).declared_dead] == ["n1"]
+    taken = n2.lease(epoch, 2, LONG_MS, new_call_id())
+    assert {e for e, _, _ in taken} == {e for e, _, _ in first}
+    # when n1's lease call is retried (the same call id)
+    again = n1.lease(epoch, 2, LONG_MS, call_id)
+    # then it gets none of them: they are n2's
+    assert list(again) == []
+    assert_frontier_invariants(make_client(redis_server.url), n1.keys)
+
+
+def test_a_repaired_frontier_lease_goes_back_to_the_queue_once_and_is_crawled_once(
+    redis_server: RedisServer,
+) -> None:
+    # given a request leased from the frontier whose lease deadline was lost (another program
+    # wrote into the job), and another request of its site still queued
+    store, epoch = joined(redis_server, "n1")
+    client = make_client(redis_server.url)
+    store.flush(epoch, [push("http://a.test/0", 3), push("http://a.test/1", 3)], new_call_id())
+    [(entry_id, _, _)] = store.lease(epoch, 1, LONG_MS, new_call_id())
+    client.zrem(store.keys.deadlines, entry_id)
+    # when `clustersync check --repair` mends it (it returns to the queue: the legacy one, as
+    # check does not know its site)
+    found = JobCheck(store).run(repair=True)
+    assert [(f.kind, f.subject) for f in found] == [("lease_without_deadline", entry_id)]
+    assert_frontier_invariants(client, store.keys)
+    # then a node leases it once, with the other request, and after their acks nothing is
+    # left, and the check finds nothing
+    got = [CODEC.decode(b).url for _, b, _ in store.lease(epoch, 10, LONG_MS, new_call_id())]
+    assert sorted(got) == ["http://a.test/0", "http://a.test/1"]
+    ids = [e for e, _, _ in store.lease(epoch, 10, LONG_MS, new_call_id())]
+    assert ids == []
+    leased_ids = [text(i) for i in client.hkeys(store.keys.leased)]
+    store.flush(epoch, [Ack(i) for i in leased_ids], new_call_id())
+    status = store.status()
+    assert (status.queued, status.leased, status.counters["acked"]) == (0, 0, 2)
+    assert JobCheck(store).run() == []
+    assert client.keys(store.keys.frontier + "*") == []
+
+
+@pytest.mark.parametrize("flags", [0, int(PushFlags.LIFO)], ids=["fifo", "lifo"])
+def test_requests_a_node_releases_come_back_in_the_order_it_leased_them(
+    redis_server: RedisServer, flags: int,
+) -> None:
+    # given a node that leased three of a site's four requests (FIFO or LIFO pushes)
+    store, epoch = joined(redis_server, "n1")
+    store.flush(epoch, [push(f"http://a.test/{n}", 0, "a.test", flags) for n in range(4)],
+                new_call_id())
+    leased = list(store.lease(epoch, 3, LONG_MS, new_call_id()))
+    # when it releases them in one flush, in the order it leased them (as a closing node hands
+    # back what it prefetched)
+    store.flush(epoch, [Release(e) for e, _, _ in leased], new_call_id())
+    # then the next lease hands them out in that order again, before the fourth
+    again = list(store.lease(epoch, 10, LONG_MS, new_call_id()))
+    urls = [CODEC.decode(b).url for _, b, _ in leased]
+    assert [CODEC.decode(b).url for _, b, _ in again][:3] == urls
+    assert len(again) == 4

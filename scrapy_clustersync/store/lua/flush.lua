@@ -302,7 +302,7 @@ local function apply_op(op, f)
     local score, owner, where = parse_lease(redis.call('HGET', leased_key, id))
     if owner == node then
       drop_lease(id)
-      frontier_return(id, score, where)
+      frontier_return(id, score, where, true)
       released = released + 1
     end
   elseif op == 'D' then

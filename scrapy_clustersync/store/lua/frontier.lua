@@ -35,6 +35,7 @@ local function frontier_setup(prefix, meta, legacy, entries)
   FRONTIER.queued, FRONTIER.bytes, FRONTIER.site_counts = 0, 0, {}
   FRONTIER.turn = nil  -- read on first use
   FRONTIER.any_requeued = nil  -- whether the requeued hash may hold an entry: read on first use
+  FRONTIER.released = {}  -- entries released in lease order, queued by frontier_finish
 end
 
 local function class_of(kind, prio)
@@ -92,7 +93,9 @@ end
 
 -- Put leased entry `id` back in the queue, first of its site and class; `score` and `where` as
 -- its lease value holds them. Its request moves from the entries hash into the list.
-local function frontier_return(id, score, where)
+-- `released`: one of the entries a node hands back in the order it leased them (flush.lua's
+-- releases); they join their lists in frontier_finish, so that they keep that order.
+local function frontier_return(id, score, where, released)
   if not where or where == '' then
     redis.call('ZADD', FRONTIER.legacy, score or '0', id)
     return
@@ -102,7 +105,12 @@ local function frontier_return(id, score, where)
   redis.call('HDEL', FRONTIER.entries, id)
   local prio = tostring(-tonumber(score or '0'))
   if prio == '-0' then prio = '0' end
-  frontier_push(id, blob, string.sub(where, 1, 1), prio, string.sub(where, 2), true)
+  local kind, site = string.sub(where, 1, 1), string.sub(where, 2)
+  if released then
+    FRONTIER.released[#FRONTIER.released + 1] = {id, blob, kind, prio, site}
+  else
+    frontier_push(id, blob, kind, prio, site, true)
+  end
   redis.call('HSET', FRONTIER.requeued, id, 'q' .. where)
   FRONTIER.any_requeued = true
 end
@@ -258,6 +266,11 @@ local function frontier_queued()
 end
 
 local function frontier_finish()
+  for i = #FRONTIER.released, 1, -1 do  -- each to the head: the last first
+    local r = FRONTIER.released[i]
+    frontier_push(r[1], r[2], r[3], r[4], r[5], true)
+  end
+  FRONTIER.released = {}
   if FRONTIER.queued ~= 0 then redis.call('HINCRBY', FRONTIER.meta, 'fqueued', FRONTIER.queued) end
   if FRONTIER.bytes ~= 0 then redis.call('HINCRBY', FRONTIER.meta, 'fbytes', FRONTIER.bytes) end
   if FRONTIER.turn then redis.call('HSET', FRONTIER.meta, 'fturn', FRONTIER.turn) end
