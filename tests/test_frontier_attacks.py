@@ -73,6 +73,7 @@ class FrontierState:
 
     lists: dict[tuple[str, str], list[bytes]]  # (class, site) -> items
     ready: dict[str, set[str]]  # class -> sites
+    rest: dict[str, set[str]]  # class -> sites
     classes: set[str]
     sites: dict[str, float]
     requeued: dict[str, str]
@@ -87,6 +88,7 @@ class FrontierState:
         prefix = keys.frontier
         lists: dict[tuple[str, str], list[bytes]] = {}
         ready: dict[str, set[str]] = {}
+        rest: dict[str, set[str]] = {}
         for raw in client.scan_iter(match=prefix + "*"):
             name = text(raw)[len(prefix):]
             if name.startswith("q:"):
@@ -95,8 +97,10 @@ class FrontierState:
                 lists[(f"{kind}:{prio}", site)] = items
             elif name.startswith("ready:"):
                 ready[name[6:]] = names(client.zrange(raw, 0, -1))
+            elif name.startswith("rest:"):
+                rest[name[5:]] = names(client.zrange(raw, 0, -1))
         return cls(
-            lists, ready, names(client.zrange(keys.frontier_classes, 0, -1)),
+            lists, ready, rest, names(client.zrange(keys.frontier_classes, 0, -1)),
             {text(site): float(n) for site, n in scored(client, keys.frontier_sites)},
             {text(i): text(v) for i, v in client.hgetall(keys.frontier_requeued).items()},
             {text(f): text(v) for f, v in client.hgetall(keys.meta).items()},
@@ -115,10 +119,13 @@ def item_id(item: bytes) -> str:
 
 def assert_frontier_invariants(client: redis.Redis, keys: JobKeys) -> None:
     s = FrontierState.read(client, keys)
-    # a site is in its class's ready set exactly while its list is not empty
-    assert {(c, site) for c, sites in s.ready.items() for site in sites} == set(s.lists)
-    # a class is in f:classes exactly while its ready set is not empty
-    assert s.classes == set(s.ready)
+    # a site is in its class's ready or rest set (not both) exactly while its list is not empty
+    ready = [(c, site) for c, sites in s.ready.items() for site in sites]
+    resting = [(c, site) for c, sites in s.rest.items() for site in sites]
+    assert not set(ready) & set(resting)
+    assert set(ready) | set(resting) == set(s.lists)
+    # a class is in f:classes exactly while its ready or rest set is not empty
+    assert s.classes == set(s.ready) | set(s.rest)
     ids_in_lists = [item_id(item) for items in s.lists.values() for item in items]
     assert len(ids_in_lists) == len(set(ids_in_lists)), "an entry queued twice"
     # the requeued hash records only entries that sit in a list
@@ -326,6 +333,38 @@ def test_a_slow_site_of_many_priorities_does_not_hold_back_a_ready_site_of_a_low
     got = [CODEC.decode(b).url for _, b, _ in store.lease(epoch, 5, LONG_MS, new_call_id())]
     # then it gets the fast site's request now, not after the slow site's minute
     assert got == ["http://fast.test/0"]
+
+
+def test_many_sites_that_may_not_start_a_request_hold_back_no_ready_site_of_a_lower_priority(
+    redis_server: RedisServer,
+) -> None:
+    # given 600 slow sites (a minute between requests) with two requests each of priority 1,
+    # the first of each already handed out, so that none may start another for a minute
+    store, epoch = joined(redis_server, "n1")
+    store.set_lease_pace(LeasePace(on=True, delay_s=60.0, site_delays={"fast.test": 0.0}))
+    store.flush(epoch, [push(f"http://s{n}.test/{k}", 1, f"s{n}.test")
+                        for n in range(600) for k in range(2)], new_call_id())
+    first = [*store.lease(epoch, 1000, LONG_MS, new_call_id()),
+             *store.lease(epoch, 1000, LONG_MS, new_call_id())]
+    assert len(first) == 600
+    # and a fast site with a request of priority 0
+    store.flush(epoch, [push("http://fast.test/0", 0, "fast.test")], new_call_id())
+    # when a node leases
+    batch = store.lease(epoch, 10, LONG_MS, new_call_id())
+    # then it gets the fast site's request now (the slow sites wait for their next turn, which
+    # the lease says), and the slow sites' requests stay queued
+    assert [CODEC.decode(b).url for _, b, _ in batch] == ["http://fast.test/0"]
+    assert store.status().queued == 600
+    again = store.lease(epoch, 10, LONG_MS, new_call_id())
+    assert list(again) == [] and again.retry_s is not None and 50 < again.retry_s <= 60
+    assert_frontier_invariants(make_client(redis_server.url), store.keys)
+    # and a node that leases with no pace (another politeness setting) gets them all now
+    other, _ = joined(redis_server, "n2")
+    unpaced = [*other.lease(epoch, 1000, LONG_MS, new_call_id()),
+               *other.lease(epoch, 1000, LONG_MS, new_call_id())]
+    assert sorted(CODEC.decode(b).url for _, b, _ in unpaced) == sorted(
+        f"http://s{n}.test/1" for n in range(600))
+    assert_frontier_invariants(make_client(redis_server.url), store.keys)
 
 
 def test_a_lease_across_many_priorities_hands_them_out_best_first_and_empties_their_classes(

@@ -18,8 +18,9 @@ class JobKeys:
     - ``meta``     hash: epoch (detects a Redis that lost its data), seq, start claim, start_done
     - ``f:...``    the frontier: the queued requests, one list per site and queue class, and what
       leases them fairly (lua/frontier.lua documents every key: ``f:q:<kind>:<priority>:<site>``
-      lists, ``f:ready:<kind>:<priority>`` and ``f:classes`` and ``f:sites`` sorted sets,
-      ``f:requeued`` hash; ``meta`` holds ``fqueued``, ``fbytes`` and ``fturn``)
+      lists, ``f:ready:<kind>:<priority>``, ``f:rest:<kind>:<priority>``, ``f:classes`` and
+      ``f:sites`` sorted sets, ``f:requeued`` hash; ``meta`` holds ``fqueued``, ``fbytes`` and
+      ``fturn``)
     - ``queue``    sorted set: the legacy queue, what a job queued by an earlier version still
       holds (and entries put back with no site known): entry id, score = -priority; equal scores
       sort by id, i.e. FIFO; served before the frontier
@@ -207,6 +208,11 @@ class JobKeys:
     def frontier_ready(self, kind: int, priority: int) -> str:
         """The sites with requests of one queue class, in turn order (lua/frontier.lua)."""
         return f"{self.frontier}ready:{kind}:{priority}"
+
+    def frontier_rest(self, kind: int, priority: int) -> str:
+        """The sites of one queue class whose pace let no lease hand out a request, each until
+        when one may (lua/frontier.lua)."""
+        return f"{self.frontier}rest:{kind}:{priority}"
 
     @property
     def frontier_sites(self) -> str:

@@ -19,8 +19,11 @@
 --                                    acked while queued again (skipped when its turn comes: a
 --                                    late ack of a node thought dead)
 --   meta fields fqueued (requests queued), fbytes (their bytes), fturn (the last turn given)
--- A site is in ready:<class> exactly while its list of that class is not empty, and a class is
--- in classes while its ready set is not empty.
+--   <prefix>rest:<class>      zset   site -> server ms: the sites of the class whose pace let no
+--                                    lease hand out a request, until when one may (a lease puts
+--                                    them back in ready:<class> then)
+-- A site is in ready:<class> or rest:<class> (never both) exactly while its list of that class
+-- is not empty, and a class is in classes while its ready or rest set is not empty.
 --
 -- Jobs queued by an earlier version hold their entries in the "legacy" queue (a sorted set of
 -- entry ids, their requests in the entries hash); lease.lua serves it first until it is empty,
@@ -48,6 +51,10 @@ end
 
 local function ready_key(class)
   return FRONTIER.prefix .. 'ready:' .. class
+end
+
+local function rest_key(class)
+  return FRONTIER.prefix .. 'rest:' .. class
 end
 
 local function next_turn()
@@ -126,8 +133,9 @@ local function frontier_settle_queued(id)
 end
 
 -- The pace of `site` for a lease: how many of its requests may be handed out now (math.huge: no
--- limit), the step between them, when the first may start, and when a lease may have one if
--- none now. pace (lease.lua): {on=, recorded_first=, node=, now=, horizon=, default_ms=,
+-- limit), the step between them, when the first may start, when this node's last may, when a
+-- lease may have one if none now, and, when no node may have one now (not only this one), the
+-- server ms from which one may (its rest, frontier_lease). pace (lease.lua): {on=, recorded_first=, node=, now=, horizon=, default_ms=,
 -- delays=, per_domain=, nodes=, site_prefix=, idle_ms=}. The site's politeness hash
 -- (site_turns.lua): tat_ms, blocked_ms, backoff_ms, delay_ms; and what leases keep there:
 -- lease_due_ms, when the next request handed out may start, and "lease:<node>", when the last
@@ -147,7 +155,9 @@ local function site_allowance(pace, site)
   local ahead = pace.horizon + step * math.max(0, pace.nodes - 1)
   local mine = pace.now + pace.horizon
   if due > pace.now + ahead or own > mine then
-    return 0, step, due, own, math.max(due - ahead, own - pace.horizon)
+    local rest = nil  -- the cluster may not start one (not only this node): until when
+    if due > pace.now + ahead then rest = due - ahead end
+    return 0, step, due, own, math.max(due - ahead, own - pace.horizon), rest
   end
   local left = math.huge
   if step > 0 then
@@ -192,13 +202,38 @@ local function take_items(class, site, n, hand, score, where)
   return given, #items < n or redis.call('EXISTS', list_key(class, site)) == 0
 end
 
+-- The sites of `class` that rest (their pace let no lease hand one of their requests out) and
+-- may have one handed out by `now` (server ms) go back to its ready set, at the back; the
+-- soonest another may is a time to try again (st.retry_at). Bounded: SITES_PER_LEASE sites
+-- woken per call.
+local function wake_class(class, ready, st, now)
+  local rest = rest_key(class)
+  local woken = {}
+  if st.woken < SITES_PER_LEASE then
+    woken = redis.call('ZRANGEBYSCORE', rest, '-inf', now, 'LIMIT', 0, SITES_PER_LEASE - st.woken)
+  end
+  for _, site in ipairs(woken) do
+    redis.call('ZREM', rest, site)
+    redis.call('ZADD', ready, next_turn(), site)
+  end
+  st.woken = st.woken + #woken
+  local next_one = redis.call('ZRANGE', rest, 0, 0, 'WITHSCORES')
+  if next_one[2] then
+    local later = tonumber(next_one[2])
+    if not st.retry_at or later < st.retry_at then st.retry_at = later end
+  end
+end
+
 -- Lease from the sites of `class` in turn, until the lease is full or every site of the class
--- was visited since one last gave a request (those left may not start one yet). `st`: the
--- call's {taken=, visits=, retry_at=, paced=} (paced: site -> {left=, step=, due=, given=}).
+-- was visited since one last gave a request (those left may not start one yet). A site that may
+-- not start one within the horizon rests (rest:<class>, until when a lease may hand one out),
+-- so that a lease visits only sites that may. `st`: the call's {taken=, visits=, woken=,
+-- retry_at=, paced=} (paced: site -> {left=, step=, due=, later=, given=}).
 local function lease_class(class, st, want, pace, hand)
   local colon = string.find(class, ':', 1, true)
   local kind, prio = string.sub(class, 1, colon - 1), string.sub(class, colon + 1)
   local score, ready = tostring(-tonumber(prio)), ready_key(class)
+  wake_class(class, ready, st, pace.on and pace.now or '+inf')  -- no pace: every site may
   local ready_sites, fruitless = redis.call('ZCARD', ready), 0
   while st.taken < want and st.visits < SITES_PER_LEASE and fruitless < ready_sites do
     local popped = redis.call('ZPOPMIN', ready,
@@ -210,8 +245,8 @@ local function lease_class(class, st, want, pace, hand)
       st.visits = st.visits + 1
       local p = st.paced[site]
       if not p then
-        local left, step, due, own, later = site_allowance(pace, site)
-        p = {left = left, step = step, due = due, own = own, given = 0}
+        local left, step, due, own, later, rest = site_allowance(pace, site)
+        p = {left = left, step = step, due = due, own = own, rest = rest, given = 0}
         st.paced[site] = p
         if later and (not st.retry_at or later < st.retry_at) then st.retry_at = later end
       end
@@ -223,12 +258,15 @@ local function lease_class(class, st, want, pace, hand)
       if given > 0 then fruitless = 0 else fruitless = fruitless + 1 end
       if emptied then
         ready_sites = ready_sites - 1
+      elseif p.rest then
+        redis.call('ZADD', rest_key(class), p.rest, site)
+        ready_sites = ready_sites - 1
       else
         redis.call('ZADD', ready, next_turn(), site)
       end
     end
   end
-  if redis.call('EXISTS', ready) == 0 then
+  if redis.call('EXISTS', ready, rest_key(class)) == 0 then
     redis.call('ZREM', FRONTIER.classes, class)
     return false
   end
@@ -236,7 +274,7 @@ local function lease_class(class, st, want, pace, hand)
 end
 
 local function frontier_lease(want, pace, hand)
-  local st = {taken = 0, visits = 0, retry_at = nil, paced = {}}
+  local st = {taken = 0, visits = 0, woken = 0, retry_at = nil, paced = {}}
   -- classes read, and those visited that still hold requests (the next read starts after them)
   local read, kept, classes, at = 0, 0, {}, 0
   while st.taken < want and st.visits < SITES_PER_LEASE and read < SITES_PER_LEASE do
