@@ -464,3 +464,24 @@ def test_requests_a_node_releases_come_back_in_the_order_it_leased_them(
     urls = [CODEC.decode(b).url for _, b, _ in leased]
     assert [CODEC.decode(b).url for _, b, _ in again][:3] == urls
     assert len(again) == 4
+
+
+def test_a_site_one_node_may_not_be_handed_more_of_is_still_handed_to_another(
+    redis_server: RedisServer,
+) -> None:
+    # given a slow site (0.5 s between requests) and two live nodes, and n1 was handed what it
+    # may start of it within its lease's second
+    n1, epoch = joined(redis_server, "n1")
+    n2, _ = joined(redis_server, "n2")
+    pace = LeasePace(on=True, site_delays={"slow.test": 0.5})
+    n1.set_lease_pace(pace)
+    n2.set_lease_pace(pace)
+    n1.flush(epoch, [push(f"http://slow.test/{n}", 0, "slow.test") for n in range(20)],
+             new_call_id())
+    assert len(n1.lease(epoch, 60, LONG_MS, new_call_id(), 1000)) == 3
+    # when n1 asks again at once (it may start no more of it yet), and then n2 asks
+    assert list(n1.lease(epoch, 60, LONG_MS, new_call_id(), 1000)) == []
+    # then n2 is still handed the one the cluster may start for it: n1's own pace did not put
+    # the site to rest for the whole cluster
+    assert len(n2.lease(epoch, 60, LONG_MS, new_call_id(), 1000)) == 1
+    assert_frontier_invariants(make_client(redis_server.url), n1.keys)
