@@ -162,19 +162,21 @@ def test_a_lease_value_names_where_the_entry_goes_back(redis_server: RedisServer
 def test_status_sites_shows_the_deepest_sites_ready_or_waiting_and_purge_deletes_the_queue(
     redis_server: RedisServer,
 ) -> None:
-    # given a job with 5 requests of a slow site (one leased, so it waits for its next start)
-    # and 2 of a fast one
+    # given a job with 5 requests of a slow site (one leased, so it waits for its next start
+    # and rests once a lease passed it over) and 4 of a fast one (two leased)
     store, epoch = joined(redis_server)
     store.set_lease_pace(LeasePace(on=True, site_delays={"slow.test": 30.0}))
     store.flush(epoch, [push(f"http://slow.test/{n}") for n in range(5)]
-                + [push(f"http://fast.test/{n}") for n in range(2)], new_call_id())
+                + [push(f"http://fast.test/{n}") for n in range(4)], new_call_id())
     leased(store, epoch, 1)
+    leased(store, epoch, 2)
     # when `status --sites --json` is asked
     answer = clustersync(redis_server.url, "status", "job", "--sites", "--json")
     # then the queue says what it holds, deepest site first, the slow one waiting
     assert answer.returncode == 0, answer.stderr
     queue = json.loads(answer.stdout)["sites"]["queue"]
     assert (queue["queued"], queue["sites"]) == (6, 2) and queue["bytes"] > 6 * 20
+    assert (queue["ready"], queue["resting"]) == (1, 1)
     slow, fast = queue["deepest"]
     assert (slow["site"], slow["queued"], fast["site"], fast["queued"]) == (
         "slow.test", 4, "fast.test", 2)

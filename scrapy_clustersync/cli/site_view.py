@@ -20,6 +20,7 @@ def sites_dict(total: int, shown: list[SiteStatus], queue: FrontierStatus) -> di
          "in_flight": s.in_flight, "next_turn_s": round(s.next_turn_s, 3),
          "blocked_s": round(s.blocked_s, 3), "idle_s": round(s.idle_s, 3)} for s in shown],
         "queue": {"queued": queue.queued, "bytes": queue.bytes, "sites": queue.sites,
+                  "ready": queue.ready, "resting": queue.resting,
                   "deepest": [{"site": d.site, "queued": d.queued, "wait_s": round(d.wait_s, 3)}
                               for d in queue.deepest]}}
 
@@ -46,7 +47,9 @@ def print_queue(queue: dict[str, Any], out: Console) -> None:
     """The frontier's deepest sites, each ready or how long it waits for its next start."""
     size = queue["bytes"] / max(1, queue["queued"])
     out.print(f"queue: {queue['queued']:,} requests over {queue['sites']:,} sites, "
-              f"{queue['bytes']:,} bytes of requests ({size:.0f} per request)", markup=False)
+              f"{queue['bytes']:,} bytes of requests ({size:.0f} per request); site lists "
+              f"ready {queue['ready']:,}, resting until their pace lets one start "
+              f"{queue['resting']:,}", markup=False)
     if not queue["deepest"]:
         return
     table = Table(title=f"deepest sites: {len(queue['deepest'])} of {queue['sites']:,}",

@@ -205,11 +205,11 @@ class JobKeys:
         """The queued requests of one site and queue class (lua/frontier.lua)."""
         return f"{self.frontier}q:{kind}:{priority}:{site}"
 
-    def frontier_ready(self, kind: int, priority: int) -> str:
+    def frontier_ready(self, kind: int, priority: int | str) -> str:
         """The sites with requests of one queue class, in turn order (lua/frontier.lua)."""
         return f"{self.frontier}ready:{kind}:{priority}"
 
-    def frontier_rest(self, kind: int, priority: int) -> str:
+    def frontier_rest(self, kind: int, priority: int | str) -> str:
         """The sites of one queue class whose pace let no lease hand out a request, each until
         when one may (lua/frontier.lua)."""
         return f"{self.frontier}rest:{kind}:{priority}"

@@ -255,14 +255,15 @@ local function lease_class(class, st, want, pace, hand)
         given, emptied = take_items(class, site, n, hand, score, frontier_where(kind, site))
         p.left, p.given, st.taken = p.left - given, p.given + given, st.taken + given
       end
-      if given > 0 then fruitless = 0 else fruitless = fruitless + 1 end
+      if given > 0 then fruitless = 0 end
       if emptied then
         ready_sites = ready_sites - 1
-      elseif p.rest then
+      elseif p.rest then  -- out of the turns until it may: not one of the fruitless visits
         redis.call('ZADD', rest_key(class), p.rest, site)
         ready_sites = ready_sites - 1
       else
         redis.call('ZADD', ready, next_turn(), site)
+        if given == 0 then fruitless = fruitless + 1 end
       end
     end
   end
