@@ -142,6 +142,7 @@ local function dead_letter(id, reason, blob)
 end
 
 -- ---- the op table: opcode -> how many fields follow it (store/write_ops.py: the same counts) --
+local WRITE_BATCH = 1000  -- arguments per command at most (Lua's unpack has a limit)
 local OP_FIELDS = {P = 5, T = 6, A = 1, F = 6, N = 1, D = 2, X = 2, S = 0, C = 1, K = 1}
 local first_op = layout_from + #LAYOUT * described
 
@@ -258,12 +259,18 @@ end
 -- The entry `id` is done (acked; `failure`: what failed, or nil), if it still is in the job:
 -- a lease that was reclaimed sits in the queue again; the work is done, so it goes there too.
 -- A repeated or late ack finds nothing and changes nothing.
+-- The acks of the batch whose entries are leased end their leases first, a few commands for
+-- them all (settle_leased_acks): `held` marks those, each until its ack op comes.
+local held = {}
 local function settle(id, failure)
-  if drop_lease(id) == 0 and redis.call('ZREM', queue_key, id) == 0
+  if held[id] then
+    held[id] = nil
+  elseif drop_lease(id) == 0 and redis.call('ZREM', queue_key, id) == 0
       and not frontier_settle_queued(id) then
     return
+  else
+    redis.call('HDEL', entries_key, id)
   end
-  redis.call('HDEL', entries_key, id)
   acked = acked + 1
   local task = task_settled(id, failure)
   if failure then
@@ -285,8 +292,8 @@ local function apply_op(op, f)
         redis.call('ZADD', queue_key, -tonumber(prio), id)
       else
         id = string.format('%x', seq) .. id_tail
-        frontier_push(id, blob, math.floor(flags / 2) % 2, tostring(tonumber(prio)), site,
-                      math.floor(flags / 4) % 2 == 1)
+        frontier_queue(id, blob, math.floor(flags / 2) % 2, tostring(tonumber(prio)), site,
+                       math.floor(flags / 4) % 2 == 1)
       end
       pushed = pushed + 1
     else
@@ -328,6 +335,34 @@ local function apply_op(op, f)
     end
   end
 end
+-- The entries the batch acks (A, F) that are leased, unless another op of the batch names them
+-- too (N, D: those go one by one, in order), lose their lease and request in three commands.
+local function settle_leased_acks()
+  local acks, named = {}, {}
+  each_op(function(op, f)
+    if op == 'A' or op == 'F' then acks[#acks + 1] = ARGV[f]
+    elseif op == 'N' or op == 'D' then named[ARGV[f]] = true end
+  end)
+  if #acks < 2 then return end
+  local ids = {}
+  for i = 1, #acks, WRITE_BATCH do
+    local part = {unpack(acks, i, math.min(#acks, i + WRITE_BATCH - 1))}
+    local scores = redis.call('ZMSCORE', deadlines_key, unpack(part))
+    for j, id in ipairs(part) do
+      if scores[j] and not named[id] and not held[id] then
+        held[id] = true
+        ids[#ids + 1] = id
+      end
+    end
+  end
+  for i = 1, #ids, WRITE_BATCH do
+    local part = {unpack(ids, i, math.min(#ids, i + WRITE_BATCH - 1))}
+    redis.call('ZREM', deadlines_key, unpack(part))
+    redis.call('HDEL', leased_key, unpack(part))
+    redis.call('HDEL', entries_key, unpack(part))
+  end
+end
+settle_leased_acks()
 each_op(apply_op)
 if seq_next then redis.call('HSET', meta_key, 'seq', seq_next) end
 frontier_finish()

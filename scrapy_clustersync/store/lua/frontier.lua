@@ -39,6 +39,7 @@ local function frontier_setup(prefix, meta, legacy, entries)
   FRONTIER.turn = nil  -- read on first use
   FRONTIER.any_requeued = nil  -- whether the requeued hash may hold an entry: read on first use
   FRONTIER.released = {}  -- entries released in lease order, queued by frontier_finish
+  FRONTIER.pushes, FRONTIER.push_lists = {}, {}  -- new entries, by list and end (frontier_queue)
 end
 
 local function class_of(kind, prio)
@@ -90,6 +91,36 @@ local function frontier_push(id, blob, kind, prio, site, head)
   end
   if length == 1 then became_ready(class, kind, prio, site) end
   counted(site, 1, #item)
+end
+
+-- Queue a new entry as frontier_push does, the entries of one list and end of a call written
+-- in one command by frontier_finish (a callback's links are mostly of its own site).
+local function frontier_queue(id, blob, kind, prio, site, head)
+  local class = class_of(kind, prio)
+  local key = list_key(class, site)
+  local slot = (head and '<' or '>') .. key
+  local group = FRONTIER.pushes[slot]
+  if not group then
+    group = {key = key, head = head, class = class, kind = kind, prio = prio, site = site}
+    FRONTIER.pushes[slot] = group
+    FRONTIER.push_lists[#FRONTIER.push_lists + 1] = group
+  end
+  local item = id .. '\t' .. blob
+  group[#group + 1] = item
+  counted(site, 1, #item)
+end
+
+local PUSH_BATCH = 1000  -- items per command at most (Lua's unpack has a limit)
+local function write_queued()
+  for _, group in ipairs(FRONTIER.push_lists) do
+    local command = group.head and 'LPUSH' or 'RPUSH'
+    for i = 1, #group, PUSH_BATCH do
+      local last = math.min(#group, i + PUSH_BATCH - 1)
+      local length = redis.call(command, group.key, unpack(group, i, last))
+      if length == last - i + 1 then became_ready(group.class, group.kind, group.prio, group.site) end
+    end
+  end
+  FRONTIER.pushes, FRONTIER.push_lists = {}, {}
 end
 
 -- where a leased entry came from, as its lease value keeps it (prelude.lua lease_value):
@@ -305,6 +336,7 @@ local function frontier_queued()
 end
 
 local function frontier_finish()
+  write_queued()
   for i = #FRONTIER.released, 1, -1 do  -- each to the head: the last first
     local r = FRONTIER.released[i]
     frontier_push(r[1], r[2], r[3], r[4], r[5], true)
