@@ -46,7 +46,8 @@ PROFILE_RATE_HZ = 250
 STOP_GRACE_S = 20.0
 REDIS_THREAD = "clustersync-io"
 #: the columns printed, in order: the threads (by OS name), then the redis-server
-COLUMNS = ("main", REDIS_THREAD, "other threads", "redis-server")
+THREAD_COLUMNS = ("main", REDIS_THREAD, "other threads")
+COLUMNS = (*THREAD_COLUMNS, "redis-server")
 
 
 @dataclass
@@ -230,7 +231,7 @@ def print_table(rounds: list[Round]) -> None:
         row = {name: statistics.median(r.cpu_ms_per_page.get(name, 0.0) for r in runs)
                for name in COLUMNS}
         row["node"] = statistics.median(
-            sum(v for k, v in r.cpu_ms_per_page.items() if k != "redis-server") for r in runs)
+            sum(r.cpu_ms_per_page.get(name, 0.0) for name in THREAD_COLUMNS) for r in runs)
         row["pages/s"] = statistics.median(r.pages_per_s for r in runs)
         medians[engine] = row
         cells = [f"{row['pages/s']:.0f}", *(f"{row[c]:.3f}" for c in COLUMNS),
