@@ -163,14 +163,20 @@ class Round:
     pages_per_s: float
     cpu_ms_per_page: dict[str, float]
     switches_per_page: dict[str, float]
+    #: under callgrind: instructions of the whole run, by thread ("main", "others")
+    instructions: dict[str, int] = field(default_factory=dict)
 
 
 def crawl_once(engine: str, site: SiteProcess, workdir: Path, label: str, cap_s: float,
-               profile_dir: Path | None = None) -> Round:
+               profile_dir: Path | None = None, callgrind: bool = False) -> Round:
     """One node of ``engine`` crawls the whole site; its CPU per page over the crawl's span.
-    With ``profile_dir``, py-spy records the node there (``LABEL.txt``, collapsed stacks)."""
-    settings_module, url_setting = ENGINES[engine]
-    agent = f"bench/node_cpu/{label}"
+    ``clustersync@DIR`` is clustersync with the package found in DIR first (an older
+    checkout). With ``profile_dir``, py-spy records the node there (``LABEL.txt``, collapsed
+    stacks). With ``callgrind``, the node runs under valgrind's callgrind (one output per
+    thread, in the node's directory: ``instructions``)."""
+    engine_name, _, baseline = engine.partition("@")
+    settings_module, url_setting = ENGINES[engine_name]
+    agent = f"bench/node_cpu/{label.replace('/', '_')}"
     node_dir = workdir / label
     node_dir.mkdir(parents=True)
     settings = {"USER_AGENT": agent, "BENCH_THREAD_NAMES": "1",
@@ -183,7 +189,8 @@ def crawl_once(engine: str, site: SiteProcess, workdir: Path, label: str, cap_s:
             "site", cwd=node_dir, log_path=node_dir / "scrapy.log",
             spider_args={"start_url": site.start_url}, settings=settings,
             env={"SCRAPY_SETTINGS_MODULE": settings_module},
-            pythonpath=[BENCH_DIR, EXAMPLE_PROJECT])
+            pythonpath=[*([Path(baseline)] if baseline else []), BENCH_DIR, EXAMPLE_PROJECT],
+            python=_callgrind_python(node_dir) if callgrind else None)
         others = {"redis-server": redis.pid} if redis is not None and redis.pid else {}
         sampler = ThreadSampler(node.pid, others).start()
         spy = None if profile_dir is None else subprocess.Popen(
@@ -212,7 +219,30 @@ def crawl_once(engine: str, site: SiteProcess, workdir: Path, label: str, cap_s:
     per_page.update({f"{name} (system)": cpu_s * 1000 / pages for name, cpu_s in system.items()})
     switched = sampler.switches_between(hits.first, hits.last)
     switches = {name: n / pages for name, n in switched.items()}
-    return Round(engine, pages, (pages - 1) / hits.span_s, per_page, switches)
+    counted = instructions(node_dir) if callgrind else {}
+    return Round(engine, pages, (pages - 1) / hits.span_s, per_page, switches, counted)
+
+
+def _callgrind_python(node_dir: Path) -> Path:
+    """A python that runs under callgrind, one output file per thread in ``node_dir``."""
+    wrapper = node_dir / "python-under-callgrind"
+    wrapper.write_text(
+        "#!/bin/sh\nexec valgrind --tool=callgrind --separate-threads=yes "
+        f"--callgrind-out-file={node_dir}/callgrind.out.%p {sys.executable} \"$@\"\n")
+    wrapper.chmod(0o755)
+    return wrapper
+
+
+def instructions(node_dir: Path) -> dict[str, int]:
+    """Instructions a node ran under callgrind, by thread: "main" (its first), and "others"."""
+    counts: dict[str, int] = defaultdict(int)
+    for out in sorted(node_dir.glob("callgrind.out.*")):
+        thread = out.name.rsplit("-", 1)[-1] if "-" in out.name else "01"
+        for line in out.read_text(errors="replace").splitlines():
+            if line.startswith(("summary:", "totals:")):
+                counts["main" if thread == "01" else "others"] += int(line.split()[1])
+                break
+    return counts
 
 
 def _py_spy() -> str:
@@ -221,8 +251,8 @@ def _py_spy() -> str:
 
 def print_table(rounds: list[Round]) -> None:
     by_engine: dict[str, list[Round]] = defaultdict(list)
-    for r in rounds:
-        by_engine[r.engine].append(r)
+    for r in rounds:  # an A/B run's baseline is shown as clustersync@baseline
+        by_engine[r.engine.split("@")[0] + ("@baseline" if "@" in r.engine else "")].append(r)
     print("| node | runs | pages/s | " + " | ".join(f"{c} CPU ms/page" for c in COLUMNS)
           + " | node CPU ms/page |")
     print("| --- " * (len(COLUMNS) + 4) + "|")
@@ -237,6 +267,13 @@ def print_table(rounds: list[Round]) -> None:
         cells = [f"{row['pages/s']:.0f}", *(f"{row[c]:.3f}" for c in COLUMNS),
                  f"{row['node']:.3f}"]
         print(f"| {engine} x1 | {len(runs)} | " + " | ".join(cells) + " |")
+    for engine in medians:
+        if engine == "clustersync@baseline" and "clustersync" in medians:
+            ours, base = medians["clustersync"], medians[engine]
+            print(f"clustersync / {engine}: node CPU per page {ours['node'] / base['node']:.3f}, "
+                  f"main thread {ours['main'] / base['main']:.3f}, Redis thread "
+                  f"{ours[REDIS_THREAD] / max(base[REDIS_THREAD], 1e-9):.3f}; "
+                  f"pages/s {ours['pages/s'] / base['pages/s']:.3f}")
     if {"vanilla", "clustersync"} <= medians.keys():
         ours, theirs = medians["clustersync"], medians["vanilla"]
         print(f"clustersync / vanilla: node CPU per page {ours['node'] / theirs['node']:.3f}, "
@@ -245,12 +282,48 @@ def print_table(rounds: list[Round]) -> None:
               f"pages/s {ours['pages/s'] / theirs['pages/s']:.3f}")
 
 
+def print_instructions(engines: list[str], pages: int, cap_s: float) -> None:
+    """Instructions per page by thread, from a small and a large crawl under callgrind."""
+    sizes = (pages // 3, pages)
+    counted: dict[str, list[Round]] = defaultdict(list)
+    with tempfile.TemporaryDirectory(prefix="clustersync-node-cpu-") as tmp:
+        for size in sizes:
+            with SiteProcess(size) as site:
+                for engine in engines:
+                    label = f"{engine.replace('@', '-at-').replace('/', '_')}-{size}"
+                    r = crawl_once(engine, site, Path(tmp), label, cap_s, callgrind=True)
+                    counted[engine].append(r)
+                    print(f"  {engine} {r.pages} pages: {dict(r.instructions)}", flush=True)
+    per_page: dict[str, dict[str, float]] = {}
+    for engine, (small, large) in counted.items():
+        extra = large.pages - small.pages
+        per_page[engine] = {
+            thread: (large.instructions.get(thread, 0) - small.instructions.get(thread, 0))
+            / extra for thread in ("main", "others")}
+        row = per_page[engine]
+        print(f"{engine}: instructions per page: main {row['main']:,.0f}, other threads "
+              f"{row['others']:,.0f}, all {row['main'] + row['others']:,.0f}")
+    if "vanilla" in per_page:
+        base = per_page["vanilla"]
+        for engine, row in per_page.items():
+            if engine != "vanilla":
+                print(f"{engine} / vanilla: main {row['main'] / base['main']:.3f}, all "
+                      f"{(row['main'] + row['others']) / (base['main'] + base['others']):.3f}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pages", type=int, default=3000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--cap", type=float, default=60.0, help="seconds per crawl at most")
     parser.add_argument("--only", choices=("vanilla", "clustersync"), default=None)
+    parser.add_argument("--baseline", type=Path, default=None, metavar="DIR",
+                        help="also run clustersync with the package in DIR (e.g. a git worktree "
+                             "of an older commit) first on PYTHONPATH: an A/B comparison")
+    parser.add_argument("--callgrind", action="store_true",
+                        help="count instructions instead (valgrind): each node crawls a site "
+                             "of PAGES/3 pages and one of PAGES; the difference, per page, by "
+                             "thread, leaves start-up and close out (slow: minutes per crawl)")
     parser.add_argument("--profile", type=Path, default=None, metavar="DIR",
                         help="record each node with py-spy into DIR (slows the nodes down)")
     args = parser.parse_args(argv)
@@ -260,13 +333,18 @@ def main(argv: list[str] | None = None) -> int:
     if args.profile is not None:
         args.profile.mkdir(parents=True, exist_ok=True)
     engines = [args.only] if args.only else ["vanilla", "clustersync"]
+    if args.baseline is not None:
+        engines.append(f"clustersync@{args.baseline.resolve()}")
+    if args.callgrind:
+        print_instructions(engines, args.pages, args.cap)
+        return 0
     rounds: list[Round] = []
     with tempfile.TemporaryDirectory(prefix="clustersync-node-cpu-") as tmp, \
             SiteProcess(args.pages) as site:
         for repeat in range(args.repeat):
             for engine in engines:
-                r = crawl_once(engine, site, Path(tmp), f"{engine}-r{repeat}", args.cap,
-                               args.profile)
+                label = f"{engine.replace('@', '-at-').replace('/', '_')}-r{repeat}"
+                r = crawl_once(engine, site, Path(tmp), label, args.cap, args.profile)
                 rounds.append(r)
                 cells = ", ".join(f"{k} {v:.3f}" for k, v in r.cpu_ms_per_page.items())
                 switches = ", ".join(f"{k} {v:.2f}" for k, v in r.switches_per_page.items())
