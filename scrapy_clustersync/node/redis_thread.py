@@ -171,7 +171,9 @@ class SyncWorker(TurnPart, HeartbeatPart, LeasingPart, OutagePart, SettingsPart,
         if self._state_lost is None and (self._away_since is None or now >= self._retry_at):
             busy = self._turn(now)
         self._tell()
-        streaming = now - self._ops_came_at < STREAMING_S
+        # (a node whose prefetch ran low waits for its own pushes: the first op wakes it then)
+        streaming = (now - self._ops_came_at < STREAMING_S
+                     and self._prefetched_usable() > self._demand // 2)
         if not self._writes and not streaming:
             self._channel.ops_wanted.set()
         if not busy and not self._channel.pending() and not self._subscribe_if_free():
