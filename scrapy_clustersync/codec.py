@@ -57,6 +57,9 @@ if TYPE_CHECKING:
 #: leading underscore): a spider must not copy one into a new request by hand (README).
 LEASE_META_KEY = "_clustersync_lease"
 LOCAL_META_KEYS = frozenset({LEASE_META_KEY})
+#: Scrapy's meta key for a URL to keep as given (decoding sets it while it builds a request)
+VERBATIM_URL_KEY = "verbatim_url"
+_VERBATIM_META = {VERBATIM_URL_KEY: True}  # (copied by Request: never changed)
 __all__ = ["LEASE_META_KEY", "LOCAL_META_KEYS", "RequestCodec", "UndecodableEntry",
            "UnencodableRequest"]
 
@@ -297,10 +300,30 @@ class RequestCodec:
         cls, kwargs = self._class_and_kwargs(changed) if changed else (Request, changed)
         if name and self.spider is not None:
             callback = self._spider_method(name)
+        if cls is Request:
+            return self._plain_request(url, callback, kwargs)
         try:
             return cls(url=url, callback=callback, **kwargs)
         except Exception as exc:
             raise UndecodableEntry(f"cannot build the request: {exc}") from None
+
+    @staticmethod
+    def _plain_request(url: Any, callback: Any, kwargs: dict[str, Any]) -> Request:
+        """A ``Request`` of an entry's fields. Its URL is the one a Request held when it was
+        encoded (``url_encoder``'s too), so ``safe_url_string`` made it safe already: Scrapy is
+        told to take it as it is (``verbatim_url``, for the build only), which gives the same
+        URL without parsing it again."""
+        meta = kwargs.get("meta")
+        verbatim = not (isinstance(meta, dict) and VERBATIM_URL_KEY in meta)
+        if verbatim:  # (``kwargs`` may be shared: it is left as it is; Request copies meta)
+            kwargs = {**kwargs, "meta": {**meta, **_VERBATIM_META} if meta else _VERBATIM_META}
+        try:
+            request = Request(url=url, callback=callback, **kwargs)
+        except Exception as exc:
+            raise UndecodableEntry(f"cannot build the request: {exc}") from None
+        if verbatim:
+            del request.meta[VERBATIM_URL_KEY]
+        return request
 
     def _class_and_kwargs(self, changed: dict[str, Any]) -> tuple[type[Request], dict[str, Any]]:
         """The class of the request whose fields but URL and callback are ``changed`` (taken

@@ -85,3 +85,44 @@ class IdleClose:
         slot: Any = getattr(self.crawler.engine, "_slot", None)
         if self.idle_since is not None and slot is not None:
             slot.nextcall.schedule()
+
+
+class ThreadNames:
+    """Gives every Python thread of the node its name at the OS level too (Linux, first 15
+    characters), so that a sampler outside the process (bench/node_cpu.py) can tell the
+    reactor's thread from the Redis thread in ``/proc/PID/task/TID/comm``. On with
+    ``BENCH_THREAD_NAMES = True``; it names new threads once a second."""
+
+    def __init__(self) -> None:
+        import ctypes
+        import ctypes.util
+
+        self._setname = ctypes.CDLL(ctypes.util.find_library("pthread") or None).pthread_setname_np
+        self._setname.argtypes = [ctypes.c_ulong, ctypes.c_char_p]
+        self._named: set[int] = set()
+        self._poll = LoopingCall(self._name_threads)
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        if not crawler.settings.getbool("BENCH_THREAD_NAMES"):
+            raise NotConfigured("BENCH_THREAD_NAMES is not set")
+        ext = cls()
+        crawler.signals.connect(ext.engine_started, signal=signals.engine_started)
+        crawler.signals.connect(ext.engine_stopped, signal=signals.engine_stopped)
+        return ext
+
+    def engine_started(self) -> None:
+        self._poll.start(1.0, now=True)
+
+    def engine_stopped(self) -> None:
+        if self._poll.running:
+            self._poll.stop()
+
+    def _name_threads(self) -> None:
+        import threading
+
+        for thread in threading.enumerate():
+            if thread.ident is not None and thread.ident not in self._named:
+                self._named.add(thread.ident)
+                name = "main" if thread is threading.main_thread() else thread.name
+                self._setname(thread.ident, name.encode()[:15])

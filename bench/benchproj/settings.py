@@ -16,5 +16,5 @@ REMOTE_CONTROL_ENABLED = False  # Scrapy 2.19's HTTP control server: off, like t
 AUTOTHROTTLE_ENABLED = False
 HTTPCACHE_ENABLED = False
 ITEM_PIPELINES: dict[str, int] = {}
-EXTENSIONS = {"benchproj.extensions.StatsToJson": 0}
+EXTENSIONS = {"benchproj.extensions.StatsToJson": 0, "benchproj.extensions.ThreadNames": 0}
 LOG_FORMAT = "%(asctime)s.%(msecs)03d [%(name)s] %(levelname)s: %(message)s"  # ms, for timing

@@ -38,7 +38,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 #: the shortest horizon a lease is sized for: a busy machine may not run the Redis thread for
 #: tens of milliseconds, whatever the round trip to Redis
@@ -121,14 +121,15 @@ class LeaseSizer:
         now = self._clock()
         if now >= self._next_look or self._wanted() <= 0:
             self._look(now, round_trip_s)
-        seen = self._seen
-        if handing_out:
-            seen = replace(seen, not_started=seen.not_started + 1)
-        if starting:
-            self._started += 1
-            seen = replace(seen, not_started=max(0, seen.not_started - 1),
-                           room=max(0, seen.room - 1))
-        self._seen = seen
+        if handing_out or starting:  # (built whole: ``dataclasses.replace`` costs far more)
+            seen = self._seen
+            not_started, room = seen.not_started, seen.room
+            if handing_out:
+                not_started += 1
+            if starting:
+                self._started += 1
+                not_started, room = max(0, not_started - 1), max(0, room - 1)
+            self._seen = Downstream(not_started, room, seen.capacity)
         target = max(0, min(self.maximum, self._wanted()))
         if abs(target - self.target) <= TARGET_SLACK * self.target:
             return False  # not worth a message: the thread leases from half of it anyway

@@ -63,6 +63,9 @@ MAX_SLEEP_S = 0.5
 CLOSE_TIMEOUT_S = 15.0
 #: the first heartbeat comes this long after the join (at most one interval)
 FIRST_BEAT_AFTER_S = 0.25
+#: ops taken this recently: more are on their way, and the thread is not woken for them (it
+#: looks again within a linger); past it, the first op wakes it
+STREAMING_S = 2 * FLUSH_LINGER_S
 #: round trips a subscription's new connection takes before it listens (its handshake and the
 #: SUBSCRIBE), with one to spare
 SUBSCRIBE_ROUND_TRIPS = 4
@@ -132,6 +135,9 @@ class SyncWorker(TurnPart, HeartbeatPart, LeasingPart, OutagePart, SettingsPart,
         self._activity = 0  # the reactor's count of things the node did, as last heard
         self._urgent = False  # an entry was handed back: the next batch goes out now
         self._sent_at: float | None = None  # when the last round trip began (turns.py)
+        #: when the thread last went to sleep without asking to be woken for ops (_cycle)
+        self._asleep_since: float | None = None
+        self._ops_came_at = -STREAMING_S  # when ops were last taken from the queue
         self._init_leasing()
         self._init_site_calls()
         self._handlers = self._message_handlers()
@@ -165,10 +171,20 @@ class SyncWorker(TurnPart, HeartbeatPart, LeasingPart, OutagePart, SettingsPart,
         if self._state_lost is None and (self._away_since is None or now >= self._retry_at):
             busy = self._turn(now)
         self._tell()
-        if not self._writes:
+        # (a node whose prefetch ran low waits for its own pushes: the first op wakes it then)
+        streaming = (now - self._ops_came_at < STREAMING_S
+                     and self._prefetched_usable() > self._demand // 2)
+        if not self._writes and not streaming:
             self._channel.ops_wanted.set()
         if not busy and not self._channel.pending() and not self._subscribe_if_free():
-            self._channel.wake.wait(self._sleep_s(time.monotonic()))
+            now = time.monotonic()
+            sleep_s = self._sleep_s(now)
+            if streaming and not self._writes:
+                # ops come on: not woken by the first one, the thread looks again when a
+                # batch begun now would be due, and the ops found then have waited since now
+                sleep_s = min(sleep_s, FLUSH_LINGER_S)
+                self._asleep_since = now
+            self._channel.wake.wait(sleep_s)
 
     def _subscribe_if_free(self) -> bool:
         """Subscribe to the job's control channel if that is due and its connection's handshake
@@ -255,9 +271,17 @@ class SyncWorker(TurnPart, HeartbeatPart, LeasingPart, OutagePart, SettingsPart,
         self._control = self._follower.state
 
     def _tell(self) -> None:
-        """Hand the reactor the node as it is now, if anything it sees changed."""
+        """Hand the reactor the node as it is now, if anything it sees changed. Ops taken from
+        the queue and not sent yet change nothing it sees: it reckons its backlog as the ops
+        it queued less those taken, plus those taken and not sent (``accepting_work``), and an
+        op taken moves from one to the other. Unless the difference moved (ops were sent or
+        released), the view keeps the counts it last told, so it is not sent for that alone."""
+        told = self._told
+        ops_received, backlog = self._ops_received, len(self._writes)
+        if backlog - ops_received == told.backlog - told.ops_received:
+            ops_received, backlog = told.ops_received, told.backlog
         view = NodeView(
-            ops_received=self._ops_received, backlog=len(self._writes),
+            ops_received=ops_received, backlog=backlog,
             pushes_settled=self._writes.pushes_settled, totals=self._totals,
             rollbacks=self._rollbacks, start_state=self._start_state, cluster=self._cluster,
             finished_at=self._finished_at, state_lost=self._state_lost is not None,
@@ -265,7 +289,7 @@ class SyncWorker(TurnPart, HeartbeatPart, LeasingPart, OutagePart, SettingsPart,
             round_trip_s=self._round_trip_told, settings=self._shared,
             stop_reason=self._follower.reason or self._cs_counts.stop_reason,
             tickets=self._cs_granted, closespider_totals=self._cs_totals())
-        if view != self._told:
+        if view != told:
             self._told = view
             self._post(self._link.view_changed, view)
 
@@ -275,8 +299,9 @@ class SyncWorker(TurnPart, HeartbeatPart, LeasingPart, OutagePart, SettingsPart,
         sends them in batches); returns the node's Close, if it came."""
         # an op queued while a round trip was under way has waited since it began, at most: its
         # batch lingers from then (far from Redis, that wait is already longer than a linger)
-        queued_at = now if self._sent_at is None else min(now, self._sent_at)
-        self._sent_at = None
+        queued_at = min(now, self._sent_at or now, self._asleep_since or now)
+        self._sent_at = self._asleep_since = None
+        received = self._ops_received
         for message in self._channel.drain():
             for one in message if type(message) is list else (message,):
                 if type(one) is Close:
@@ -285,6 +310,8 @@ class SyncWorker(TurnPart, HeartbeatPart, LeasingPart, OutagePart, SettingsPart,
                     self._apply(one, now, queued_at)
                 except Exception as exc:  # a bug: the next ones still apply
                     self._report_bug(exc)
+        if self._ops_received != received:
+            self._ops_came_at = now
         return None
 
     def _apply(self, message: Message, now: float, queued_at: float) -> None:

@@ -103,6 +103,7 @@ class ClusterCloseSpider:
         self._send_due = False
         self._pages_seen = 0  # responses this node counted for the job (with a limit on)
         self._ahead_since: float | None = None  # own count at the limit, the job's total not
+        self._counting = False  # connected to response_received and item_scraped
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -111,11 +112,25 @@ class ClusterCloseSpider:
         ext = cls(crawler, limits_from(crawler.settings))
         connect = crawler.signals.connect
         connect(ext.node_opened, signal=node_opened)
-        connect(ext.response_received, signal=signals.response_received)
-        connect(ext.item_scraped, signal=signals.item_scraped)
+        ext._count_pages_and_items()
         connect(ext.spider_error, signal=signals.spider_error)
         connect(ext.settings_changed, signal=settings_changed)
         return ext
+
+    def _count_pages_and_items(self) -> None:
+        """Listen to every response and item while a limit is on, and only then: a signal
+        receiver costs every page a call, and with no limit there is nothing to count."""
+        manager = getattr(self.crawler, "signals", None)  # (none: driven by hand)
+        if manager is None or self._counting == self.limits.any:
+            return
+        self._counting = self.limits.any
+        pairs = ((self.response_received, signals.response_received),
+                 (self.item_scraped, signals.item_scraped))
+        for receiver, signal in pairs:
+            if self._counting:
+                manager.connect(receiver, signal=signal)
+            else:
+                manager.disconnect(receiver, signal=signal)
 
     def node_opened(self, scheduler: ClusterScheduler) -> None:
         self.node = scheduler
@@ -242,4 +257,5 @@ class ClusterCloseSpider:
         if limits != self.limits:
             logger.info("clustersync: CloseSpider limits for the cluster now %s", limits)
             self.limits = limits
+            self._count_pages_and_items()
             self._send(wake=True)

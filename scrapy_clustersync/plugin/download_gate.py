@@ -155,10 +155,15 @@ class DownloadGate:
         """Hold ``request`` of slot ``key``. ``wait_s``: how long the request was just found
         to wait, alone at a running gate; unless a request let through was lost on its way
         since, that is all ``wake()`` would find (its timer set for that long)."""
+        # behind a held request of its own site at a running gate, it cannot go before that one:
+        # what lets that one through (a transfer that ends, a timer, a lost request found) wakes
+        # the gate anyway, and a look now would find nothing to let through
+        behind = wait_s is None and bool(self.held.per_slot.get(key)) and self._runs()
         held = self.held.add(request, key)
         self._count("clustersync/gate/held")
         if wait_s is None or self._forget_lost_en_route():
-            self.wake()
+            if not behind:
+                self.wake()
         else:
             self._wake_in(min(wait_s, EN_ROUTE_RECHECK_S) if self._en_route else wait_s)
         turn = held.turn

@@ -34,6 +34,8 @@ class DedupUpkeep:
         self._exact_entries = 0  # the job's exact set, as last seen
         self._preparer = BloomPreparer(BloomPrepareScript(client, keys))
         self._migrate = DedupMigrateScript(client, keys)
+        #: the last ``flush_dedup`` answer, with what it was made of
+        self._flush_dedup: tuple[tuple[object, ...], FlushDedup] | None = None
 
     def adopt(self, job_mode: str, settings: DedupSettings) -> None:
         """Use the job's stored mode and settings from now on (what the join answered)."""
@@ -45,12 +47,19 @@ class DedupUpkeep:
 
     def flush_dedup(self) -> FlushDedup:
         """What a flush call says of the dedup record: the job's mode and, for a Bloom job, the
-        exact set's limit and the layers described."""
+        exact set's limit and the layers described (built again only when one of them changed:
+        every flush says it, and the layers' chunk keys are many)."""
+        made_of = (self.job_mode, self.settings, self._layers_described)
+        if self._flush_dedup is not None and self._flush_dedup[0] == made_of:
+            return self._flush_dedup[1]
         if self.settings.mode != "bloom":
-            return FlushDedup(self.job_mode)
-        params = self.params()
-        return FlushDedup(self.job_mode, set_limit(params),
-                          describe_layers(params, self._layers_described, self.keys))
+            dedup = FlushDedup(self.job_mode)
+        else:
+            params = self.params()
+            dedup = FlushDedup(self.job_mode, set_limit(params),
+                               describe_layers(params, self._layers_described, self.keys))
+        self._flush_dedup = (made_of, dedup)
+        return dedup
 
     def observe(self, layers: int, active_entries: int, exact_entries: int) -> None:
         """Learn the dedup record's state from a script's answer."""
