@@ -186,3 +186,21 @@ def test_status_sites_shows_the_deepest_sites_ready_or_waiting_and_purge_deletes
     # and purge leaves nothing of the job
     assert clustersync(redis_server.url, "purge", "job", "--yes").returncode == 0
     assert make_client(redis_server.url).keys("clustersync:{job}:*") == []
+
+
+def test_batches_larger_than_one_command_takes_keep_their_order_and_lose_nothing(
+    redis_server: RedisServer,
+) -> None:
+    # given 2,500 requests of one site pushed in one flush (more than one command's worth of
+    # values for one list)
+    store, epoch = joined(redis_server)
+    urls = [f"http://a.test/{n}" for n in range(2500)]
+    store.flush(epoch, [push(url) for url in urls], new_call_id())
+    # when a node leases them in one call, then acks them in one flush
+    got = leased(store, epoch, 2500)
+    result = store.flush(epoch, [Ack(entry_id) for entry_id, _ in got], new_call_id())
+    # then they came in the order pushed, every one was acked, and nothing is left
+    assert [url for _, url in got] == urls
+    assert result.acked == 2500
+    status = store.status()
+    assert (status.queued, status.leased) == (0, 0)

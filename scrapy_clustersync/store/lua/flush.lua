@@ -142,7 +142,6 @@ local function dead_letter(id, reason, blob)
 end
 
 -- ---- the op table: opcode -> how many fields follow it (store/write_ops.py: the same counts) --
-local WRITE_BATCH = 1000  -- arguments per command at most (Lua's unpack has a limit)
 local OP_FIELDS = {P = 5, T = 6, A = 1, F = 6, N = 1, D = 2, X = 2, S = 0, C = 1, K = 1}
 local first_op = layout_from + #LAYOUT * described
 
@@ -345,22 +344,21 @@ local function settle_leased_acks()
   end)
   if #acks < 2 then return end
   local ids = {}
-  for i = 1, #acks, WRITE_BATCH do
-    local part = {unpack(acks, i, math.min(#acks, i + WRITE_BATCH - 1))}
-    local scores = redis.call('ZMSCORE', deadlines_key, unpack(part))
-    for j, id in ipairs(part) do
-      if scores[j] and not named[id] and not held[id] then
+  in_batches(#acks, function(first, last)
+    local scores = redis.call('ZMSCORE', deadlines_key, unpack(acks, first, last))
+    for j = first, last do
+      local id = acks[j]
+      if scores[j - first + 1] and not named[id] and not held[id] then
         held[id] = true
         ids[#ids + 1] = id
       end
     end
-  end
-  for i = 1, #ids, WRITE_BATCH do
-    local part = {unpack(ids, i, math.min(#ids, i + WRITE_BATCH - 1))}
-    redis.call('ZREM', deadlines_key, unpack(part))
-    redis.call('HDEL', leased_key, unpack(part))
-    redis.call('HDEL', entries_key, unpack(part))
-  end
+  end)
+  in_batches(#ids, function(first, last)
+    redis.call('ZREM', deadlines_key, unpack(ids, first, last))
+    redis.call('HDEL', leased_key, unpack(ids, first, last))
+    redis.call('HDEL', entries_key, unpack(ids, first, last))
+  end)
 end
 settle_leased_acks()
 each_op(apply_op)

@@ -110,15 +110,14 @@ local function frontier_queue(id, blob, kind, prio, site, head)
   counted(site, 1, #item)
 end
 
-local PUSH_BATCH = 1000  -- items per command at most (Lua's unpack has a limit)
 local function write_queued()
   for _, group in ipairs(FRONTIER.push_lists) do
     local command = group.head and 'LPUSH' or 'RPUSH'
-    for i = 1, #group, PUSH_BATCH do
-      local last = math.min(#group, i + PUSH_BATCH - 1)
-      local length = redis.call(command, group.key, unpack(group, i, last))
-      if length == last - i + 1 then became_ready(group.class, group.kind, group.prio, group.site) end
-    end
+    in_batches(#group, function(first, last)
+      if redis.call(command, group.key, unpack(group, first, last)) == last - first + 1 then
+        became_ready(group.class, group.kind, group.prio, group.site)
+      end
+    end)
   end
   FRONTIER.pushes, FRONTIER.push_lists = {}, {}
 end

@@ -101,16 +101,14 @@ local function lease_one(id, score, where, blob)
   out[#out + 1] = tostring(score)
 end
 
-local WRITE_BATCH = 1000  -- arguments per command at most (Lua's unpack has a limit)
-local function each_batch(command, key, args)
-  for i = 1, #args, WRITE_BATCH do
-    redis.call(command, key, unpack(args, i, math.min(#args, i + WRITE_BATCH - 1)))
-  end
-end
 local function lease_writes()
-  each_batch('HSET', entries_key, new_entries)
-  each_batch('ZADD', deadlines_key, new_deadlines)
-  each_batch('HSET', leased_key, new_leases)
+  for _, write in ipairs({{'HSET', entries_key, new_entries}, {'ZADD', deadlines_key, new_deadlines},
+                          {'HSET', leased_key, new_leases}}) do
+    local command, key, values = write[1], write[2], write[3]
+    in_batches(#values, function(first, last)
+      redis.call(command, key, unpack(values, first, last))
+    end)
+  end
 end
 
 local t = redis.call('TIME')

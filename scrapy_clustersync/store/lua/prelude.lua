@@ -54,6 +54,14 @@ local function parse_lease(value)
   return score, owner, where
 end
 
+-- in_batches(n, visit): visit(first, last) for each run of at most ARG_BATCH of the indexes
+-- 1..n, in order: a list's values go to a command a run at a time (Lua's unpack is bounded). A
+-- list of pairs keeps its pairs whole, ARG_BATCH being even.
+local ARG_BATCH = 1000
+local function in_batches(n, visit)
+  for first = 1, n, ARG_BATCH do visit(first, math.min(n, first + ARG_BATCH - 1)) end
+end
+
 -- queued_count(meta, legacy): the requests queued in the job: the frontier's (frontier.lua keeps
 -- their count in the meta hash) and the legacy queue's
 local function queued_count(meta, legacy)
