@@ -204,3 +204,32 @@ def test_batches_larger_than_one_command_takes_keep_their_order_and_lose_nothing
     assert result.acked == 2500
     status = store.status()
     assert (status.queued, status.leased) == (0, 0)
+
+
+def test_a_dead_node_with_many_leases_gets_them_all_back_a_bounded_part_per_call(
+    redis_server: RedisServer,
+) -> None:
+    # given a node holding 1,500 leases whose heartbeats stopped (its liveness ran out)
+    dead, epoch = joined(redis_server, "n1")
+    dead.flush(epoch, [push(f"http://s{n % 7}.test/{n}") for n in range(1500)], new_call_id())
+    held = dead.lease(epoch, 1500, 600_000, new_call_id())
+    assert len(held) == 1500
+    dead.heartbeat(epoch, ttl_ms=1, lease_ms=600_000, info={}, idle=False, idle_after_ms=0,
+                   lease_ids=[])
+    alive, _ = joined(redis_server, "n2")
+    # when a live node's heartbeat declares it dead
+    beat = alive.heartbeat(epoch, ttl_ms=60_000, lease_ms=600_000, info={}, idle=False,
+                           idle_after_ms=0, lease_ids=[])
+    # then it is declared dead with all its leases, of which one beat returned 500 itself and
+    # the rest expired for the next leases to return: every request comes back once
+    assert [(d.node, d.leases) for d in beat.declared_dead] == [("n1", 1500)]
+    assert alive.status().queued == 500
+    again: list[str] = []
+    for _ in range(20):
+        got = alive.lease(epoch, 200, 600_000, new_call_id())
+        if not got:
+            break
+        again.extend(entry_id for entry_id, _, _ in got)
+    assert sorted(again) == sorted(entry.entry_id for entry in held)
+    status = alive.status()
+    assert (status.queued, status.counters["reclaimed"]) == (0, 1500)

@@ -72,7 +72,8 @@
 -- that the node was told (a retried call whose answer was lost tells it again).
 -- Death: a node whose liveness deadline passed is declared dead by the next heartbeat of any node
 -- that does not leave, in this one atomic step: its leases go back to the queue with their old
--- score (as lease.lua's reclaim; they skip dedup), it leaves the live set and the idle hash, and a
+-- score (as lease.lua's reclaim; they skip dedup; beyond RETURNS_PER_BEAT of them they expire
+-- instead, and the next lease calls return them), it leaves the live set and the idle hash, and a
 -- record {declared_ms, by, deadline_ms, last_beat_ms, leases_returned, record} goes to dead_nodes,
 -- record being the node's last node_info JSON. Finding its leases scans the leased hash once (O(leased),
 -- HGETALL) per heartbeat that finds a death: a rare event, and leased is bounded by the nodes'
@@ -136,6 +137,8 @@ local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local leaving = ttl_ms == 0
 frontier_setup(frontier_key, meta_key, queue_key, entries_key)
 local DEATHS_PER_BEAT = 100
+-- a dead node's leases a beat returns to the queue itself, at most; the others it expires
+local RETURNS_PER_BEAT = 500
 local PRUNE_PER_BEAT = 10
 
 -- a gap with no heartbeat at all is Redis's absence (or the whole cluster's), not a death: a
@@ -204,15 +207,27 @@ local function declare_dead()
     deadline[other] = redis.call('ZSCORE', nodes_key, other)
   end
   local leases = redis.call('HGETALL', leased_key)
+  local now_returned, expire = 0, {}
   for i = 1, #leases, 2 do
     local score, owner, where = parse_lease(leases[i + 1])
     if owner and returned[owner] then
-      redis.call('ZREM', deadlines_key, leases[i])
-      redis.call('HDEL', leased_key, leases[i])
-      frontier_return(leases[i], score, where)
+      if now_returned < RETURNS_PER_BEAT then
+        redis.call('ZREM', deadlines_key, leases[i])
+        redis.call('HDEL', leased_key, leases[i])
+        frontier_return(leases[i], score, where)
+        now_returned = now_returned + 1
+      else
+        expire[#expire + 1] = now_ms - 1
+        expire[#expire + 1] = leases[i]
+      end
       returned[owner] = returned[owner] + 1
     end
   end
+  -- the rest expire now, a few commands for them all: the next lease calls return them (lease.lua
+  -- reclaims expired leases first), so that one beat never holds Redis for all of them
+  in_batches(#expire, function(first, last)
+    redis.call('ZADD', deadlines_key, 'XX', unpack(expire, first, last))
+  end)
   local lines, total = {}, 0
   for _, other in ipairs(dead) do
     local record = redis.call('HGET', node_info_key, other) or 'null'
@@ -228,7 +243,8 @@ local function declare_dead()
     total = total + returned[other]
     lines[#lines + 1] = returned[other] .. '\t' .. (now_ms - last_beat_ms) .. '\t' .. other
   end
-  if total > 0 then redis.call('HINCRBY', stats_key, 'reclaimed', total) end
+  -- (lease.lua counts those it reclaims once expired)
+  if now_returned > 0 then redis.call('HINCRBY', stats_key, 'reclaimed', now_returned) end
   redis.call('HINCRBY', stats_key, 'declared_dead', #dead)
   return table.concat(lines, '\n')
 end
