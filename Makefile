@@ -45,6 +45,7 @@ bench: $(BIN)/.installed
 	$(BIN)/python bench/bloom.py
 	$(BIN)/python bench/seed.py
 	$(BIN)/python bench/loadgen.py
+	$(BIN)/python bench/dead_node.py
 
 compat: $(BIN)/.installed
 	./scripts/ensure-redis-server.sh
