@@ -11,7 +11,7 @@ from scrapy import Request
 from scrapy.utils.request import RequestFingerprinter
 
 from scrapy_clustersync.codec import RequestCodec
-from scrapy_clustersync.store import Ack, JobStore, Push, Release, make_client
+from scrapy_clustersync.store import Ack, JobStore, Push, PushFlags, Release, make_client
 from scrapy_clustersync.store.job_store import new_call_id
 from scrapy_clustersync.store.lease_script import LeasePace
 from scrapy_clustersync.store.records import LeaseValue
@@ -233,3 +233,17 @@ def test_a_dead_node_with_many_leases_gets_them_all_back_a_bounded_part_per_call
     assert sorted(again) == sorted(entry.entry_id for entry in held)
     status = alive.status()
     assert (status.queued, status.counters["reclaimed"]) == (0, 1500)
+
+
+def test_an_entry_id_says_whether_it_is_a_start_request(redis_server: RedisServer) -> None:
+    # given a start request and another request of the same priority, pushed in that order
+    # (the node's prefetch reads the kind from the id: node/prefetch.py served_before)
+    store, epoch = joined(redis_server)
+    start = push("http://a.test/start")
+    start = Push(start.fingerprint, 0, start.request, int(PushFlags.START), start.site)
+    store.flush(epoch, [start] + [push(f"http://a.test/{n}") for n in range(20)], new_call_id())
+    # when they are leased
+    got = leased(store, epoch, 21)
+    # then the other requests come first, and each id starts with its kind
+    assert got[-1][1] == "http://a.test/start" and got[-1][0].startswith("1")
+    assert all(entry_id.startswith("0") for entry_id, _ in got[:-1])

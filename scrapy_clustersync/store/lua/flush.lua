@@ -67,8 +67,9 @@
 --                                   chunks exist: this script never allocates a layer (that
 --                                   would block Redis for the whole layer and escape maxmemory);
 --                                   the caller allocates it with bloom_prepare.lua, calls again
--- Entry ids of the frontier are "<the job's sequence, hex><first 8 characters of the call id>":
--- the list keeps their order. In the legacy queue (a push with no site), equal queue scores
+-- Entry ids of the frontier are "<kind><the job's sequence, hex><first 8 characters of the call
+-- id>": the list keeps their order, and the kind (0, or 1 for a start request, as below) tells
+-- the node what its queue serves first (node/prefetch.py served_before). In the legacy queue (a push with no site), equal queue scores
 -- (priorities) sort by id, so there the id is "<kind><order, 16 hex digits><the same 8>": kind 0
 -- (other requests) before kind 1 (start requests, flag 2), as Scrapy's start queues; then the
 -- order, the sequence for FIFO or LIFO_BASE minus it for LIFO (flag 4), so the newest comes
@@ -290,7 +291,7 @@ local function apply_op(op, f)
         redis.call('HSET', entries_key, id, blob)
         redis.call('ZADD', queue_key, -tonumber(prio), id)
       else
-        id = string.format('%x', seq) .. id_tail
+        id = math.floor(flags / 2) % 2 .. string.format('%x', seq) .. id_tail
         frontier_queue(id, blob, math.floor(flags / 2) % 2, tostring(tonumber(prio)), site,
                        math.floor(flags / 4) % 2 == 1)
       end
