@@ -291,8 +291,9 @@ local function apply_op(op, f)
         redis.call('HSET', entries_key, id, blob)
         redis.call('ZADD', queue_key, -tonumber(prio), id)
       else
-        id = math.floor(flags / 2) % 2 .. string.format('%x', seq) .. id_tail
-        frontier_queue(id, blob, math.floor(flags / 2) % 2, tostring(tonumber(prio)), site,
+        local kind = math.floor(flags / 2) % 2
+        id = kind .. string.format('%x', seq) .. id_tail
+        frontier_queue(id, blob, kind, tostring(tonumber(prio)), site,
                        math.floor(flags / 4) % 2 == 1)
       end
       pushed = pushed + 1
@@ -355,11 +356,9 @@ local function settle_leased_acks()
       end
     end
   end)
-  in_batches(#ids, function(first, last)
-    redis.call('ZREM', deadlines_key, unpack(ids, first, last))
-    redis.call('HDEL', leased_key, unpack(ids, first, last))
-    redis.call('HDEL', entries_key, unpack(ids, first, last))
-  end)
+  send_in_batches('ZREM', deadlines_key, ids)
+  send_in_batches('HDEL', leased_key, ids)
+  send_in_batches('HDEL', entries_key, ids)
 end
 settle_leased_acks()
 each_op(apply_op)

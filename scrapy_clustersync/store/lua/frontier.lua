@@ -165,8 +165,9 @@ end
 -- The pace of `site` for a lease: how many of its requests may be handed out now (math.huge: no
 -- limit), the step between them, when the first may start, when this node's last may, when a
 -- lease may have one if none now, and, when no node may have one now (not only this one), the
--- server ms from which one may (its rest, frontier_lease). pace (lease.lua): {on=, recorded_first=, node=, now=, horizon=, default_ms=,
--- delays=, per_domain=, nodes=, site_prefix=, idle_ms=}. The site's politeness hash
+-- server ms from which one may (its rest, lease_class). pace (lease.lua): {on=,
+-- recorded_first=, node=, now=, horizon=, default_ms=, delays=, per_domain=, nodes=,
+-- site_prefix=, idle_ms=}. The site's politeness hash
 -- (site_turns.lua): tat_ms, blocked_ms, backoff_ms, delay_ms; and what leases keep there:
 -- lease_due_ms, when the next request handed out may start, and "lease:<node>", when the last
 -- one handed to that node may. A node is handed what may start before its horizon, and the
@@ -201,8 +202,8 @@ end
 -- Lease up to `want` queued requests, handing each to hand(id, blob, score, where); returns how
 -- many, and the soonest (server ms) a site passed over for its pace may have one (nil: none).
 -- Classes best first; within a class, the sites in turn, each given a share of what is left per
--- round and never more than its pace allows (a site that may not start a request within the
--- horizon is passed over and goes to the back). Bounded: SITES_PER_LEASE site visits per call,
+-- round and never more than its pace allows (a site no node may be handed a request of within
+-- the horizon rests: lease_class). Bounded: SITES_PER_LEASE site visits per call,
 -- and as many classes (read CLASSES_PER_READ at a time): a class whose sites may not start a
 -- request costs a visit per site, so the classes after it are reached (a slow site with
 -- requests of many priorities holds back no other site).
@@ -258,7 +259,7 @@ end
 -- was visited since one last gave a request (those left may not start one yet). A site that may
 -- not start one within the horizon rests (rest:<class>, until when a lease may hand one out),
 -- so that a lease visits only sites that may. `st`: the call's {taken=, visits=, woken=,
--- retry_at=, paced=} (paced: site -> {left=, step=, due=, later=, given=}).
+-- retry_at=, paced=} (paced: site -> {left=, step=, due=, own=, rest=, given=}).
 local function lease_class(class, st, want, pace, hand)
   local colon = string.find(class, ':', 1, true)
   local kind, prio = string.sub(class, 1, colon - 1), string.sub(class, colon + 1)
@@ -335,12 +336,14 @@ local function frontier_queued()
 end
 
 local function frontier_finish()
-  write_queued()
-  for i = #FRONTIER.released, 1, -1 do  -- each to the head: the last first
+  -- released entries go to the head after the call's new ones, the last first, so that the first
+  -- released is leased first (one LPUSH of a list's items puts its last item at the head)
+  for i = #FRONTIER.released, 1, -1 do
     local r = FRONTIER.released[i]
-    frontier_push(r[1], r[2], r[3], r[4], r[5], true)
+    frontier_queue(r[1], r[2], r[3], r[4], r[5], true)
   end
   FRONTIER.released = {}
+  write_queued()
   if FRONTIER.queued ~= 0 then redis.call('HINCRBY', FRONTIER.meta, 'fqueued', FRONTIER.queued) end
   if FRONTIER.bytes ~= 0 then redis.call('HINCRBY', FRONTIER.meta, 'fbytes', FRONTIER.bytes) end
   if FRONTIER.turn then redis.call('HSET', FRONTIER.meta, 'fturn', FRONTIER.turn) end

@@ -225,9 +225,7 @@ local function declare_dead()
   end
   -- the rest expire now, a few commands for them all: the next lease calls return them (lease.lua
   -- reclaims expired leases first), so that one beat never holds Redis for all of them
-  in_batches(#expire, function(first, last)
-    redis.call('ZADD', deadlines_key, 'XX', unpack(expire, first, last))
-  end)
+  send_in_batches('ZADD', deadlines_key, expire, 'XX')
   local lines, total = {}, 0
   for _, other in ipairs(dead) do
     local record = redis.call('HGET', node_info_key, other) or 'null'

@@ -102,13 +102,9 @@ local function lease_one(id, score, where, blob)
 end
 
 local function lease_writes()
-  for _, write in ipairs({{'HSET', entries_key, new_entries}, {'ZADD', deadlines_key, new_deadlines},
-                          {'HSET', leased_key, new_leases}}) do
-    local command, key, values = write[1], write[2], write[3]
-    in_batches(#values, function(first, last)
-      redis.call(command, key, unpack(values, first, last))
-    end)
-  end
+  send_in_batches('HSET', entries_key, new_entries)
+  send_in_batches('ZADD', deadlines_key, new_deadlines)
+  send_in_batches('HSET', leased_key, new_leases)
 end
 
 local t = redis.call('TIME')

@@ -62,6 +62,18 @@ local function in_batches(n, visit)
   for first = 1, n, ARG_BATCH do visit(first, math.min(n, first + ARG_BATCH - 1)) end
 end
 
+-- send_in_batches(command, key, values[, option]): `command key [option] values...`, a run of
+-- values per call (in_batches)
+local function send_in_batches(command, key, values, option)
+  in_batches(#values, function(first, last)
+    if option then
+      redis.call(command, key, option, unpack(values, first, last))
+    else
+      redis.call(command, key, unpack(values, first, last))
+    end
+  end)
+end
+
 -- queued_count(meta, legacy): the requests queued in the job: the frontier's (frontier.lua keeps
 -- their count in the meta hash) and the legacy queue's
 local function queued_count(meta, legacy)
