@@ -42,6 +42,7 @@ bench: $(BIN)/.installed
 	$(BIN)/python bench/run.py
 	$(BIN)/python bench/polite.py
 	$(BIN)/python bench/broad.py
+	$(BIN)/python bench/item_heavy.py
 	$(BIN)/python bench/bloom.py
 	$(BIN)/python bench/seed.py
 	$(BIN)/python bench/loadgen.py

@@ -54,8 +54,6 @@ class StartRun:
         self._must_rerun = False
         self._changed = Waiters()  # fired whenever the Redis thread hands something over
         io.listen(self._changed.fire)
-        for signal in (signals.item_scraped, signals.item_dropped, signals.item_error):
-            crawler.signals.connect(self._item_done, signal=signal)
 
     # ---- called by ClusterSpiderMiddleware.process_start ---------------------------------
     async def begin(self) -> bool:
@@ -79,6 +77,8 @@ class StartRun:
 
     def yielded(self, item_or_request: Any) -> None:
         if not isinstance(item_or_request, Request):
+            if not self._items:
+                self._watch_items(True)
             self._items += 1
 
     def ended(self) -> None:
@@ -135,9 +135,21 @@ class StartRun:
     def _stopping(self) -> bool:
         return self.io.outcome is not None or self.crawler.crawling is False
 
+    def _watch_items(self, on: bool) -> None:
+        """Listen to the end of every item while an item start() yielded is in the pipelines,
+        and only then: under the asyncio reactor a signal receiver costs every item of every
+        page a task of its own."""
+        for signal in (signals.item_scraped, signals.item_dropped, signals.item_error):
+            if on:
+                self.crawler.signals.connect(self._item_done, signal=signal)
+            else:
+                self.crawler.signals.disconnect(self._item_done, signal=signal)
+
     def _item_done(self, item: Any, response: Any = None, **kwargs: Any) -> None:
         if response is None and self._items > 0:  # an item start() yielded (Scrapy passes None)
             self._items -= 1
+            if not self._items:
+                self._watch_items(False)
             self._maybe_done()
 
     def _maybe_done(self) -> None:

@@ -1,0 +1,140 @@
+"""Item-heavy pages: a listing spider, vanilla Scrapy and scrapy-clustersync side by side.
+
+    python bench/item_heavy.py [--pages 600] [--repeat 3] [--items 120] [--delay 0.01]
+
+Every page of a generated site is a listing: the spider (tests/projects/listing) yields
+``--items`` items per page, each awaited ``--delay`` seconds by an async item pipeline (a
+database write, say), then follows the page's links. One node of each variant crawls the whole
+site; the rounds are interleaved and the medians of the steady pages/s (10th to 90th percentile
+of the page hits) are compared with vanilla Scrapy's in the same run:
+
+- ``vanilla`` and ``clustersync``: no feed, the add-on's result pipeline off;
+- ``vanilla +feed`` (a JSON lines feed, ``-o items.jsonl``) and ``clustersync +results`` (the
+  add-on's result pipeline writing every item to the job's result stream), when the installed
+  package has the result pipeline.
+
+Each run has its own redis-server. Targets: clustersync >= 0.95 of vanilla; with results
+>= 0.90 of vanilla with a feed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+# testkit, the dev and test kit, is not installed: it is imported from the repository root
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from runner import steady_rate
+
+from scrapy_clustersync import config
+from testkit.nodes import start_node
+from testkit.redis_server import RedisServer
+from testkit.site_process import SiteProcess
+
+ROOT = Path(__file__).resolve().parents[1]
+LISTING_PROJECT = ROOT / "tests" / "projects" / "listing"
+BENCH_DIR = Path(__file__).resolve().parent
+CAP_S = 120.0
+TARGET = 0.95
+TARGET_WITH_RESULTS = 0.90
+
+
+@dataclass(frozen=True)
+class ListingVariant:
+    """One way of running the listing spider: with or without the add-on, a feed, results."""
+    key: str
+    addon: bool
+    feed: bool = False
+    results: bool = False
+
+
+def variants() -> list[ListingVariant]:
+    chosen = [ListingVariant("vanilla", addon=False), ListingVariant("clustersync", addon=True)]
+    if results_pipeline_available():
+        chosen += [ListingVariant("vanilla +feed", addon=False, feed=True),
+                   ListingVariant("clustersync +results", addon=True, results=True)]
+    return chosen
+
+
+def results_pipeline_available() -> bool:
+    return "CLUSTERSYNC_RESULTS" in config.DEFAULTS
+
+
+def run_once(variant: ListingVariant, site: SiteProcess, run_dir: Path, args: argparse.Namespace,
+             agent: str) -> float:
+    """One node of ``variant`` crawls the site; its steady pages/s."""
+    settings = {"USER_AGENT": agent, "ITEMS_PER_PAGE": str(args.items),
+                "PIPELINE_DELAY": str(args.delay), "LOG_LEVEL": "WARNING"}
+    options: list[str] = []
+    if variant.feed:
+        options = ["-o", str(run_dir / "items.jsonl")]
+    redis = RedisServer(run_dir / "redis").start() if variant.addon else None
+    try:
+        if redis is not None:
+            settings["CLUSTERSYNC_REDIS_URL"] = redis.url
+            settings["CLUSTERSYNC_IDLE_CLOSE_AFTER"] = "1.0"
+            if results_pipeline_available():
+                settings["CLUSTERSYNC_RESULTS"] = str(variant.results)
+        else:
+            settings["ADDONS"] = "{}"
+        node = start_node("listing", cwd=LISTING_PROJECT, log_path=run_dir / "scrapy.log",
+                          spider_args={"start_url": site.start_url}, settings=settings,
+                          options=options, env={"SCRAPY_SETTINGS_MODULE": "listing.settings"},
+                          pythonpath=[LISTING_PROJECT])
+        try:
+            node.wait(timeout=CAP_S)
+        except Exception:
+            node.kill()
+            node.wait()
+            raise
+    finally:
+        if redis is not None:
+            redis.stop()
+    hits = site.agent_hits(agent)
+    if len(hits.hits) != site.pages:
+        sys.exit(f"{variant.key}: fetched {len(hits.hits)} of {site.pages} pages; "
+                 f"see {run_dir / 'scrapy.log'}")
+    return steady_rate(hits.times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pages", type=int, default=600)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--items", type=int, default=120)
+    parser.add_argument("--delay", type=float, default=0.01)
+    args = parser.parse_args()
+    rates: dict[str, list[float]] = {v.key: [] for v in variants()}
+    with tempfile.TemporaryDirectory() as tmp, SiteProcess(args.pages) as site:
+        for repeat in range(args.repeat):
+            for variant in variants():
+                agent = f"bench/{variant.key.replace(' ', '_')}-{repeat}-{time.monotonic_ns()}"
+                run_dir = Path(tmp) / agent.replace("/", "_")
+                rate = run_once(variant, site, run_dir, args, agent)
+                rates[variant.key].append(rate)
+                print(f"  {variant.key:<22} round {repeat + 1}: {rate:7.1f} pages/s", flush=True)
+    medians = {key: statistics.median(values) for key, values in rates.items()}
+    print(f"\nlisting: {args.items} items per page, async pipeline {args.delay * 1000:g} ms "
+          f"per item, {args.pages} pages, medians of {args.repeat}")
+    for key, value in medians.items():
+        print(f"  {key:<22} {value:7.1f} pages/s")
+    report("clustersync ÷ vanilla", medians["clustersync"], medians["vanilla"], TARGET)
+    if "clustersync +results" in medians:
+        report("clustersync +results ÷ vanilla +feed", medians["clustersync +results"],
+               medians["vanilla +feed"], TARGET_WITH_RESULTS)
+
+
+def report(label: str, value: float, base: float, target: float) -> None:
+    ratio = value / base if base else 0.0
+    verdict = "ok" if ratio >= target else "BELOW TARGET"
+    print(f"  {label}: {ratio:.2f} (target >= {target:.2f}): {verdict}")
+
+
+if __name__ == "__main__":
+    main()
