@@ -102,9 +102,10 @@ def packed_ops(ops: Sequence[Op]) -> bytes:
     flat: list[Any] = []
     for op in ops:
         flat.extend(op.args())
-    return msgpack.packb([value if (kind := type(value)) is bytes or kind is str
-                          else str(value) if kind is int else _as_text(value)
-                          for value in flat], use_bin_type=False)
+    packed: bytes = msgpack.packb([value if (kind := type(value)) is bytes or kind is str
+                                   else str(value) if kind is int else _as_text(value)
+                                   for value in flat], use_bin_type=False)
+    return packed
 
 
 def _as_text(value: object) -> str | bytes:
