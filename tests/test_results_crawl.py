@@ -20,6 +20,7 @@ from conftest import ProxyFactory, SiteFactory
 from support import (
     ROOT,
     Node,
+    clustersync,
     missing_pages,
     project_with_spiders,
     start_node,
@@ -153,6 +154,10 @@ def test_at_the_cap_the_crawl_pauses_and_goes_on_when_the_stream_is_trimmed(
             paused_at = len(web.hits())
             time.sleep(1.0)
             assert len(web.hits()) <= paused_at + 16  # at most what was under way
+            status = clustersync(redis_server.url, "status", "listing")
+            assert f"of {cap:,} (cap)" in status.stdout and "results full since" in status.stdout
+            wait_until(lambda: "results full" in clustersync(
+                redis_server.url, "nodes", "listing").stdout, 10, "the node's state")
         entries: Any = client.xrange(KEYS.results)
         seen.update(decode_record(sid, fields).id for sid, fields in entries)
         last_ms, last_seq = entries[-1][0].decode().split("-")
