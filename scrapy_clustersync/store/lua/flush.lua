@@ -20,7 +20,9 @@
 -- KEYS[14] scrapy_stats  hash   the Scrapy stats of every node, summed (C ops)
 -- KEYS[15] node_stats    hash   "<node>\t<stat>" -> the same, per node
 -- KEYS[16] frontier      prefix the frontier's key names start with this (frontier.lua)
--- KEYS[17..] chunk       string bloom chunk strings of the described layers, layer by layer,
+-- KEYS[17] node_leases   zset   leased entry id -> its node's number and lease sequence
+--                               (lease_index.lua): a lease that ends here leaves it
+-- KEYS[18..] chunk       string bloom chunk strings of the described layers, layer by layer,
 --                               chunk by chunk
 -- ARGV[1]  epoch         string the job epoch the node joined; another value = Redis lost the job
 -- ARGV[2]  call_id       string unique per call; the same id again returns the stored result
@@ -91,7 +93,8 @@ local task_of_key = KEYS[13]
 local scrapy_stats_key = KEYS[14]
 local node_stats_key = KEYS[15]
 local frontier_key = KEYS[16]
-local chunk_from = 17
+local node_leases_key = KEYS[17]
+local chunk_from = 18
 local epoch = ARGV[1]
 local call_id = ARGV[2]
 local node = ARGV[3]
@@ -113,7 +116,7 @@ local refused = wrong_type({{queue_key, 'zset'}, {entries_key, 'hash'}, {deadlin
                             {scrapy_stats_key, 'hash'}, {node_stats_key, 'hash'},
                             {frontier_key .. 'classes', 'zset'},
                             {frontier_key .. 'sites', 'zset'},
-                            {frontier_key .. 'requeued', 'hash'}})
+                            {frontier_key .. 'requeued', 'hash'}, {node_leases_key, 'zset'}})
 if refused then return refused end
 local last = redis.call('HMGET', last_call_key, 'writes', 'flush_id', 'flush_result')
 local writes = tonumber(last[1] or '0')
@@ -160,9 +163,13 @@ local function each_op(visit)
   return nil
 end
 
+-- the leases this batch ends (acks, releases, dead letters): they leave the lease index, in one
+-- ZREM per batch after the ops (the index's only writes here: lease_index.lua)
+local ended_leases = {}
 local function drop_lease(id)
   local removed = redis.call('ZREM', deadlines_key, id)
   redis.call('HDEL', leased_key, id)
+  if removed == 1 then ended_leases[#ended_leases + 1] = id end
   return removed
 end
 
@@ -359,9 +366,11 @@ local function settle_leased_acks()
   send_in_batches('ZREM', deadlines_key, ids)
   send_in_batches('HDEL', leased_key, ids)
   send_in_batches('HDEL', entries_key, ids)
+  for _, id in ipairs(ids) do ended_leases[#ended_leases + 1] = id end
 end
 settle_leased_acks()
 each_op(apply_op)
+send_in_batches('ZREM', node_leases_key, ended_leases)
 if seq_next then redis.call('HSET', meta_key, 'seq', seq_next) end
 frontier_finish()
 
