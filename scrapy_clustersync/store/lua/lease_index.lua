@@ -64,6 +64,63 @@ local function unindex_leases(ids)
   send_in_batches('ZREM', LEASE_INDEX.node_leases, ids)
 end
 
+-- frontier_return (frontier.lua, whose helpers it uses) for many leased entries at once,
+-- `returns` = {{id, score, where}, ...}, a few commands for them all: each goes to the head of
+-- its list in the order given (so the last given of a list ends up first), as one
+-- frontier_return each would put them.
+local function frontier_return_all(returns)
+  local ids, back = {}, {}
+  for _, r in ipairs(returns) do
+    if not r[3] or r[3] == '' then
+      frontier_return(r[1], r[2], r[3])
+    else
+      ids[#ids + 1] = r[1]
+      back[#back + 1] = r
+    end
+  end
+  if #ids == 0 then return end
+  local blobs, found, requeued = {}, {}, {}
+  in_batches(#ids, function(first, last)
+    local got = redis.call('HMGET', FRONTIER.entries, unpack(ids, first, last))
+    for j = first, last do blobs[j] = got[j - first + 1] end
+  end)
+  local lists, order = {}, {}
+  for j, r in ipairs(back) do
+    local blob = blobs[j]
+    if blob then  -- (an entry with no request left: check.lua reports it)
+      found[#found + 1] = r[1]
+      local prio = tostring(-tonumber(r[2] or '0'))
+      if prio == '-0' then prio = '0' end
+      local kind, site = string.sub(r[3], 1, 1), string.sub(r[3], 2)
+      local class = class_of(kind, prio)
+      local key = list_key(class, site)
+      local group = lists[key]
+      if not group then
+        group = {key = key, class = class, kind = kind, prio = prio, site = site}
+        lists[key] = group
+        order[#order + 1] = group
+      end
+      local item = r[1] .. '\t' .. blob
+      group[#group + 1] = item
+      counted(site, 1, #item)
+      requeued[#requeued + 1] = r[1]
+      requeued[#requeued + 1] = 'q' .. r[3]
+    end
+  end
+  send_in_batches('HDEL', FRONTIER.entries, found)
+  for _, group in ipairs(order) do
+    in_batches(#group, function(first, last)
+      if redis.call('LPUSH', group.key, unpack(group, first, last)) == last - first + 1 then
+        became_ready(group.class, group.kind, group.prio, group.site)
+      end
+    end)
+  end
+  if #requeued > 0 then
+    send_in_batches('HSET', FRONTIER.requeued, requeued)
+    FRONTIER.any_requeued = true
+  end
+end
+
 -- End the leases `ids` that `owners` (the same indexes: the node each is expected to be leased
 -- to; nil = whoever holds it) still hold and put them back in the queue, each first of its
 -- site and class, in the order given (the last one given ends up at the head); returns how
@@ -81,7 +138,7 @@ local function return_leases(ids, owners)
   end
   send_in_batches('ZREM', LEASE_INDEX.deadlines, ended)
   send_in_batches('HDEL', LEASE_INDEX.leased, ended)
-  for _, each in ipairs(back) do frontier_return(each[1], each[2], each[3]) end
+  frontier_return_all(back)
   return #back
 end
 
