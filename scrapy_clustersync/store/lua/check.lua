@@ -10,6 +10,9 @@
 -- KEYS[3]  deadlines  zset    leased entry id -> lease deadline (server ms)
 -- KEYS[4]  leased     hash    leased entry id -> "<queue score>|<node>"
 -- KEYS[5]  nodes      zset    node id -> liveness deadline (server ms)
+-- KEYS[6]  node_leases zset   leased entry id -> its node's number and lease sequence (the
+--                             index of each node's leases, lease_index.lua): a lease dropped
+--                             here leaves it
 -- ARGV[1]  mode       string  'check' | 'repair'
 -- ARGV[2..] suspect   string  triples: kind, entry id, queue score ('' unless the caller read it
 --                             from the entry's request: what an entry that is in no structure
@@ -20,6 +23,7 @@ local entries_key = KEYS[2]
 local deadlines_key = KEYS[3]
 local leased_key = KEYS[4]
 local nodes_key = KEYS[5]
+local node_leases_key = KEYS[6]
 local mode = ARGV[1]
 local suspect_from = 2
 local t = redis.call('TIME')
@@ -38,6 +42,7 @@ end
 local function drop_lease(id)
   redis.call('ZREM', deadlines_key, id)
   redis.call('HDEL', leased_key, id)
+  redis.call('ZREM', node_leases_key, id)
 end
 local function requeue(id, score)
   drop_lease(id)

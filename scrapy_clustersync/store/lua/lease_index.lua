@@ -189,12 +189,13 @@ local function reclaim_dead_leases(budget)
   return returned, budget - left
 end
 
--- Return at most `max` leases whose deadline passed by `now_ms`, each node's in the order it
--- leased them as reclaim_dead_leases does (those with no index entry first, so they come
--- after). Returns how many went back.
+-- Return at most `max` leases whose deadline passed by `now_ms`, the latest deadlines first
+-- (each call's go to the heads of their lists before those of the call before, as
+-- reclaim_dead_leases does), and in a call each node's in the order it leased them (those with
+-- no index entry first, so they come after). Returns how many went back.
 local function reclaim_expired_leases(now_ms, max)
   if max <= 0 then return 0 end
-  local expired = redis.call('ZRANGEBYSCORE', LEASE_INDEX.deadlines, '-inf', now_ms,
+  local expired = redis.call('ZREVRANGEBYSCORE', LEASE_INDEX.deadlines, now_ms, '-inf',
                              'LIMIT', 0, max)
   if #expired == 0 then return 0 end
   local scores = redis.call('ZMSCORE', LEASE_INDEX.node_leases, unpack(expired))
