@@ -13,6 +13,7 @@ import redis
 from test_frontier_attacks import CODEC, LONG_MS, assert_frontier_invariants, beat, push, text
 
 from scrapy_clustersync.store import Ack, JobStore, PushFlags, make_client
+from scrapy_clustersync.store.consistency import JobCheck
 from scrapy_clustersync.store.job_store import new_call_id
 from scrapy_clustersync.store.keys import JobKeys
 from scrapy_clustersync.store.lease_script import RECLAIMED_LEASES_PER_LEASE_CALL
@@ -294,3 +295,23 @@ def test_a_node_declared_dead_that_comes_back_keeps_its_new_leases(
     assert len(got) + len(fresh) == 1000 and not got & fresh and held - fresh <= got
     assert_index_holds(client, alive.keys)
     assert_frontier_invariants(client, alive.keys)
+
+
+def test_check_leaves_alone_the_leases_still_being_returned_and_reports_nothing(
+    redis_server: RedisServer,
+) -> None:
+    # given a dead node's 600 leases, of which the declaring beat returned 250
+    dying, epoch = joined(redis_server, "dying")
+    fill(dying, epoch, 600)
+    lease_all(dying, epoch, 600)
+    die(dying, epoch)
+    alive, _ = joined(redis_server, "alive")
+    beat(alive, epoch)
+    # when `clustersync check --repair` runs while the rest are still being returned
+    found = JobCheck(alive).run(repair=True)
+    # then it finds nothing, and the heartbeats return them all in order as before
+    assert found == []
+    while make_client(redis_server.url).exists(alive.keys.reclaiming):
+        beat(alive, epoch)
+    assert len(lease_all(alive, epoch, 2000)) == 600
+    assert_frontier_invariants(make_client(redis_server.url), alive.keys)

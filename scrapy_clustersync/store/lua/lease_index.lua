@@ -164,7 +164,7 @@ local function lease_index_node_left(node)
 end
 
 -- Return at most `budget` leases of the dead nodes being reclaimed (index entries read, stale
--- ones included), the oldest dead node first, each node's from its last lease down: each slice
+-- ones included), the lowest number first, each node from its last lease down: each slice
 -- is pushed at the head of its lists before the slice leased before it, so once a node's
 -- leases are all back they stand in the order they were leased (Scrapy's FIFO or LIFO order
 -- within a site holds). Returns how many leases went back, and how many index entries it read.
