@@ -127,7 +127,7 @@ def test_a_retried_call_makes_no_second_version(redis_server: RedisServer) -> No
 
 def test_a_change_is_announced_on_the_control_channel(redis_server: RedisServer) -> None:
     store = settings_of(redis_server)
-    pubsub = redis_server.client().pubsub(  # type: ignore[no-untyped-call]
+    pubsub = redis_server.client().pubsub(  # type: ignore[no-untyped-call, unused-ignore]
         ignore_subscribe_messages=True)
     pubsub.subscribe(JobKeys(JOB).control_channel)
     pubsub.get_message(timeout=1.0)  # the subscription's confirmation

@@ -172,7 +172,7 @@ class ControlSubscription:
                  on_heard: Callable[[], None] | None = None) -> None:
         # its own connection, opened here (its handshake's round trips are the caller's now)
         self.client = client = client_of_its_own(client)
-        self._pubsub = client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
+        self._pubsub = client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call, unused-ignore]
         with translate_errors(client):
             self._pubsub.subscribe(channel)
         self._heard: queue.SimpleQueue[str] = queue.SimpleQueue()
