@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import shutil
 import sys
 import tempfile
 import time
@@ -57,6 +58,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--queued", type=int, default=0, help="requests queued first")
     parser.add_argument("--queued-sites", type=int, default=10_000,
                         help="the sites of the requests queued first")
+    parser.add_argument("--rdb", type=Path,
+                        help="with --queued: the job as filled, saved to this file if it does "
+                             "not exist, else loaded from it (filling 10M takes half an hour)")
     parser.add_argument("--batch", type=int, default=200, help="requests per lease")
     parser.add_argument("--beat-every", type=int, default=10, help="leases per heartbeat")
     parser.add_argument("--every-command", action="store_true",
@@ -171,25 +175,38 @@ def script_times(logged: list[dict[str, Any]]) -> dict[str, list[float]]:
 
 def main() -> None:
     args = parse_args()
-    with tempfile.TemporaryDirectory() as tmp, RedisServer(Path(tmp) / "redis") as server:
-        client = server.client()
-        client.client_setname(BENCH_CLIENT)
-        if args.queued:
-            fill(server, args.queued, args.queued_sites, Path(tmp))
-        alive = JobStore(make_client(server.url), JOB, "alive")
-        epoch, _ = alive.join(ttl_ms=LONG_MS)
-        warm_up(alive, epoch)  # (as in a job this version created: no lease to sweep)
-        epoch, held = dying_node(server.url, args)
-        beat(JobStore(make_client(server.url), JOB, "dying"), epoch, ttl_ms=1)  # its last
-        time.sleep(0.01)
-        client.config_set("slowlog-log-slower-than", 0 if args.every_command else LOGGED_US)
-        client.config_set("slowlog-max-len", CALLS_KEPT)
-        client.slowlog_reset()
-        declaring, back, calls = reclaim(client, alive, epoch, args, held)
-        logged = [entry for entry in client.slowlog_get(CALLS_KEPT)
-                  if as_text(entry.get("client_name") or "") != BENCH_CLIENT]
-        back += still_queued(client, alive, args.sites)
-        status = alive.status()
+    with tempfile.TemporaryDirectory() as tmp:
+        directory = Path(tmp) / "redis"
+        directory.mkdir()
+        if args.queued and args.rdb and args.rdb.exists():
+            shutil.copy(args.rdb, directory / "dump.rdb")
+        with RedisServer(directory) as server:
+            run(server, args, Path(tmp))
+
+
+def run(server: RedisServer, args: argparse.Namespace, tmp: Path) -> None:
+    """The bench on ``server``: prints its figures, exits with its status."""
+    client = server.client()
+    client.client_setname(BENCH_CLIENT)
+    if args.queued and not (args.rdb and args.rdb.exists()):
+        fill(server, args.queued, args.queued_sites, tmp)
+        if args.rdb:
+            client.save()
+            shutil.copy(server.directory / "dump.rdb", args.rdb)
+    alive = JobStore(make_client(server.url), JOB, "alive")
+    epoch, _ = alive.join(ttl_ms=LONG_MS)
+    warm_up(alive, epoch)  # (as in a job this version created: no lease to sweep)
+    epoch, held = dying_node(server.url, args)
+    beat(JobStore(make_client(server.url), JOB, "dying"), epoch, ttl_ms=1)  # its last
+    time.sleep(0.01)
+    client.config_set("slowlog-log-slower-than", 0 if args.every_command else LOGGED_US)
+    client.config_set("slowlog-max-len", CALLS_KEPT)
+    client.slowlog_reset()
+    declaring, back, calls = reclaim(client, alive, epoch, args, held)
+    logged = [entry for entry in client.slowlog_get(CALLS_KEPT)
+              if as_text(entry.get("client_name") or "") != BENCH_CLIENT]
+    back += still_queued(client, alive, args.sites)
+    status = alive.status()
     times = script_times(logged)
     slow = [entry for entry in logged if entry["duration"] >= SLOW_MS * 1000]
     for name, count in calls.items():  # the calls the log left out: below LOGGED_US
