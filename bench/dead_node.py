@@ -5,7 +5,8 @@
                               [--every-command]
 
 On a redis-server of its own: with ``--queued`` requests over ``--queued-sites`` sites queued
-first (``clustersync seed``, as bench/loadgen.py fills a job), one node queues ``--leases``
+first (pushed by flush.lua calls with no dedup: `clustersync seed`, as bench/loadgen.py fills a
+job, takes half an hour for 10M on a busy machine), one node queues ``--leases``
 URL-only requests of priority 1 over ``--sites`` sites of their own and leases them, then its
 liveness runs out; a second node's heartbeat declares it dead and the second node goes on as
 a node does: it leases ``--batch`` requests, acks them in one flush, and sends a heartbeat
@@ -32,9 +33,9 @@ from typing import Any
 # testkit, the dev and test kit, is not installed: it is imported from the repository root
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from loadgen import JOB, SCRIPTS, fill
+from loadgen import JOB, SCRIPTS
 
-from scrapy_clustersync.store import Ack, JobStore, Push, make_client
+from scrapy_clustersync.store import Ack, JobStore, Push, PushFlags, make_client
 from scrapy_clustersync.store.job_store import new_call_id
 from scrapy_clustersync.store.records import as_text
 from testkit.rates import percentile
@@ -46,6 +47,7 @@ PRIORITY = 1
 BENCH_CLIENT = "bench"
 LONG_MS = 600_000
 CALLS_KEPT = 2_000_000
+FILL_PER_CALL = 5000
 #: the slow log's threshold while the calls run (us): logging every command (0) would slow
 #: every command a script runs; the calls below it are counted, their times shown as below it
 LOGGED_US = 500
@@ -68,6 +70,18 @@ def parse_args() -> argparse.Namespace:
                              "work it does, whatever else the machine runs; its times are "
                              "longer for the logging)")
     return parser.parse_args()
+
+
+def fill(url: str, queued: int, sites: int) -> None:
+    """``queued`` URL-only requests over ``sites`` sites, FILL_PER_CALL per flush."""
+    filler = JobStore(make_client(url), JOB, "filler")
+    epoch, _ = filler.join(ttl_ms=LONG_MS)
+    for first in range(0, queued, FILL_PER_CALL):
+        filler.flush(epoch, [Push(b"", 0, f"http://q{n % sites}.example/page/{n}".encode(),
+                                  int(PushFlags.DONT_FILTER), f"q{n % sites}.example")
+                             for n in range(first, min(queued, first + FILL_PER_CALL))],
+                     new_call_id())
+    beat(filler, epoch, ttl_ms=0)  # it leaves
 
 
 def beat(store: JobStore, epoch: str, ttl_ms: int = LONG_MS) -> Any:
@@ -181,15 +195,15 @@ def main() -> None:
         if args.queued and args.rdb and args.rdb.exists():
             shutil.copy(args.rdb, directory / "dump.rdb")
         with RedisServer(directory) as server:
-            run(server, args, Path(tmp))
+            run(server, args)
 
 
-def run(server: RedisServer, args: argparse.Namespace, tmp: Path) -> None:
+def run(server: RedisServer, args: argparse.Namespace) -> None:
     """The bench on ``server``: prints its figures, exits with its status."""
     client = server.client()
     client.client_setname(BENCH_CLIENT)
     if args.queued and not (args.rdb and args.rdb.exists()):
-        fill(server, args.queued, args.queued_sites, tmp)
+        fill(server.url, args.queued, args.queued_sites)
         if args.rdb:
             client.save()
             shutil.copy(server.directory / "dump.rdb", args.rdb)
