@@ -18,6 +18,7 @@ from .node_sites import print_node_sites
 from .node_view import group_nodes, hidden_line, node_table
 from .options import all_option, job_argument, json_option, settings_option
 from .output import console, echo_json
+from .reader_view import print_readers
 from .settings_lag import job_settings_version, lagging_lines
 from .site_view import print_sites
 from .status_view import print_status, status_dict
@@ -80,20 +81,21 @@ def needs_a_person(store: JobStore, report: JobStatus) -> list[str]:
 
 
 def show_status(report: JobStatus, attention: list[str] | None, as_json: bool,
-                every: bool = False, sites: dict[str, Any] | None = None) -> None:
+                every: bool = False, sites: dict[str, Any] | None = None,
+                readers: dict[str, Any] | None = None) -> None:
     """The status; with ``attention`` (``status --check``) what needs a person, or that
     nothing does; ``every``: list every node (``--all``); ``sites``: ``site_view.sites_dict``
-    (``--sites``)."""
+    (``--sites``); ``readers``: ``reader_view.readers_dict``."""
     if as_json:
         summary = status_dict(report)
-        if attention is not None:
-            summary["needs_attention"] = attention
-        if sites is not None:
-            summary["sites"] = sites
+        extras = {"readers": readers, "needs_attention": attention, "sites": sites}
+        summary.update({name: value for name, value in extras.items() if value is not None})
         echo_json(summary)
         return
     out = console()
     print_status(report, out, every)
+    if readers is not None:
+        print_readers(readers, out)
     if sites is not None:
         print_sites(sites, out)
     for line in attention or []:

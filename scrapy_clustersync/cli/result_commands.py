@@ -1,0 +1,122 @@
+"""``clustersync export`` and ``clustersync consume``: a job's results as JSON lines or CSV.
+
+``export`` reads with a cursor and no group: every result the stream holds, once, in stream
+order, deleting nothing. ``consume`` is a reader group: it acknowledges each batch once it is
+written, a consumer that dies gets its unacknowledged results again (or another consumer of the
+group does, after ``--claim-idle``), and what every group acknowledged is trimmed
+(docs/results-readers.md).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import IO, Any, TypeVar
+
+import click
+
+from ..results.output_formats import FORMATS, ResultWriter
+from ..results.reader import DEFAULT_CLAIM_IDLE_S, ResultReader, export_batches
+from ..results.record_format import KINDS
+from ..store.results_store import ResultsStore
+from .context import CliContext, pass_cli
+from .options import job_argument, settings_option
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def parse_kinds(_ctx: click.Context, _param: click.Parameter, value: str) -> tuple[str, ...]:
+    """``--kinds item,error``: the kinds named, each known; a usage error otherwise."""
+    kinds = tuple(k.strip() for k in value.split(",") if k.strip())
+    unknown = [k for k in kinds if k not in KINDS]
+    if unknown or not kinds:
+        raise click.BadParameter(f"{', '.join(unknown) or 'none given'}: the kinds are "
+                                 f"{', '.join(KINDS)} (comma-separated)")
+    return kinds
+
+
+def kinds_option(default: str) -> Callable[[F], F]:
+    """``--kinds K,K``: which kinds of result to write (the others are skipped)."""
+    return click.option("--kinds", default=default, show_default=True, callback=parse_kinds,
+                        help=f"Kinds of result to write, comma-separated ({', '.join(KINDS)});"
+                             " the others are skipped.")
+
+
+def batch_option(default: int) -> Callable[[F], F]:
+    return click.option("--batch", "batch_size", type=click.IntRange(1, 10_000),
+                        default=default, show_default=True,
+                        help="Results read (and acknowledged) at a time.")
+
+
+def follow_option(function: F) -> F:
+    return click.option("--follow", is_flag=True,
+                        help="Keep waiting for new results (otherwise: stop once the job has "
+                             "ended and every result is written).")(function)
+
+
+def group_reader(cli: CliContext, job: str | None, group: str, consumer: str | None,
+                 claim_idle_s: float, kinds: tuple[str, ...]) -> ResultReader:
+    """The reader group ``group`` of the job JOB names (JobNotFound if there is none)."""
+    store = cli.existing_store(job)
+    return ResultReader(None, store.keys.job, group, consumer, client=cli.client(),
+                        claim_idle_s=claim_idle_s, kinds=kinds)
+
+
+def group_options(function: F) -> F:
+    """``--consumer`` and ``--claim-idle``, the options of every reader of a group."""
+    function = click.option(
+        "--claim-idle", "claim_idle_s", type=click.FloatRange(min=0),
+        default=DEFAULT_CLAIM_IDLE_S, show_default=True, metavar="SECONDS",
+        help="Take over results another consumer of the group has held unacknowledged for "
+             "this long (it died).")(function)
+    return click.option(
+        "--consumer", metavar="NAME",
+        help="This consumer's name in the group (default: <host>-<pid>); a consumer started "
+             "again under its name gets its unacknowledged results back at once.")(function)
+
+
+@click.command()
+@job_argument
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="jsonl",
+              show_default=True, help="JSON lines, or CSV with a header.")
+@click.option("--output", "-o", type=click.File("w", encoding="utf-8", lazy=True),
+              default="-", help="File to write (default: stdout).")
+@follow_option
+@click.option("--since", metavar="STREAM_ID", default="0",
+              help="Only results after this stream id (the `stream_id` of the last result "
+                   "written before).")
+@kinds_option(",".join(KINDS))
+@settings_option
+@pass_cli
+def export(cli: CliContext, job: str | None, fmt: str, output: IO[str], follow: bool,
+           since: str, kinds: tuple[str, ...]) -> None:
+    """Write every result of JOB once, in stream order, as JSON lines or CSV; reads without a
+    reader group and deletes nothing (--follow: until the job has ended)."""
+    store = cli.existing_store(job)
+    results = ResultsStore(cli.client(), store.keys)
+    writer = ResultWriter(output, fmt)
+    for batch in export_batches(results, since=since, follow=follow, kinds=kinds):
+        writer.write(batch)
+
+
+@click.command()
+@job_argument
+@click.option("--group", required=True, metavar="NAME",
+              help="The reader group: each group gets every result once acknowledged.")
+@group_options
+@batch_option(100)
+@follow_option
+@kinds_option(",".join(KINDS))
+@settings_option
+@pass_cli
+def consume(cli: CliContext, job: str | None, group: str, consumer: str | None,
+            claim_idle_s: float, batch_size: int, follow: bool,
+            kinds: tuple[str, ...]) -> None:
+    """Print the results of JOB as JSON lines as reader group NAME, acknowledging each batch
+    once written; stops once the job has ended and the group has acknowledged every result
+    (--follow: never)."""
+    reader = group_reader(cli, job, group, consumer, claim_idle_s, kinds)
+    writer = ResultWriter(sys.stdout, "jsonl")
+    for batch in reader.batches(count=batch_size, follow=follow):
+        writer.write(batch)
+        reader.ack(batch)
