@@ -26,6 +26,7 @@ from .job_commands import jobs, purge, restart, status
 from .options import settings_option
 from .result_commands import consume, export
 from .seed_commands import seed
+from .sink_command import sink
 from .task_commands import failed, task, tasks
 from .top_command import top
 
@@ -53,7 +54,7 @@ def main(cli: CliContext, redis_url: str | None, settings_module: str | None) ->
 
 
 for _command in (jobs, status, nodes, top, check, seed, dead, failed, task, tasks, restart,
-                 pause, resume, stop, config, purge, export, consume):
+                 pause, resume, stop, config, purge, export, consume, sink):
     main.add_command(_command)
 
 

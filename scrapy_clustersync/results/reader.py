@@ -128,7 +128,7 @@ class ResultReader:
         while True:
             ended = not follow and job_ended(read_job(self.store.client, self.keys))
             entries = self._claim(count) or self.store.read_group(
-                self.group, self.consumer, count, block_ms)
+                self.group, self.consumer, count, None if ended else block_ms)
             if entries:
                 batch = self._batch(entries)
                 if batch is not None:
