@@ -174,3 +174,20 @@ def test_reader_threads_of_one_group_share_the_results(redis_server: RedisServer
     for thread in threads:
         thread.join(60)
     assert sorted(got[0] + got[1]) == ids
+
+
+def test_a_group_registered_ahead_keeps_results_and_deleting_it_lets_them_go(
+        redis_server: RedisServer) -> None:
+    client = redis_server.client()
+    keys = make_job(client, "shop")
+    added = run_cli(redis_server.url, "readers", "shop", "--add", "later", "--json")
+    assert added.returncode == 0 and json.loads(added.stdout)["added"] == ["later"]
+    add_results(client, "shop", 20)
+    finish_job(client, "shop")
+    assert run_cli(redis_server.url, "consume", "shop", "--group", "now").returncode == 0
+    assert client.xlen(keys.results) == 20  # kept for "later", which read nothing yet
+    deleted = run_cli(redis_server.url, "readers", "shop", "--delete", "later", "--json")
+    assert deleted.returncode == 0, deleted.output
+    view = json.loads(deleted.stdout)
+    assert (view["deleted"], view["trimmed"], view["held"]) == (["later"], 20, 0)
+    assert [group["group"] for group in view["groups"]] == ["now"]

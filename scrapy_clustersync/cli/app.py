@@ -24,7 +24,7 @@ from .dead_commands import dead
 from .exit_codes import EXIT_CODES_HELP
 from .job_commands import jobs, purge, restart, status
 from .options import settings_option
-from .result_commands import consume, export
+from .result_commands import consume, export, readers
 from .seed_commands import seed
 from .sink_command import sink
 from .task_commands import failed, task, tasks
@@ -54,7 +54,7 @@ def main(cli: CliContext, redis_url: str | None, settings_module: str | None) ->
 
 
 for _command in (jobs, status, nodes, top, check, seed, dead, failed, task, tasks, restart,
-                 pause, resume, stop, config, purge, export, consume, sink):
+                 pause, resume, stop, config, purge, export, consume, sink, readers):
     main.add_command(_command)
 
 

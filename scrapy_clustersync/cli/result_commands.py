@@ -20,7 +20,9 @@ from ..results.reader import DEFAULT_CLAIM_IDLE_S, ResultReader, export_batches
 from ..results.record_format import KINDS
 from ..store.results_store import ResultsStore
 from .context import CliContext, pass_cli
-from .options import job_argument, settings_option
+from .options import job_argument, json_option, settings_option
+from .output import console, echo_json
+from .reader_view import print_readers, readers_dict
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -120,3 +122,37 @@ def consume(cli: CliContext, job: str | None, group: str, consumer: str | None,
     for batch in reader.batches(count=batch_size, follow=follow):
         writer.write(batch)
         reader.ack(batch)
+
+
+@click.command()
+@job_argument
+@click.option("--add", "to_add", metavar="NAME", multiple=True,
+              help="Register reader group NAME now, at the stream's start: results are kept "
+                   "for it from now on, before it first reads (may be repeated).")
+@click.option("--delete", "to_delete", metavar="NAME", multiple=True,
+              help="Delete reader group NAME (a reader given up: it holds back trimming, and "
+                   "a full stream holds back the crawl); may be repeated.")
+@json_option("the reader groups")
+@settings_option
+@pass_cli
+def readers(cli: CliContext, job: str | None, to_add: tuple[str, ...],
+            to_delete: tuple[str, ...], as_json: bool) -> None:
+    """List the reader groups of JOB's results with how far behind each is; --add registers a
+    group ahead of its first read, --delete removes one for good."""
+    store = ResultsStore(cli.client(), cli.existing_store(job).keys)
+    done = {"added": [name for name in to_add if store.register(name)],
+            "deleted": [name for name in to_delete if store.unregister(name)]}
+    trimmed = store.trim() if to_delete else 0
+    view = readers_dict(store.groups(), store.length())
+    if as_json:
+        echo_json({**view, **done, "trimmed": trimmed})
+        return
+    for name in done["added"]:
+        click.echo(f"registered reader group {name!r}")
+    for name in done["deleted"]:
+        click.echo(f"deleted reader group {name!r}")
+    if to_delete:
+        click.echo(f"trimmed {trimmed:,} results every remaining group has acknowledged")
+    if not view["groups"]:
+        click.echo(f"no reader groups; the stream holds {view['held']:,} results")
+    print_readers(view, console())
