@@ -5,11 +5,15 @@ and fails it under CI=true (as a missing redis-server does)."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import aio_pika
 import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.exc import DBAPIError
@@ -69,3 +73,35 @@ def rows_of(url: str, table: str, columns: str = "id") -> list[tuple[object, ...
         return []
     finally:
         engine.dispose()
+
+
+def drain_queue(url: str, queue: str) -> list[dict[str, Any]]:
+    """Every message of ``queue`` (taken off it), each checked to carry its result id as
+    ``message_id``, as the JSON objects they hold."""
+    return asyncio.run(_drain(url, queue))
+
+
+async def _drain(url: str, queue: str) -> list[dict[str, Any]]:
+    connection = await aio_pika.connect(url)
+    async with connection:
+        channel = await connection.channel()
+        declared = await channel.get_queue(queue)
+        messages: list[dict[str, Any]] = []
+        while True:
+            message = await declared.get(no_ack=True, fail=False)
+            if message is None:
+                return messages
+            body = json.loads(message.body)
+            assert message.message_id == body["id"]
+            messages.append(body)
+
+
+def delete_queues(url: str, *queues: str) -> None:
+    async def delete() -> None:
+        connection = await aio_pika.connect(url)
+        async with connection:
+            channel = await connection.channel()
+            for queue in queues:
+                await channel.queue_delete(queue)
+
+    asyncio.run(delete())

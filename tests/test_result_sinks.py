@@ -9,11 +9,10 @@ import signal
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from results_support import add_results, cli_process, finish_job, make_job, wait_for
-from sink_support import database_url, rows_of
+from sink_support import database_url, delete_queues, drain_queue, rows_of
 
 from scrapy_clustersync.results.reader import ResultReader
 from testkit.redis_server import RedisServer
@@ -70,8 +69,8 @@ def test_columns_adds_a_column_for_each_new_item_field(redis_server: RedisServer
     assert [row[:4] for row in rows] == [
         ("r00000", "t0", 0, None), ("r00001", "t1", 1, None), ("r00002", "t2", 2, None),
         ("r00003", "t3", None, 3), ("r00004", "t4", None, 4)]
-    item: Any = rows[3][4]
-    assert (json.loads(item) if isinstance(item, str) else item)["price"] == "free"
+    item = rows[3][4]
+    assert (json.loads(item) if isinstance(item, str) else item)["price"] == "free"  # type: ignore[index]
 
 
 def test_only_items_go_into_the_table_unless_kinds_says_so(redis_server: RedisServer,
@@ -117,7 +116,6 @@ def test_a_sink_of_an_unknown_job_is_one_clear_error(redis_server: RedisServer,
 
 
 def test_amqp_has_every_result_in_the_queue_once_confirmed(redis_server: RedisServer) -> None:
-    pika = pytest.importorskip("pika")
     client = redis_server.client()
     make_job(client, "shop")
     ids = add_results(client, "shop", 300)
@@ -128,34 +126,9 @@ def test_amqp_has_every_result_in_the_queue_once_confirmed(redis_server: RedisSe
                       "--batch", "64", "--json")
         assert run.returncode == 0, run.output
         assert json.loads(run.stdout)["written"] == 300
-        got: list[dict[str, Any]] = _drain(pika, queue)
+        got = drain_queue(AMQP_URL, queue)
         assert [message["id"] for message in got] == ids
         assert got[0]["item"] == {"title": "title 0", "price": 0.0, "n": 0}
+        assert drain_queue(AMQP_URL, f"{queue}.dead") == []
     finally:
-        _delete_queues(pika, queue)
-
-
-def _drain(pika: Any, queue: str) -> list[dict[str, Any]]:
-    connection = pika.BlockingConnection(pika.URLParameters(AMQP_URL))
-    try:
-        channel = connection.channel()
-        messages: list[dict[str, Any]] = []
-        while True:
-            method, properties, body = channel.basic_get(queue, auto_ack=True)
-            if method is None:
-                return messages
-            message = json.loads(body)
-            assert properties.message_id == message["id"]
-            messages.append(message)
-    finally:
-        connection.close()
-
-
-def _delete_queues(pika: Any, queue: str) -> None:
-    connection = pika.BlockingConnection(pika.URLParameters(AMQP_URL))
-    try:
-        channel = connection.channel()
-        channel.queue_delete(queue)
-        channel.queue_delete(f"{queue}.dead")
-    finally:
-        connection.close()
+        delete_queues(AMQP_URL, queue, f"{queue}.dead")
