@@ -11,7 +11,9 @@ the same way. When the
 engine takes an entry with nothing downloading (``exact``), a later push that the job's queue
 serves first within the priority (LIFO, or another request before a start request) outranks it
 too: the engine waits for a lease anyway then, so it gets Scrapy's exact order; while it
-downloads, prefetching keeps the engine fed instead.
+downloads, prefetching keeps the engine fed instead, but a start request still goes back when a
+later push or hand-back of its priority is another request (Scrapy serves start requests last
+whatever it downloads).
 
 Everything here is the reactor's: the Redis thread never reads or writes it.
 """
@@ -40,6 +42,11 @@ def served_before(priority: int, flags: int, entry: Leased) -> bool:
     if push_is_start != entry_is_start:
         return entry_is_start
     return bool(flags & PushFlags.LIFO)
+
+
+def _kind_flags(entry: Leased) -> PushFlags:
+    """The flags of a push of ``entry`` again, as far as the order of kinds goes."""
+    return PushFlags.START if entry.entry_id.startswith(START_KIND) else NO_FLAGS
 
 
 class RecentPushes:
@@ -85,6 +92,18 @@ class RecentPushes:
                 return True
         return False
 
+    def outranks_loosely(self, entry: Leased, covered: int) -> bool:
+        """Whether a push numbered above ``covered`` has a higher priority than ``entry``, or,
+        for a start request, is another request of its priority: the order a prefetch keeps
+        while the engine downloads (the queue's order within a class may give way to keeping
+        the engine fed; start requests last, a class of Scrapy's own, may not)."""
+        if self.highest_after(covered) > entry.priority:
+            return True
+        if not entry.entry_id.startswith(START_KIND):
+            return False
+        return any(priority == entry.priority and not flags & PushFlags.START
+                   for _, priority, flags in self._pushes)
+
 
 class Prefetch:
     """Entries leased ahead, in lease order (how many: lease_sizing.py)."""
@@ -126,13 +145,13 @@ class Prefetch:
             recent.highest_after(pushes_settled)
         while self._entries:
             entry, covered, returned = self._entries.popleft()
-            if (self._returns.highest_after(returned) > entry.priority
+            if (self._returns.outranks_loosely(entry, returned)
                     or (recent.outranks(entry, covered, until) if exact
-                        else recent.highest_after(covered) > entry.priority)):
+                        else recent.outranks_loosely(entry, covered))):
                 self.outranked += 1
                 handed_back.append(entry.entry_id)
                 self._handed_back += 1
-                self._returns.add(self._handed_back, int(entry.priority))
+                self._returns.add(self._handed_back, int(entry.priority), _kind_flags(entry))
                 continue
             return entry.entry_id, entry.blob
         return None

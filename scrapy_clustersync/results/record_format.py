@@ -29,7 +29,8 @@ from ..codec_exts import SIMPLE_DECODERS, SIMPLE_EXTS, CannotTravel, Ext, as_pla
 
 FORMAT_VERSION = b"1"
 KINDS = ("item", "error", "page")
-__all__ = ["FORMAT_VERSION", "CannotTravel", "KINDS", "Result", "decode_record", "encode_record",
+__all__ = ["FORMAT_VERSION", "CannotTravel", "KINDS", "Result", "decode_record", "encode_data",
+           "encode_record",
            "pack_data", "to_json_value", "unpack_data"]
 
 
@@ -96,12 +97,18 @@ def encode_record(result: Result) -> dict[bytes, bytes]:
     Raises ValueError for an unknown kind and CannotTravel (a TypeError) for data that holds
     a value with no encoding.
     """
-    if result.kind not in KINDS:
-        raise ValueError(f"unknown result kind {result.kind!r}")
-    blob = pack_data({"url": result.url, "spider": result.spider, "node": result.node,
-                      "at_ms": result.at_ms, result.kind: result.data})
+    blob = encode_data(result.kind, result.url, result.spider, result.node, result.at_ms,
+                       result.data)
     return {b"v": FORMAT_VERSION, b"k": result.kind.encode(), b"id": result.id.encode(),
             b"d": blob}
+
+
+def encode_data(kind: str, url: str | None, spider: str, node: str, at_ms: int,
+                data: dict[str, Any]) -> bytes:
+    """The ``d`` field of a result (``encode_record``'s, without building a Result)."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown result kind {kind!r}")
+    return pack_data({"url": url, "spider": spider, "node": node, "at_ms": at_ms, kind: data})
 
 
 def decode_record(stream_id: str | bytes, fields: dict[Any, Any]) -> Result:

@@ -89,6 +89,9 @@ class JobKeys:
     - ``results_meta`` hash: ``cap`` (entries the stream may hold), ``written`` (results
       appended), ``refused_full`` (write calls refused at the cap), ``full_since_ms`` (server
       ms since which the stream is full; absent when it is not)
+    - ``results_ids`` set: "<run>\t<result id>" of the results written without a lease (items
+      start() yielded, those of requests kept on their node), so start() run again in the same
+      run (a take-over, a rollback) appends none of them twice
     - ``call:<node>`` hash: the node's write counter (``writes``, see flush.lua) and its last
       flush and lease call ids with their results (a retried call changes nothing more)
     """
@@ -256,6 +259,10 @@ class JobKeys:
     def results_meta(self) -> str:
         return self._key("results_meta")
 
+    @property
+    def results_ids(self) -> str:
+        return self._key("results_ids")
+
     def last_call(self, node: str) -> str:
         """The node's last script call id and result, so a retried call changes nothing more."""
         return self._key(f"call:{node}")
@@ -275,4 +282,5 @@ class JobKeys:
             self.failed, self.tasks, self.task_of, self.scrapy_stats, self.node_stats,
             self.dead_nodes, self.node_seen, self.pruned, self.settings, self.settings_log,
             self.live_keys, self.sites, self.closespider, self.results, self.results_meta,
+            self.results_ids,
         ]

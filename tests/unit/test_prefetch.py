@@ -145,3 +145,40 @@ def test_entries_leased_after_redis_had_the_hand_backs_are_handed_out_in_lease_o
                  returned=1)
     taken = [prefetch.take(recent, 0, []) for _ in range(2)]
     assert taken == [("0-three", b"three"), ("0-one", b"one")]
+
+
+def test_while_downloading_a_start_request_goes_back_for_a_later_request_of_its_priority() -> None:
+    # given a start request leased ahead, and a callback's request of its priority pushed after
+    prefetch = Prefetch()
+    recent = RecentPushes()
+    prefetch.add([Leased("1-start", b"start", 0)], covered=1)
+    recent.add(2, 0, PushFlags.LIFO)
+    handed_back: list[str] = []
+    # when the engine asks while it downloads
+    # then the start request goes back: Scrapy serves start requests last whatever it downloads
+    assert prefetch.take(recent, 0, handed_back, exact=False) is None
+    assert handed_back == ["1-start"]
+
+
+def test_while_downloading_a_start_request_may_pass_a_later_start_request() -> None:
+    prefetch = Prefetch()
+    recent = RecentPushes()
+    prefetch.add([Leased("1-first", b"first", 0)], covered=1)
+    recent.add(2, 0, PushFlags.START)
+    assert prefetch.take(recent, 0, [], exact=False) == ("1-first", b"first")
+
+
+def test_a_start_request_goes_back_when_another_request_of_its_priority_was_handed_back() -> None:
+    # given another request handed back (outranked), and a start request of its priority leased
+    # before Redis had the hand-back
+    prefetch = Prefetch()
+    recent = RecentPushes()
+    prefetch.add([Leased("0-other", b"other", 0)], covered=1)
+    recent.add(2, 1)
+    prefetch.add([Leased("1-start", b"start", 0)], covered=2, returned=0)
+    handed_back: list[str] = []
+    # when the engine takes while it downloads
+    assert prefetch.take(recent, 0, handed_back, exact=False) is None
+    # then both go back: the push outranks the other request, which the queue then serves
+    # before the start request
+    assert handed_back == ["0-other", "1-start"]

@@ -20,7 +20,10 @@
 -- KEYS[14] scrapy_stats  hash   the Scrapy stats of every node, summed (C ops)
 -- KEYS[15] node_stats    hash   "<node>\t<stat>" -> the same, per node
 -- KEYS[16] frontier      prefix the frontier's key names start with this (frontier.lua)
--- KEYS[17..] chunk       string bloom chunk strings of the described layers, layer by layer,
+-- KEYS[17] results       stream the job's results (results/record_format.py), XADD with auto ids
+-- KEYS[18] results_meta  hash   cap, written, refused_full, full_since_ms (server ms)
+-- KEYS[19] results_ids   set    "<run>\t<result id>" of the results written with no lease (W)
+-- KEYS[20..] chunk       string bloom chunk strings of the described layers, layer by layer,
 --                               chunk by chunk
 -- ARGV[1]  epoch         string the job epoch the node joined; another value = Redis lost the job
 -- ARGV[2]  call_id       string unique per call; the same id again returns the stored result
@@ -34,9 +37,11 @@
 --                               this many; then the filter does
 -- ARGV[8]  described     int    how many Bloom layers are described next (0 for exact)
 -- ARGV[9]  failed_max    int    how many failed requests to keep (0: none)
--- ARGV[10..] layout      int    per described layer: bits, hashes, bits per chunk, chunks,
+-- ARGV[10] results_max   int    the most entries the results stream may hold: a batch carrying
+--                               results is refused while it holds that many (RESULTS_FULL)
+-- ARGV[11..] layout      int    per described layer: bits, hashes, bits per chunk, chunks,
 --                               capacity (bloom.lua LAYOUT); then the ops
--- The ops follow the layouts (from ARGV index 10 + 5 * described), each an opcode followed by
+-- The ops follow the layouts (from ARGV index 11 + 5 * described), each an opcode followed by
 -- its fields (OP_FIELDS below counts them; store/write_ops.py has a record for each opcode):
 --   P fingerprint priority blob flags(0..7) site   push unless the fingerprint was seen (flags:
 --                                                  1 no dedup, 2 start request, 4 LIFO), into
@@ -44,8 +49,16 @@
 --                                                  slot key); "" for the legacy queue
 --   T fingerprint priority blob flags site task    a push of a request of task `task`
 --   A id                                           ack: the request is done
---   F id url status error attempts errback(0|1)    ack of a request that failed, recorded in
---                                                  the failed list and in its task
+--   F id url status error attempts errback(0|1) results
+--                                                  ack of a request that failed, recorded in
+--                                                  the failed list and in its task; results as
+--                                                  R's ("" for none)
+--   R id results                                   ack carrying results: appended to the results
+--                                                  stream only if the ack takes effect (the
+--                                                  entry is still in the job), so never twice
+--   W results                                      results no lease produced (start() items):
+--                                                  each appended unless results_ids holds its
+--                                                  id for this run (then added there)
 --   N id                                           release this node's lease back to the queue
 --   D id reason                                    dead-letter a leased entry
 --   X reason record                                dead-letter a write no script could apply
@@ -53,6 +66,8 @@
 --   C counts                                       add Scrapy stats: "<name>\t<int>" lines
 --   K task                                         a request of task `task` the node filtered
 --                                                  (counted filtered in the task's record)
+-- results: msgpack (raw strings) of a flat list id, kind, d, id, kind, d, ...: the fields of one
+-- results stream entry each (v is "1"); store/write_ops.py results_blob
 -- Returns "pushed filtered acked released dead active_bloom_layers active_layer_entries
 -- exact_entries writes" (exact_entries: fingerprints in the set).
 -- Every check runs before the first write, so an error never leaves a batch half applied:
@@ -61,6 +76,9 @@
 --   CLUSTERSYNC_ROLLED_BACK <w> <e> the node's write counter is behind what the node saw: Redis
 --                                   came back older than it was
 --   CLUSTERSYNC_BAD_OP <n> <why>    op number n is malformed; nothing was applied
+--   CLUSTERSYNC_RESULTS_FULL <len> <cap> <since_ms>  the batch carries results and the results
+--                                   stream holds results_max entries or more (full since
+--                                   since_ms): nothing was applied; the node retries later
 --   CLUSTERSYNC_BLOOM_LAYOUT <n>    fewer layers are described than the batch may need: the
 --                                   caller describes <n> layers and calls again
 --   CLUSTERSYNC_BLOOM_NOT_READY <i> the batch may need layer <i> (0 = the first) and not all its
@@ -91,7 +109,10 @@ local task_of_key = KEYS[13]
 local scrapy_stats_key = KEYS[14]
 local node_stats_key = KEYS[15]
 local frontier_key = KEYS[16]
-local chunk_from = 17
+local results_key = KEYS[17]
+local results_meta_key = KEYS[18]
+local results_ids_key = KEYS[19]
+local chunk_from = 20
 local epoch = ARGV[1]
 local call_id = ARGV[2]
 local node = ARGV[3]
@@ -101,7 +122,8 @@ local writes_seen = ARGV[6]
 local set_limit = tonumber(ARGV[7])
 local described = tonumber(ARGV[8])
 local failed_max = tonumber(ARGV[9])
-local layout_from = 10
+local results_max = tonumber(ARGV[10])
+local layout_from = 11
 
 if redis.call('HGET', meta_key, 'epoch') ~= epoch then
   return redis.error_reply('CLUSTERSYNC_STATE_LOST job epoch missing or changed')
@@ -143,7 +165,8 @@ local function dead_letter(id, reason, blob)
 end
 
 -- ---- the op table: opcode -> how many fields follow it (store/write_ops.py: the same counts) --
-local OP_FIELDS = {P = 5, T = 6, A = 1, F = 6, N = 1, D = 2, X = 2, S = 0, C = 1, K = 1}
+local OP_FIELDS = {P = 5, T = 6, A = 1, F = 7, R = 2, W = 1, N = 1, D = 2, X = 2, S = 0, C = 1,
+                   K = 1}
 local first_op = layout_from + #LAYOUT * described
 
 -- Calls visit(opcode, ARGV index of the op's first field, op number) for each op of the batch,
@@ -193,6 +216,75 @@ local function prepare_dedup()
   return bloom_refusal(pushes)
 end
 
+-- ---- results: the stream of items, error records and pages ------------------------------------
+-- ops that carry results, and where among their fields (0 = the first)
+local RESULTS_FIELD = {F = 6, R = 1, W = 0}
+local RESULT_KINDS = {item = true, error = true, page = true}
+local results_of = {}  -- ARGV index of a results field -> its decoded list (validation fills it)
+local results_carried = 0
+local written = 0
+
+-- nil if ARGV[at] is a results list (kept in results_of), else why not
+local function read_results(at)
+  if ARGV[at] == '' then return nil end
+  local ok, list = pcall(cmsgpack.unpack, ARGV[at])
+  if not ok or type(list) ~= 'table' or #list % 3 ~= 0 then
+    return 'results must be a msgpack list of id, kind, d triples'
+  end
+  for i = 1, #list, 3 do
+    if type(list[i]) ~= 'string' or list[i] == '' or not RESULT_KINDS[list[i + 1]]
+        or type(list[i + 2]) ~= 'string' then
+      return 'result ' .. ((i + 2) / 3) .. ' needs an id, a kind (item, error, page) and d'
+    end
+  end
+  results_of[at] = list
+  results_carried = results_carried + #list / 3
+  return nil
+end
+
+local function append_result(list, i)
+  redis.call('XADD', results_key, '*', 'v', '1', 'k', list[i + 1], 'id', list[i], 'd',
+             list[i + 2])
+  written = written + 1
+end
+
+-- appends the results at ARGV[at] (if any), each once per run when `once`
+local function append_results(at, once)
+  local list = results_of[at]
+  if not list then return end
+  local run = once and (redis.call('HGET', meta_key, 'run') or '0')
+  for i = 1, #list, 3 do
+    if not once or redis.call('SADD', results_ids_key, run .. '\t' .. list[i]) == 1 then
+      append_result(list, i)
+    end
+  end
+end
+
+-- an error reply if the batch carries results and the stream is full (or a results key holds
+-- another type); else nil
+local function results_refusal()
+  if results_carried == 0 then return nil end
+  local refused = wrong_type({{results_key, 'stream'}, {results_meta_key, 'hash'},
+                              {results_ids_key, 'set'}})
+  if refused then return refused end
+  local length = redis.call('XLEN', results_key)
+  if length < results_max then return nil end
+  redis.call('HSETNX', results_meta_key, 'full_since_ms', now_ms)
+  redis.call('HINCRBY', results_meta_key, 'refused_full', 1)
+  redis.call('HSET', results_meta_key, 'cap', results_max)
+  local since = redis.call('HGET', results_meta_key, 'full_since_ms')
+  return redis.error_reply('CLUSTERSYNC_RESULTS_FULL ' .. length .. ' ' .. results_max .. ' '
+                           .. since)
+end
+
+-- after the ops: what the batch wrote, and the stream is not full (it took a batch)
+local function results_finish()
+  if results_carried == 0 then return end
+  redis.call('HSET', results_meta_key, 'cap', results_max)
+  redis.call('HDEL', results_meta_key, 'full_since_ms')
+  if written > 0 then redis.call('HINCRBY', results_meta_key, 'written', written) end
+end
+
 -- ---- validation: every op, before anything is written -----------------------------------------
 local function bad_op(number, why)
   return redis.error_reply('CLUSTERSYNC_BAD_OP ' .. number .. ' ' .. why)
@@ -219,8 +311,13 @@ local function check_op(op, f, number)
     end
   elseif op == 'K' and ARGV[f] == '' then
     return bad_op(number, 'empty task id')
-  elseif (op == 'A' or op == 'F' or op == 'N' or op == 'D') and ARGV[f] == '' then
+  elseif (op == 'A' or op == 'F' or op == 'R' or op == 'N' or op == 'D') and ARGV[f] == '' then
     return bad_op(number, 'empty entry id')
+  end
+  local results_at = RESULTS_FIELD[op]
+  if results_at then
+    local why = read_results(f + results_at)
+    if why then return bad_op(number, why) end
   end
   if op == 'F' and not (tonumber(ARGV[f + 2]) and tonumber(ARGV[f + 4])) then
     return bad_op(number, 'status and attempts must be numbers')
@@ -240,6 +337,8 @@ if invalid then return invalid end
 
 local unready = prepare_dedup()
 if unready then return unready end
+local full = results_refusal()
+if full then return full end
 
 -- ---- ops --------------------------------------------------------------------------------------
 local id_tail = string.sub(call_id, 1, 8)
@@ -267,7 +366,7 @@ local function settle(id, failure)
     held[id] = nil
   elseif drop_lease(id) == 0 and redis.call('ZREM', queue_key, id) == 0
       and not frontier_settle_queued(id) then
-    return
+    return false
   else
     redis.call('HDEL', entries_key, id)
   end
@@ -277,6 +376,7 @@ local function settle(id, failure)
     failed = failed + 1
     failed_record(failed_key, failed_max, id, task, failure)
   end
+  return true
 end
 
 local function apply_op(op, f)
@@ -303,8 +403,13 @@ local function apply_op(op, f)
     if op == 'T' then task_pushed(ARGV[f + 5], id) end
   elseif op == 'A' then
     settle(ARGV[f], nil)
+  elseif op == 'R' then
+    if settle(ARGV[f], nil) then append_results(f + 1, false) end
   elseif op == 'F' then
-    settle(ARGV[f], failure_of(ARGV[f + 1], ARGV[f + 2], ARGV[f + 3], ARGV[f + 4], ARGV[f + 5]))
+    local failure = failure_of(ARGV[f + 1], ARGV[f + 2], ARGV[f + 3], ARGV[f + 4], ARGV[f + 5])
+    if settle(ARGV[f], failure) then append_results(f + 6, false) end
+  elseif op == 'W' then
+    append_results(f, true)
   elseif op == 'N' then
     local id = ARGV[f]
     local score, owner, where = parse_lease(redis.call('HGET', leased_key, id))
@@ -336,12 +441,12 @@ local function apply_op(op, f)
     end
   end
 end
--- The entries the batch acks (A, F) that are leased, unless another op of the batch names them
+-- The entries the batch acks (A, F, R) that are leased, unless another op of the batch names them
 -- too (N, D: those go one by one, in order), lose their lease and request in three commands.
 local function settle_leased_acks()
   local acks, named = {}, {}
   each_op(function(op, f)
-    if op == 'A' or op == 'F' then acks[#acks + 1] = ARGV[f]
+    if op == 'A' or op == 'F' or op == 'R' then acks[#acks + 1] = ARGV[f]
     elseif op == 'N' or op == 'D' then named[ARGV[f]] = true end
   end)
   if #acks < 2 then return end
@@ -364,6 +469,7 @@ settle_leased_acks()
 each_op(apply_op)
 if seq_next then redis.call('HSET', meta_key, 'seq', seq_next) end
 frontier_finish()
+results_finish()
 
 local counters = {pushed = pushed, filtered = filtered, acked = acked, released = released,
                   dead = dead, failed = failed}
