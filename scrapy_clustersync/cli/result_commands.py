@@ -9,8 +9,10 @@ group does, after ``--claim-idle``), and what every group acknowledged is trimme
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import IO, Any, TypeVar
 
 import click
@@ -56,6 +58,19 @@ def follow_option(function: F) -> F:
                              "ended and every result is written).")(function)
 
 
+@contextlib.contextmanager
+def output_closed_ends_quietly() -> Iterator[None]:
+    """A reader of the output that went away (``| head``) ends the command with exit 1 and one
+    line, not a traceback; the batch being written is not acknowledged."""
+    try:
+        yield
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # Python's own flush at exit must not fail too
+        raise click.ClickException("the output was closed; what was not written is not "
+                                   "acknowledged") from None
+
+
 def group_reader(cli: CliContext, job: str | None, group: str, consumer: str | None,
                  claim_idle_s: float, kinds: tuple[str, ...]) -> ResultReader:
     """The reader group ``group`` of the job JOB names (JobNotFound if there is none)."""
@@ -96,9 +111,11 @@ def export(cli: CliContext, job: str | None, fmt: str, output: IO[str], follow: 
     reader group and deletes nothing (--follow: until the job has ended)."""
     store = cli.existing_store(job)
     results = ResultsStore(cli.client(), store.keys)
+    output.write("")  # the file exists once the command ran, results or not
     writer = ResultWriter(output, fmt)
-    for batch in export_batches(results, since=since, follow=follow, kinds=kinds):
-        writer.write(batch)
+    with output_closed_ends_quietly():
+        for batch in export_batches(results, since=since, follow=follow, kinds=kinds):
+            writer.write(batch)
 
 
 @click.command()
@@ -119,9 +136,10 @@ def consume(cli: CliContext, job: str | None, group: str, consumer: str | None,
     (--follow: never)."""
     reader = group_reader(cli, job, group, consumer, claim_idle_s, kinds)
     writer = ResultWriter(sys.stdout, "jsonl")
-    for batch in reader.batches(count=batch_size, follow=follow):
-        writer.write(batch)
-        reader.ack(batch)
+    with output_closed_ends_quietly():
+        for batch in reader.batches(count=batch_size, follow=follow):
+            writer.write(batch)
+            reader.ack(batch)
 
 
 @click.command()
