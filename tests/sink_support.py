@@ -8,8 +8,9 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import subprocess
 import uuid
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +35,7 @@ def _unavailable(what: str, exc: Exception) -> None:
     pytest.skip(message)
 
 
-def database_url(kind: str, tmp_path: Path) -> Iterator[str]:
+def database_url(kind: str, tmp_path: Path) -> Generator[str, None, None]:
     """A URL of an empty database of ``kind`` (sqlite, postgresql, mariadb), as the sink takes
     it; the database is dropped after the test."""
     if kind == "sqlite":
@@ -105,3 +106,27 @@ def delete_queues(url: str, *queues: str) -> None:
                 await channel.queue_delete(queue)
 
     asyncio.run(delete())
+
+
+def rabbitmqctl(*args: str) -> None:
+    """``rabbitmqctl ARGS`` (RabbitMQ on this machine); skips (fails under CI) without one."""
+    try:
+        done = subprocess.run(["rabbitmqctl", *args], capture_output=True, text=True,
+                              timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        _unavailable("rabbitmqctl", exc)
+        return
+    if done.returncode != 0:
+        _unavailable("rabbitmqctl", RuntimeError(done.stderr.strip()))
+
+
+def rabbitmq_vhost() -> Iterator[str]:
+    """A vhost of its own for one test (guest may use it), deleted afterwards; yields its
+    name."""
+    vhost = f"cs-readers-{uuid.uuid4().hex[:8]}"
+    rabbitmqctl("add_vhost", vhost)
+    try:
+        rabbitmqctl("set_permissions", "-p", vhost, "guest", ".*", ".*", ".*")
+        yield vhost
+    finally:
+        rabbitmqctl("delete_vhost", vhost)

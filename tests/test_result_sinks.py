@@ -4,15 +4,24 @@ AMQP: every result in the queue once the broker confirmed; bad input is one clea
 
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import aio_pika
 import pytest
 from results_support import add_results, cli_process, finish_job, make_job, wait_for
-from sink_support import database_url, delete_queues, drain_queue, rows_of
+from sink_support import (
+    database_url,
+    delete_queues,
+    drain_queue,
+    rabbitmq_vhost,
+    rabbitmqctl,
+    rows_of,
+)
 
 from scrapy_clustersync.results.reader import ResultReader
 from testkit.redis_server import RedisServer
@@ -132,3 +141,79 @@ def test_amqp_has_every_result_in_the_queue_once_confirmed(redis_server: RedisSe
         assert drain_queue(AMQP_URL, f"{queue}.dead") == []
     finally:
         delete_queues(AMQP_URL, queue, f"{queue}.dead")
+
+
+@pytest.fixture
+def vhost() -> Iterator[str]:
+    yield from rabbitmq_vhost()
+
+
+def test_messages_the_broker_nacks_go_to_the_dead_letter_queue(redis_server: RedisServer,
+                                                               vhost: str) -> None:
+    # Given a queue the broker caps at 5 messages, refusing (nacking) publishes beyond
+    rabbitmqctl("set_policy", "-p", vhost, "cap", "^shop$",
+                '{"max-length": 5, "overflow": "reject-publish"}', "--apply-to", "queues")
+    client = redis_server.client()
+    make_job(client, "shop")
+    ids = add_results(client, "shop", 20)
+    finish_job(client, "shop")
+    url = f"amqp://guest:guest@127.0.0.1:5672/{vhost}"
+    # When the sink publishes 20 results to it
+    run = run_cli(redis_server.url, "sink", "shop", "--to", url, "--queue", "shop", "--json")
+    # Then 5 are in the queue, the 15 the broker nacked in its dead-letter queue, each once,
+    # and every one was acknowledged (the broker confirmed it into one or the other)
+    assert run.returncode == 0, run.output
+    assert json.loads(run.stdout)["written"] == 5
+    queued, dead = drain_queue(url, "shop"), drain_queue(url, "shop.dead")
+    assert len(queued) == 5
+    assert sorted(str(m["id"]) for m in queued + dead) == ids
+    assert client.xlen(make_job(client, "shop").results) == 0
+
+
+def test_a_queue_declared_with_other_arguments_is_one_clear_error(redis_server: RedisServer,
+                                                                  vhost: str) -> None:
+    url = f"amqp://guest:guest@127.0.0.1:5672/{vhost}"
+    asyncio.run(declare_plain_queue(url, "shop"))
+    client = redis_server.client()
+    make_job(client, "shop")
+    add_results(client, "shop", 3)
+    run = run_cli(redis_server.url, "sink", "shop", "--to", url, "--queue", "shop")
+    assert run.returncode == 5, run.output
+    assert "PRECONDITION_FAILED" in run.stderr and "Traceback" not in run.stderr
+
+
+async def declare_plain_queue(url: str, queue: str) -> None:
+    connection = await aio_pika.connect(url)
+    async with connection:
+        channel = await connection.channel()
+        await channel.declare_queue(queue, durable=True)
+
+
+def test_two_sinks_of_one_group_share_the_results(redis_server: RedisServer,
+                                                  tmp_path: Path) -> None:
+    # Given a job whose results keep coming, and two sink processes on one group
+    urls = database_url("postgresql", tmp_path)
+    url = next(urls)
+    try:
+        client = redis_server.client()
+        make_job(client, "shop")
+        add_results(client, "shop", 1000)
+        sinks = [cli_process(redis_server.url, "sink", "shop", "--to", url, "--batch", "50",
+                             "--consumer", name, "--json") for name in ("a", "b")]
+        wait_for(lambda: len(rows_of(url, "shop")) >= 1000, what="the first results")
+        group = f"sink {url} shop"
+        wait_for(lambda: len(client.xinfo_consumers(make_job(client, "shop").results, group))
+                 == 2, what="both sinks to read")
+        ids = [f"r{n:05d}" for n in range(3000)]
+        add_results(client, "shop", 2000, first=1000)
+        finish_job(client, "shop")
+        outputs = [sink.communicate(timeout=120) for sink in sinks]
+        # Then both end once the job ended, and the table has every result once
+        assert [sink.returncode for sink in sinks] == [0, 0], outputs
+        written = [json.loads(out)["written"] for out, _ in outputs]
+        assert sum(written) == 3000 and min(written) > 0
+        assert [row[0] for row in rows_of(url, "shop")] == ids
+    finally:
+        for sink in locals().get("sinks", []):
+            sink.kill()
+        urls.close()

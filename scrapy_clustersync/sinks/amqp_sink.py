@@ -59,7 +59,11 @@ class AmqpSink:
         self._loop = asyncio.new_event_loop()
         self._where = _safe(url)
         self.connection: Any = None
-        self._run(self._open(url), f"RabbitMQ at {self._where}")
+        try:
+            self._run(self._open(url), f"RabbitMQ at {self._where}")
+        except DestinationFailed:
+            self.close()
+            raise
 
     def write(self, results: list[Result]) -> int:
         """Publish ``results``; answers how many the broker confirmed into the queue (the
@@ -67,10 +71,22 @@ class AmqpSink:
         return self._run(self._publish_all(results), f"RabbitMQ at {self._where} refused")
 
     def close(self) -> None:
+        """Close the connection and the sink's event loop, whatever state they are in."""
+        if self._loop.is_closed():
+            return
+        self._loop.run_until_complete(self._shutdown())
+        self._loop.run_until_complete(self._loop.shutdown_asyncgens())
+        self._loop.close()
+
+    async def _shutdown(self) -> None:
         if self.connection is not None:
             with contextlib.suppress(Exception):
-                self._loop.run_until_complete(self.connection.close())
-        self._loop.close()
+                await asyncio.wait_for(self.connection.close(), CONNECT_TIMEOUT_S)
+        current = asyncio.current_task()
+        pending = [task for task in asyncio.all_tasks() if task is not current]
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
 
     def _run(self, work: Coroutine[Any, Any, T], what: str) -> T:
         errors = (self.aio_pika.exceptions.AMQPException, OSError, asyncio.TimeoutError)
