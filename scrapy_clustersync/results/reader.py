@@ -125,8 +125,8 @@ class ResultReader:
         pending, then new results. A batch left unacknowledged comes again (see the class)."""
         block_ms = min(max(block_ms, 1), MAX_BLOCK_MS)
         yield from self._own_pending(count)
+        ended = False  # known only after a read found nothing: read once more, then stop
         while True:
-            ended = not follow and job_ended(read_job(self.store.client, self.keys))
             entries = self._claim(count) or self.store.read_group(
                 self.group, self.consumer, count, None if ended else block_ms)
             if entries:
@@ -136,6 +136,7 @@ class ResultReader:
                 continue
             if ended and self.store.group(self.group).behind == 0:
                 return
+            ended = not follow and job_ended(read_job(self.store.client, self.keys))
 
     def ack(self, batch: Batch) -> int:
         """Acknowledge every entry of ``batch`` (call it once the results are stored for
@@ -181,9 +182,8 @@ def export_batches(store: ResultsStore, since: str = "0", count: int = 1000,
     more until ``ended()`` (default: the job ended) held before a read that found nothing."""
     wanted = check_kinds(kinds)
     job_over = ended or (lambda: job_ended(read_job(store.client, store.keys)))
-    cursor = since or "0"
+    cursor, over = since or "0", False
     while True:
-        over = follow and job_over()
         entries = store.read_after(cursor, count)
         if not entries and follow and not over:
             entries = store.wait_after(cursor, count, min(max(block_ms, 1), MAX_BLOCK_MS))
@@ -193,3 +193,4 @@ def export_batches(store: ResultsStore, since: str = "0", count: int = 1000,
             continue
         if not follow or over:
             return
+        over = job_over()  # then one more read: whatever came before the end is read
