@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from itemadapter import ItemAdapter
-from scrapy import Request
+from scrapy import Item, Request
 from scrapy.http import Response
 
 from ..codec import LEASE_META_KEY
@@ -76,7 +76,10 @@ class ResultCollector:
         self._leased = leased
         self._fingerprint = fingerprint
         self.counts = counts
-        self._origins: dict[int, list[Slot]] = {}  # id(item) -> its slots, until processed
+        self._origins: dict[int, Slot] = {}  # id(item) -> its slot, until it is processed
+        #: id(item) -> the slots of its later yields, for an item object yielded again before
+        #: its first yield was processed
+        self._again: dict[int, list[Slot]] = {}
         self._pending: dict[str, list[Record]] = {}  # lease token -> its records
 
     def watch(self, scraper: Any) -> bool:
@@ -103,7 +106,14 @@ class ResultCollector:
     # ---- where an item comes from ----------------------------------------------------------
     def start_item(self, item: Any, position: int) -> None:
         """``item`` is the ``position``-th item start() yielded (0-based)."""
-        self._origins.setdefault(id(item), []).append(Slot(None, f"start:{position}", None))
+        self._note(item, Slot(None, f"start:{position}", None))
+
+    def _note(self, item: Any, slot: Slot) -> None:
+        key = id(item)
+        if key in self._origins:
+            self._again.setdefault(key, []).append(slot)
+        else:
+            self._origins[key] = slot
 
     def numbered(self, output: Any, request: Request, response: Any) -> Any:
         """``output`` of ``request``'s callback or errback, each item numbered as it passes;
@@ -115,11 +125,15 @@ class ResultCollector:
         fp = self._fingerprint(request).hex()
         if token is not None and self.settings.pages and isinstance(response, Response):
             self._keep(token, self._page_record(fp, response))
-        origins = self._origins
+        origins, noted = self._origins, self._note
         url = request.url
 
         def note(position: int, each: Any) -> None:
-            origins.setdefault(id(each), []).append(Slot(token, f"{fp}:{position}", url))
+            key = id(each)
+            if key in origins:
+                noted(each, Slot(token, f"{fp}:{position}", url))
+            else:
+                origins[key] = Slot(token, f"{fp}:{position}", url)
 
         if hasattr(output, "__aiter__"):
             return _numbered_async(output, note)
@@ -129,15 +143,19 @@ class ResultCollector:
     def process_with_slot(self, process: Callable[[Any], Any]) -> Callable[[Any], Any]:
         """``process`` (the item pipelines' ``process_item_async``) running each item under
         its slot, its record kept only if the pipelines let the item through."""
-        origins = self._origins
+        origins, again = self._origins, self._again
 
         async def processed(item: Any) -> Any:
-            slots = origins.get(id(item))
-            if not slots:
+            key = id(item)
+            slot = origins.pop(key, None)
+            if slot is None:
                 return await process(item)
-            slot = slots.pop(0)
-            if not slots:
-                del origins[id(item)]
+            if again:
+                later = again.get(key)
+                if later:
+                    origins[key] = later.pop(0)
+                    if not later:
+                        del again[key]
             reset = SLOT.set(slot)
             try:
                 output = await process(item)
@@ -156,9 +174,14 @@ class ResultCollector:
         slot = SLOT.get()
         if slot is None:
             return
-        fields = ItemAdapter(item).asdict()
+        fields: dict[str, Any] = item if type(item) is dict else dict(item) if isinstance(
+            item, Item) else ItemAdapter(item).asdict()
         try:
-            d = encode_data("item", slot.url, self.spider, self.node, _now_ms(), fields)
+            try:  # a dict or an Item of plain values (nearly all): as it is, no copy
+                d = encode_data("item", slot.url, self.spider, self.node, _now_ms(), fields)
+            except CannotTravel:  # an Item or a dataclass in it: ItemAdapter makes dicts of them
+                fields = ItemAdapter(item).asdict()
+                d = encode_data("item", slot.url, self.spider, self.node, _now_ms(), fields)
         except (CannotTravel, TypeError, ValueError, OverflowError) as exc:
             self.counts["clustersync/results/refused_unencodable"] += 1
             logger.error("clustersync: an item of spider %r from %s is not written to the "
