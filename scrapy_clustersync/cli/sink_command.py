@@ -14,7 +14,7 @@ import click
 
 from ..config import redact_url
 from ..results.record_format import Result
-from ..sinks.errors import DestinationFailed, DestinationUnusable
+from ..sinks.destination_errors import DestinationFailed, DestinationUnusable
 from .context import CliContext, pass_cli
 from .exit_codes import DestinationError
 from .options import job_argument, json_option, settings_option

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 from ..results.output_formats import json_line
 from ..results.record_format import Result
-from .errors import DestinationFailed, DestinationUnusable
+from .destination_errors import DestinationFailed, DestinationUnusable
 
 T = TypeVar("T")
 CONNECT_TIMEOUT_S = 10.0

@@ -20,7 +20,7 @@ from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 
 from ..results.record_format import Result, to_json_value
-from .errors import DestinationFailed, DestinationUnusable
+from .destination_errors import DestinationFailed, DestinationUnusable
 from .sql_columns import (
     KIND_TYPES,
     MAX_ITEM_COLUMNS,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from scrapy_clustersync.sinks.errors import DestinationUnusable
+from scrapy_clustersync.sinks.destination_errors import DestinationUnusable
 from scrapy_clustersync.sinks.sql_columns import column_name, fit, value_kind
 from scrapy_clustersync.sinks.sql_sink import engine_url, table_name
 
