@@ -191,3 +191,10 @@ def test_a_group_registered_ahead_keeps_results_and_deleting_it_lets_them_go(
     view = json.loads(deleted.stdout)
     assert (view["deleted"], view["trimmed"], view["held"]) == (["later"], 20, 0)
     assert [group["group"] for group in view["groups"]] == ["now"]
+
+
+def test_a_since_that_is_no_stream_id_is_a_usage_error(redis_server: RedisServer) -> None:
+    make_job(redis_server.client(), "shop")
+    run = run_cli(redis_server.url, "export", "shop", "--since", "r00001")
+    assert run.returncode == 2
+    assert "'r00001' is no stream id" in run.stderr

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import sys
 from collections.abc import Callable, Iterator
 from typing import IO, Any, TypeVar
@@ -37,6 +38,13 @@ def parse_kinds(_ctx: click.Context, _param: click.Parameter, value: str) -> tup
         raise click.BadParameter(f"{', '.join(unknown) or 'none given'}: the kinds are "
                                  f"{', '.join(KINDS)} (comma-separated)")
     return kinds
+
+
+def check_stream_id(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
+    """A stream id as Redis writes them (``<ms>-<seq>``, or ``<ms>``); a usage error else."""
+    if not re.fullmatch(r"\d+(-\d+)?", value):
+        raise click.BadParameter(f"{value!r} is no stream id (MS-SEQ, as `stream_id` shows)")
+    return value
 
 
 def kinds_option(default: str) -> Callable[[F], F]:
@@ -99,7 +107,7 @@ def group_options(function: F) -> F:
 @click.option("--output", "-o", type=click.File("w", encoding="utf-8", lazy=True),
               default="-", help="File to write (default: stdout).")
 @follow_option
-@click.option("--since", metavar="STREAM_ID", default="0",
+@click.option("--since", metavar="STREAM_ID", default="0", callback=check_stream_id,
               help="Only results after this stream id (the `stream_id` of the last result "
                    "written before).")
 @kinds_option(",".join(KINDS))

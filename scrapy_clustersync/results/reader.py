@@ -134,8 +134,11 @@ class ResultReader:
                 if batch is not None:
                     yield batch
                 continue
-            if ended and self.store.group(self.group).behind == 0:
-                return
+            if ended:
+                if self.store.group(self.group).behind == 0:
+                    return
+                ended = False  # other consumers still hold results: wait for them, blocking
+                continue
             ended = not follow and job_ended(read_job(self.store.client, self.keys))
 
     def ack(self, batch: Batch) -> int:
