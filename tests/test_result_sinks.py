@@ -28,7 +28,7 @@ from testkit.redis_server import RedisServer
 
 from cli_runner import run_cli
 
-AMQP_URL = "amqp://guest:guest@127.0.0.1:5672/%2F"
+AMQP_URL = "amqp://guest:guest@127.0.0.1:5672/"
 
 
 @pytest.fixture(params=["sqlite", "postgresql", "mariadb"])
