@@ -114,7 +114,9 @@ def test_a_bad_destination_is_one_clear_error(redis_server: RedisServer, url: st
     run = run_cli(redis_server.url, "sink", "shop", "--to", url)
     assert run.returncode == code, run.output
     assert message in run.stderr and "Traceback" not in run.stderr
-    assert client.xlen(make_job(client, "shop").results) == 3  # nothing acknowledged
+    # nothing acknowledged, and no group left behind to hold back the trimming
+    assert client.xlen(make_job(client, "shop").results) == 3
+    assert client.xinfo_groups(make_job(client, "shop").results) == []
 
 
 def test_a_sink_of_an_unknown_job_is_one_clear_error(redis_server: RedisServer,

@@ -89,13 +89,19 @@ def sink(cli: CliContext, job: str | None, url: str, table: str | None, queue: s
     scheme_of(url)
     name = cli.existing_store(job).keys.job
     group = group or default_group(url, table, queue, name)
-    reader = group_reader(cli, name, group, consumer, claim_idle_s, kinds)
+    # the destination first: a group registered for a sink that cannot run would hold back
+    # the trimming (and, once the stream is full, the crawl) for nothing
     try:
         destination = open_sink(url, name, table, queue, item_columns)
     except DestinationUnusable as exc:
         raise click.BadParameter(str(exc), param_hint="'--to'") from None
     except DestinationFailed as exc:
         raise DestinationError(str(exc)) from None
+    try:
+        reader = group_reader(cli, name, group, consumer, claim_idle_s, kinds)
+    except BaseException:
+        destination.close()
+        raise
     summary = run_sink(reader, destination, batch_size, follow)
     if as_json:
         echo_json({"job": name, "group": group, **summary})
