@@ -198,3 +198,15 @@ def test_a_since_that_is_no_stream_id_is_a_usage_error(redis_server: RedisServer
     run = run_cli(redis_server.url, "export", "shop", "--since", "r00001")
     assert run.returncode == 2
     assert "'r00001' is no stream id" in run.stderr
+
+
+def test_status_check_names_the_groups_that_hold_back_a_full_stream(
+        redis_server: RedisServer) -> None:
+    client = redis_server.client()
+    keys = make_job(client, "shop")
+    add_results(client, "shop", 30)
+    ResultReader(None, "shop", "slow", client=client)
+    client.hset(keys.results_meta, mapping={"cap": 30, "full_since_ms": 1})  # as the nodes do
+    run = run_cli(redis_server.url, "status", "shop", "--check")
+    assert run.returncode == 1, run.output
+    assert "the results stream is full: reader group 'slow' has 30 results" in run.stdout
