@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import msgpack
+import pytest
 
 from scrapy_clustersync.results import decode_record
 from scrapy_clustersync.store.keys import JobKeys
@@ -20,6 +21,7 @@ from conftest import ProxyFactory, SiteFactory
 from support import (
     ROOT,
     Node,
+    clustersync,
     missing_pages,
     project_with_spiders,
     start_node,
@@ -30,6 +32,10 @@ from support import (
 LISTING_PROJECT = ROOT / "tests" / "projects" / "listing"
 KEYS = JobKeys("listing")
 ITEMS_PER_PAGE = 120
+REACTORS = {
+    "asyncio": {},  # Scrapy's default, the asyncio reactor
+    "select": {"TWISTED_REACTOR": "twisted.internet.selectreactor.SelectReactor"},
+}
 
 
 def listing_node(name: str, redis_url: str, web: TestSite, workdir: Path,
@@ -57,15 +63,17 @@ def scraped_count(node: Node) -> int:
     return 0
 
 
+@pytest.mark.parametrize("reactor", sorted(REACTORS))
 def test_every_item_of_a_crawl_is_in_the_stream_once_as_many_as_plain_scrapy_scrapes(
-    redis_server: RedisServer, site: SiteFactory, tmp_path: Path,
+    reactor: str, redis_server: RedisServer, site: SiteFactory, tmp_path: Path,
 ) -> None:
     # given a listing site of 30 pages (120 items each), crawled by plain Scrapy first
     web = site(30, links_per_page=3)
-    vanilla = listing_node("vanilla", redis_server.url, web, tmp_path / "v", ADDONS="{}")
+    vanilla = listing_node("vanilla", redis_server.url, web, tmp_path / "v", ADDONS="{}",
+                           **REACTORS[reactor])
     wait_all([vanilla])
     # when one node crawls it with the add-on
-    node = listing_node("node1", redis_server.url, web, tmp_path)
+    node = listing_node("node1", redis_server.url, web, tmp_path, **REACTORS[reactor])
     wait_all([node])
     # then the stream holds each item once, as many as plain Scrapy scraped
     ids = result_ids(redis_server)
@@ -153,6 +161,10 @@ def test_at_the_cap_the_crawl_pauses_and_goes_on_when_the_stream_is_trimmed(
             paused_at = len(web.hits())
             time.sleep(1.0)
             assert len(web.hits()) <= paused_at + 16  # at most what was under way
+            status = clustersync(redis_server.url, "status", "listing")
+            assert f"of {cap:,} (cap)" in status.stdout and "results full since" in status.stdout
+            wait_until(lambda: "results full" in clustersync(
+                redis_server.url, "nodes", "listing").stdout, 10, "the node's state")
         entries: Any = client.xrange(KEYS.results)
         seen.update(decode_record(sid, fields).id for sid, fields in entries)
         last_ms, last_seq = entries[-1][0].decode().split("-")

@@ -128,3 +128,22 @@ def test_a_too_large_item_is_refused_in_one_line_naming_the_field(
     assert "'spider'" in line and "http://a/1" in line and "'body'" in line
     assert "'small'" not in line
     assert results.counts["clustersync/results/refused_too_big"] == 1
+
+
+def test_with_pages_on_a_leased_page_is_kept_compressed_and_cut_at_its_cap() -> None:
+    import zlib
+
+    from scrapy.http import HtmlResponse
+
+    results = collector([], pages=True, page_max_bytes=1024)
+    request = leased_request()
+    response = HtmlResponse("http://a/1", body=b"<html>" + b"x" * 5000, request=request,
+                            headers={"Content-Type": "text/html"})
+    list(results.numbered([], request, response))
+    op = results.attach(Ack("e1"), None)
+    assert ids_of(op) == [f"{FP.hex()}:page"]
+    assert isinstance(op, AckResults)
+    page = unpack_data(msgpack.unpackb(op.results, raw=True)[2])["page"]
+    assert zlib.decompress(page["body"]) == (b"<html>" + b"x" * 5000)[:1024]
+    assert page["truncated"] is True and page["status"] == 200
+    assert page["headers"] == {"Content-Type": ["text/html"]}
