@@ -1,0 +1,77 @@
+"""What every request of the HTTP API shares: the Redis client, the project's settings (the
+seed's fingerprinter and schemes, the settings history kept) and whether requests need a token
+even while none exists (serve listens beyond loopback)."""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from ..config import JOB_NAME_RE, validate_settings_history
+from ..store import JobStore
+from ..store.api_tokens import TokenStore
+from .api_errors import ApiError
+
+if TYPE_CHECKING:
+    import redis
+    from scrapy.settings import Settings
+    from scrapy.utils.request import RequestFingerprinterProtocol
+
+    from ..cli.project import ProjectContext
+
+
+def is_loopback(host: str) -> bool:
+    """``host`` is a loopback address or ``localhost`` (only this machine can connect)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+@dataclass
+class ApiContext:
+    """The state of one ``clustersync serve``: nothing here is a copy of Redis's state."""
+
+    client: redis.Redis
+    project: ProjectContext
+    #: serve listens on a loopback address: while no token exists, requests need none
+    loopback: bool = True
+    _fingerprinter: RequestFingerprinterProtocol | None = field(default=None, repr=False)
+
+    @property
+    def settings(self) -> Settings:
+        """The project's settings (``clustersync``'s, with ``--settings`` and ``-s``)."""
+        return self.project.settings
+
+    def fingerprinter(self) -> RequestFingerprinterProtocol:
+        """The project's request fingerprinter (a seed's), made on first use."""
+        if self._fingerprinter is None:
+            self._fingerprinter = self.project.fingerprinter()
+        return self._fingerprinter
+
+    @property
+    def tokens(self) -> TokenStore:
+        return TokenStore(self.client)
+
+    def history_keep(self) -> int:
+        """``CLUSTERSYNC_SETTINGS_HISTORY`` of the project serve runs in."""
+        return validate_settings_history(self.settings)
+
+    def store(self, job: str) -> JobStore:
+        """The store of ``job``, which must exist: 422 for a name no job can have (before any
+        Redis call), 404 if there is no such job."""
+        if not JOB_NAME_RE.match(job):
+            raise ApiError(422, f"{job!r} is not a job name (letters, digits and _ . : -, "
+                                "starting with a letter or digit, at most 200)")
+        store = JobStore(self.client, job, node_id="cli", writes_seen=None)
+        if not store.status().exists:
+            raise not_found(job)
+        return store
+
+
+def not_found(job: str) -> ApiError:
+    return ApiError(404, f"job {job!r} does not exist on this Redis; GET /api/jobs lists the "
+                         "jobs")
