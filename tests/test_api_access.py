@@ -1,0 +1,137 @@
+"""`clustersync serve`'s access control and errors, against a real redis-server and serve as a
+subprocess: no token needed on loopback until one exists, then 401 without one and 403 for a
+role too low; a bad body is 422 with a message and changes nothing in Redis; an unknown job is
+404; Redis away is 503."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import redis
+from api_serve import ServeProcess, bearer
+
+from testkit.redis_server import RedisServer
+
+from conftest import RedisFactory
+from support import clustersync
+
+JOB = "shop"
+
+
+def seeded(server: RedisServer) -> None:
+    seed = clustersync(server.url, "seed", JOB, "https://example.com/a",
+                       "https://example.com/b", "--create")
+    assert seed.returncode == 0, seed.output
+
+
+def token(server: RedisServer, name: str, role: str) -> str:
+    made = clustersync(server.url, "token", "add", name, "--role", role, "--json")
+    assert made.returncode == 0, made.output
+    secret: str = json.loads(made.stdout)["secret"]
+    return secret
+
+
+def snapshot(client: redis.Redis) -> dict[bytes, tuple[bytes | None, int]]:
+    """Every key of the Redis with its serialized value and TTL."""
+    return {key: (client.dump(key), client.pttl(key)) for key in client.scan_iter(count=1000)}
+
+
+def test_without_a_token_loopback_is_open_and_once_one_exists_every_request_needs_one(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    # given a job and serve on loopback, while no token exists
+    seeded(redis_server)
+    with ServeProcess(redis_server.url, tmp_path) as serve:
+        # then a request needs no token, and is made as "local"
+        assert serve.http.get("/api/whoami").json() == {
+            "name": "local", "role": "admin", "tokens_needed": False}
+        assert "requests need no token" in serve.log()
+        # when tokens exist
+        viewer, operator = token(redis_server, "viewer", "read"), token(
+            redis_server, "oncall", "operator")
+        # then a request without one, or with one not known, is 401
+        for headers in ({}, bearer("csk_not-a-token"), {"Authorization": "Basic abc"}):
+            refused = serve.http.get(f"/api/jobs/{JOB}", headers=headers)
+            assert refused.status_code == 401, refused.text
+            assert refused.json()["error"]
+        # and a read token reads but may not pause (403), an operator token may
+        assert serve.http.get(f"/api/jobs/{JOB}", headers=bearer(viewer)).status_code == 200
+        denied = serve.http.post(f"/api/jobs/{JOB}/pause", headers=bearer(viewer))
+        assert denied.status_code == 403
+        assert "needs role 'operator'" in denied.json()["error"]
+        assert redis_server.client().hget(f"clustersync:{{{JOB}}}:meta", "control") is None
+        paused = serve.http.post(f"/api/jobs/{JOB}/pause", headers=bearer(operator))
+        assert paused.status_code == 200 and paused.json()["after"] == "paused"
+        # and the pause is recorded as the operator's
+        audit = serve.http.get("/api/audit", headers=bearer(viewer)).json()
+        assert [(a["who"], a["action"]) for a in audit] == [("oncall", "pause")]
+        # when the operator's token is revoked, its next request is 401
+        assert clustersync(redis_server.url, "token", "revoke", "oncall").returncode == 0
+        gone = serve.http.post(f"/api/jobs/{JOB}/resume", headers=bearer(operator))
+        assert gone.status_code == 401
+
+
+def test_a_bad_body_is_422_with_what_was_wrong_and_changes_nothing_in_redis(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    # given a job, an admin token and serve
+    seeded(redis_server)
+    admin = bearer(token(redis_server, "root", "admin"))
+    client = redis_server.client()
+    with ServeProcess(redis_server.url, tmp_path) as serve:
+        before = snapshot(client)
+        # when bodies that do not fit are sent
+        bad = [
+            ("POST", f"/api/jobs/{JOB}/seed", '{"urls": "https://example.com/c"}',
+             "body.urls: Input should be a valid list"),
+            ("POST", f"/api/jobs/{JOB}/seed", '{"urls": ["https://example.com/c", "nope"]}',
+             "'nope' has no scheme"),
+            ("POST", f"/api/jobs/{JOB}/seed", '{"urls": ["https://example.com/c"], "prio": 1}',
+             "body.prio: Extra inputs are not permitted"),
+            ("POST", f"/api/jobs/{JOB}/seed", '{"urls": [', "JSON decode error"),
+            ("PUT", f"/api/jobs/{JOB}/settings", '{"set": {"DOWNLOAD_DELAY": "slow"}}',
+             "DOWNLOAD_DELAY = slow is refused"),
+            ("PUT", f"/api/jobs/{JOB}/settings", '{"set": {"DOWNLOAD_DELAY": 1, "NOPE": 2}}',
+             "unknown setting 'NOPE'"),
+            ("PUT", f"/api/jobs/{JOB}/settings", "{}", "give `set`"),
+            ("POST", f"/api/jobs/{JOB}/dead/requeue", '{"ids": []}', "or `all: true`"),
+            ("POST", f"/api/jobs/{JOB}/check", '{"repair": "maybe"}',
+             "body.repair: Input should be a valid boolean"),
+        ]
+        for method, path, body, expected in bad:
+            answer = serve.http.request(method, path, content=body, headers={
+                **admin, "Content-Type": "application/json"})
+            # then each is 422, saying what was wrong
+            assert answer.status_code == 422, (path, body, answer.text)
+            assert expected in answer.json()["error"], (body, answer.json())
+        # and Redis holds exactly what it held
+        assert snapshot(client) == before
+        # and an unknown job is 404, a name no job can have 422
+        assert serve.http.get("/api/jobs/nothere", headers=admin).status_code == 404
+        assert serve.http.post("/api/jobs/nothere/pause", headers=admin).status_code == 404
+        assert serve.http.get("/api/jobs/bad%20name", headers=admin).status_code == 422
+        assert snapshot(client) == before
+        # when a good change is sent, it is made, and the history says by whom
+        changed = serve.http.put(f"/api/jobs/{JOB}/settings", headers=admin,
+                                 json={"set": {"DOWNLOAD_DELAY": 0.25}})
+        assert changed.status_code == 200 and changed.json()["version"] == 1, changed.text
+        history = serve.http.get(f"/api/jobs/{JOB}/settings/history", headers=admin).json()
+        assert [(h["who"], h["key"], h["new"]) for h in history] == [
+            ("api:root", "DOWNLOAD_DELAY", 0.25)]
+
+
+def test_redis_away_is_503(
+    redis_factory: RedisFactory, tmp_path: Path
+) -> None:
+    # given serve of a Redis that then stops
+    server = redis_factory()
+    seeded(server)
+    with ServeProcess(server.url, tmp_path) as serve:
+        server.stop()
+        # then a read is 503, saying Redis could not be reached
+        answer = serve.http.get(f"/api/jobs/{JOB}")
+        assert answer.status_code == 503
+        assert "could not be reached" in answer.json()["error"]
+        # and so are the metrics: the tokens cannot be checked (Prometheus's `up` is 0)
+        assert serve.http.get("/metrics").status_code == 503
