@@ -4,6 +4,7 @@ an httpx client of it."""
 from __future__ import annotations
 
 import os
+import ssl
 import subprocess
 import sys
 import time
@@ -21,9 +22,13 @@ START_TIMEOUT_S = 30.0
 class ServeProcess:
     """``clustersync --redis-url URL serve --port PORT`` in a process of its own."""
 
-    def __init__(self, redis_url: str, workdir: Path, *options: str) -> None:
+    def __init__(self, redis_url: str, workdir: Path, *options: str,
+                 verify: ssl.SSLContext | bool = True) -> None:
+        """``options``: more of serve's command line; ``verify``: what the client checks
+        serve's certificate with, once options include ``--ssl-certfile``."""
         self.port = free_port()
-        self.base_url = f"http://127.0.0.1:{self.port}"
+        scheme = "https" if "--ssl-certfile" in options else "http"
+        self.base_url = f"{scheme}://127.0.0.1:{self.port}"
         self.log_path = workdir / f"serve-{self.port}.log"
         env = {k: v for k, v in os.environ.items() if not k.startswith(("CLUSTERSYNC_",
                                                                         "SCRAPY_"))}
@@ -32,7 +37,7 @@ class ServeProcess:
                 [sys.executable, "-m", "scrapy_clustersync.cli", "--redis-url", redis_url,
                  "serve", "--port", str(self.port), "--log-level", "warning", *options],
                 cwd=workdir, env=env, stdout=log, stderr=subprocess.STDOUT)
-        self.http = httpx.Client(base_url=self.base_url, timeout=10.0)
+        self.http = httpx.Client(base_url=self.base_url, timeout=10.0, verify=verify)
 
     def wait_ready(self) -> ServeProcess:
         """Return once serve answers a request (any status); fail with its log if it exits."""

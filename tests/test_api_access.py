@@ -6,6 +6,7 @@ role too low; a bad body is 422 with a message and changes nothing in Redis; an 
 from __future__ import annotations
 
 import json
+import ssl
 from pathlib import Path
 
 import redis
@@ -135,3 +136,47 @@ def test_redis_away_is_503(
         assert "could not be reached" in answer.json()["error"]
         # and so are the metrics: the tokens cannot be checked (Prometheus's `up` is 0)
         assert serve.http.get("/metrics").status_code == 503
+
+
+def self_signed(directory: Path) -> tuple[Path, Path]:
+    """A certificate for 127.0.0.1 signed by its own key, and that key (PEM files)."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
+            .public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName(
+                [x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .sign(key, hashes.SHA256()))
+    cert_path, key_path = directory / "cert.pem", directory / "key.pem"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM,
+                                           serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    return cert_path, key_path
+
+
+def test_serve_speaks_https_with_the_certificate_it_is_given(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    # given serve with a certificate and its key
+    seeded(redis_server)
+    cert, key = self_signed(tmp_path)
+    with ServeProcess(redis_server.url, tmp_path, "--ssl-certfile", str(cert),
+                      "--ssl-keyfile", str(key),
+                      verify=ssl.create_default_context(cafile=str(cert))) as serve:
+        # then a client that trusts the certificate reads the jobs over HTTPS
+        answer = serve.http.get("/api/jobs")
+        assert answer.status_code == 200 and [j["job"] for j in answer.json()] == [JOB]
+        assert serve.base_url.startswith("https://")
