@@ -66,7 +66,9 @@ def test_without_a_token_loopback_is_open_and_once_one_exists_every_request_need
         assert paused.status_code == 200 and paused.json()["after"] == "paused"
         # and the pause is recorded as the operator's
         audit = serve.http.get("/api/audit", headers=bearer(viewer)).json()
-        assert [(a["who"], a["action"]) for a in audit] == [("oncall", "pause")]
+        assert [a["action"] for a in audit] == ["pause", "token add", "token add"]
+        assert audit[0]["who"] == "oncall" and audit[1]["detail"] == {
+            "name": "oncall", "role": "operator"}
         # when the operator's token is revoked, its next request is 401
         assert clustersync(redis_server.url, "token", "revoke", "oncall").returncode == 0
         gone = serve.http.post(f"/api/jobs/{JOB}/resume", headers=bearer(operator))

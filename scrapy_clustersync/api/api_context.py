@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ..config import JOB_NAME_RE, validate_settings_history
-from ..store import JobStore
+from ..store import JobStatus, JobStore
 from ..store.api_tokens import TokenStore
 from .api_errors import ApiError
 
@@ -63,13 +63,18 @@ class ApiContext:
     def store(self, job: str) -> JobStore:
         """The store of ``job``, which must exist: 422 for a name no job can have (before any
         Redis call), 404 if there is no such job."""
+        return self.job_status(job)[0]
+
+    def job_status(self, job: str) -> tuple[JobStore, JobStatus]:
+        """``store(job)`` and the job's status, read once (one pipeline)."""
         if not JOB_NAME_RE.match(job):
             raise ApiError(422, f"{job!r} is not a job name (letters, digits and _ . : -, "
                                 "starting with a letter or digit, at most 200)")
         store = JobStore(self.client, job, node_id="cli", writes_seen=None)
-        if not store.status().exists:
+        report = store.status()
+        if not report.exists:
             raise not_found(job)
-        return store
+        return store, report
 
 
 def not_found(job: str) -> ApiError:

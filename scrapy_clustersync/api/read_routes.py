@@ -39,15 +39,14 @@ def jobs(request: Request, _caller: Reader) -> list[dict[str, Any]]:
 
 @router.get("/jobs/{job}", summary="One job's status (clustersync status JOB --json)")
 def job_status(request: Request, job: str, _caller: Reader) -> dict[str, Any]:
-    report = api_of(request).store(job).status()
-    return status_dict(report)
+    return status_dict(api_of(request).job_status(job)[1])
 
 
 @router.get("/jobs/{job}/nodes",
             summary="Every node of the job, live and dead, each with its group "
                     "(clustersync nodes JOB --json)")
 def nodes(request: Request, job: str, _caller: Reader) -> list[dict[str, Any]]:
-    return group_nodes(api_of(request).store(job).status()).tagged()
+    return group_nodes(api_of(request).job_status(job)[1]).tagged()
 
 
 @router.get("/jobs/{job}/sites",

@@ -1,5 +1,6 @@
 """``clustersync token add|list|revoke``: the tokens of ``clustersync serve`` (store/api_tokens.py
-keeps their SHA-256 only; docs/api.md)."""
+keeps their SHA-256 only; docs/api.md). Adding and revoking one is recorded in the API's audit
+list, as ``user@host``."""
 
 from __future__ import annotations
 
@@ -37,10 +38,12 @@ def add(cli: CliContext, name: str, role: str, as_json: bool) -> None:
 
     if not re.match(TOKEN_NAME, name):
         raise click.BadParameter("letters, digits and _ . @ -, at most 64", param_hint="NAME")
-    secret = TokenStore(cli.client()).add(name, role, who())
+    tokens = TokenStore(cli.client())
+    secret = tokens.add(name, role, who())
     if secret is None:
         raise JobRefused(f"token {name!r} exists already; `clustersync token revoke {name}` "
                          "first to replace it")
+    tokens.record(who(), "token add", None, {"name": name, "role": role})
     if as_json:
         echo_json({"name": name, "role": role, "secret": secret})
         return
@@ -71,7 +74,10 @@ def list_(cli: CliContext, as_json: bool) -> None:
 @pass_cli
 def revoke(cli: CliContext, name: str, as_json: bool) -> None:
     """Delete token NAME: the next request with its secret is refused (401)."""
-    revoked = TokenStore(cli.client()).revoke(name)
+    tokens = TokenStore(cli.client())
+    revoked = tokens.revoke(name)
+    if revoked:
+        tokens.record(who(), "token revoke", None, {"name": name})
     if as_json:
         echo_json({"name": name, "revoked": revoked})
     elif revoked:
