@@ -23,9 +23,10 @@ class ServeProcess:
     """``clustersync --redis-url URL serve --port PORT`` in a process of its own."""
 
     def __init__(self, redis_url: str, workdir: Path, *options: str,
-                 verify: ssl.SSLContext | bool = True) -> None:
+                 verify: ssl.SSLContext | bool = True, cwd: Path | None = None) -> None:
         """``options``: more of serve's command line; ``verify``: what the client checks
-        serve's certificate with, once options include ``--ssl-certfile``."""
+        serve's certificate with, once options include ``--ssl-certfile``; ``cwd``: where
+        serve runs (a Scrapy project there is read; ``workdir`` unless told)."""
         self.port = free_port()
         scheme = "https" if "--ssl-certfile" in options else "http"
         self.base_url = f"{scheme}://127.0.0.1:{self.port}"
@@ -36,7 +37,7 @@ class ServeProcess:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "scrapy_clustersync.cli", "--redis-url", redis_url,
                  "serve", "--port", str(self.port), "--log-level", "warning", *options],
-                cwd=workdir, env=env, stdout=log, stderr=subprocess.STDOUT)
+                cwd=cwd or workdir, env=env, stdout=log, stderr=subprocess.STDOUT)
         self.http = httpx.Client(base_url=self.base_url, timeout=10.0, verify=verify)
 
     def wait_ready(self) -> ServeProcess:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import ssl
 from pathlib import Path
+from typing import Any
 
 import redis
 from api_serve import ServeProcess, bearer
@@ -15,7 +16,7 @@ from api_serve import ServeProcess, bearer
 from testkit.redis_server import RedisServer
 
 from conftest import RedisFactory
-from support import clustersync
+from support import EXAMPLE_PROJECT, clustersync
 
 JOB = "shop"
 
@@ -182,3 +183,35 @@ def test_serve_speaks_https_with_the_certificate_it_is_given(
         answer = serve.http.get("/api/jobs")
         assert answer.status_code == 200 and [j["job"] for j in answer.json()] == [JOB]
         assert serve.base_url.startswith("https://")
+
+
+def test_a_seed_inside_a_project_is_checked_against_the_jobs_spider_then_queued(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    # given serve run inside the example project, whose spider "site" runs job "site"
+    with ServeProcess(redis_server.url, tmp_path, cwd=EXAMPLE_PROJECT) as serve:
+        # when URLs are seeded with a callback the spider lacks
+        refused = serve.http.post("/api/jobs/site/seed", json={
+            "urls": ["https://example.com/a"], "callback": "parse_nothing", "create": True})
+        # then nothing is written, and the error names the spider's methods
+        assert refused.status_code == 422 and "parse_nothing" in refused.json()["error"]
+        assert not redis_server.client().exists("clustersync:{site}:meta")
+        # when they are seeded into the new job with a method it has
+        seeded = serve.http.post("/api/jobs/site/seed", json={
+            "urls": ["https://example.com/a", "https://example.com/b", "https://example.com/a"],
+            "callback": "parse", "create": True, "priority": 5})
+        # then each URL is queued once, as `clustersync seed` queues them
+        assert seeded.status_code == 200, seeded.text
+        assert seeded.json() == {"job": "site", "seeded": 2, "already_seen": 1}
+        status = cli_status(redis_server, "site")
+        assert status["queued"] == 2 and status["counters"]["pushed"] == 2
+        # and a job not there without create is 404
+        missing = serve.http.post("/api/jobs/other/seed", json={"urls": ["https://x.org/"]})
+        assert missing.status_code == 404
+
+
+def cli_status(server: RedisServer, job: str) -> dict[str, Any]:
+    answer = clustersync(server.url, "status", job, "--json")
+    assert answer.returncode == 0, answer.output
+    status: dict[str, Any] = json.loads(answer.stdout)
+    return status

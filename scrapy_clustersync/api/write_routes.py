@@ -83,11 +83,14 @@ def seed(request: Request, job: str, body: SeedBody, caller: Operator) -> dict[s
     except BadSeed as exc:
         raise ApiError(422, str(exc)) from None
     store = _seed_store(api, job, body.create)
+    unchecked = None
     if body.callback and api.project.in_project():
-        _check_callback(api, job, body.callback)
+        unchecked = _check_callback(api, job, body.callback)
     encoder = SeedEncoder(api.fingerprinter(), body.priority, body.callback)
     pushed, filtered = write_seeds(store, [encoder.ops_for(body.urls)])
-    answer = {"job": job, "seeded": pushed, "already_seen": filtered}
+    answer: dict[str, Any] = {"job": job, "seeded": pushed, "already_seen": filtered}
+    if unchecked:
+        answer["callback_not_checked"] = unchecked
     api.tokens.record(caller.name, "seed", job, {**answer, "urls": len(body.urls)})
     return answer
 
@@ -101,13 +104,15 @@ def _seed_store(api: ApiContext, job: str, create: bool) -> JobStore:
                     writes_seen=None)
 
 
-def _check_callback(api: ApiContext, job: str, callback: str) -> None:
+def _check_callback(api: ApiContext, job: str, callback: str) -> str | None:
+    """None if ``callback`` is a method of the job's spider, why it could not be checked if the
+    spider cannot be told; ApiError 422 if it is no method of that spider."""
     import click
 
     from ..cli.seed_callbacks import check_callback
 
     try:
-        check_callback(api.settings, job, callback)
+        return check_callback(api.settings, job, callback)
     except click.BadParameter as exc:
         raise ApiError(422, exc.format_message()) from None
 
