@@ -5,13 +5,21 @@ even while none exists (serve listens beyond loopback)."""
 from __future__ import annotations
 
 import ipaddress
+import threading
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ..config import JOB_NAME_RE, validate_settings_history
 from ..store import JobStatus, JobStore
 from ..store.api_tokens import TokenStore
+from ..store.job_list import job_names
 from .api_errors import ApiError
+
+#: how long the list of jobs found with SCAN is used again: the one thing serve remembers, so
+#: that a dashboard polling every 2 s does not SCAN a Redis of a million keys each time (a new
+#: job shows up within this; a purged one is left out at once)
+JOB_NAMES_TTL_S = 10.0
 
 if TYPE_CHECKING:
     import redis
@@ -40,6 +48,8 @@ class ApiContext:
     #: serve listens on a loopback address: while no token exists, requests need none
     loopback: bool = True
     _fingerprinter: RequestFingerprinterProtocol | None = field(default=None, repr=False)
+    _names: tuple[float, list[str]] | None = field(default=None, repr=False)
+    _names_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
     def settings(self) -> Settings:
@@ -55,6 +65,14 @@ class ApiContext:
     @property
     def tokens(self) -> TokenStore:
         return TokenStore(self.client)
+
+    def job_names(self) -> list[str]:
+        """The jobs on the Redis, as a SCAN found them at most JOB_NAMES_TTL_S ago."""
+        with self._names_lock:
+            now = time.monotonic()
+            if self._names is None or now - self._names[0] > JOB_NAMES_TTL_S:
+                self._names = (now, job_names(self.client))
+            return list(self._names[1])
 
     def history_keep(self) -> int:
         """``CLUSTERSYNC_SETTINGS_HISTORY`` of the project serve runs in."""

@@ -9,7 +9,7 @@ its size.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -19,7 +19,7 @@ from ..cli.node_view import group_nodes
 from ..cli.status_view import pages_per_min, state_of
 from ..store import JobStatus, JobStore, StoreError, StoreUnavailable
 from ..store.frontier_status import read_frontier
-from ..store.job_list import job_names, round_trip_s
+from ..store.job_list import round_trip_s
 
 if TYPE_CHECKING:
     import redis
@@ -124,8 +124,10 @@ def _number(value: Any) -> float:
 class ClusterCollector(Collector):
     """Reads the jobs of one Redis at every scrape (see the module doc)."""
 
-    def __init__(self, client: redis.Redis) -> None:
+    def __init__(self, client: redis.Redis, job_names: Callable[[], list[str]]) -> None:
+        """``job_names``: the jobs on that Redis (ApiContext.job_names)."""
         self.client = client
+        self.job_names = job_names
 
     def collect(self) -> Iterator[Metric]:
         up = _gauge("redis_up", "1 if Redis answered this scrape", [])
@@ -144,7 +146,7 @@ class ClusterCollector(Collector):
 
     def _jobs(self) -> JobFamilies:
         families = JobFamilies()
-        for name in job_names(self.client)[:MAX_JOBS]:
+        for name in self.job_names()[:MAX_JOBS]:
             store = JobStore(self.client, name, node_id="cli", writes_seen=None)
             try:
                 report = store.status()

@@ -34,7 +34,8 @@ def whoami(request: Request, caller: Reader) -> dict[str, Any]:
 
 @router.get("/jobs", summary="Every job on the Redis (clustersync jobs --json)")
 def jobs(request: Request, _caller: Reader) -> list[dict[str, Any]]:
-    return job_rows(api_of(request).client)
+    api = api_of(request)
+    return job_rows(api.client, api.job_names())
 
 
 @router.get("/jobs/{job}", summary="One job's status (clustersync status JOB --json)")

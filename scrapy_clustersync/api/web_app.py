@@ -35,7 +35,7 @@ def create_app(api: ApiContext) -> FastAPI:
     app.include_router(read_routes.router)
     app.include_router(write_routes.router)
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(ClusterCollector(api.client))
+    registry.register(ClusterCollector(api.client, api.job_names))
     page = dashboard_html()
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
