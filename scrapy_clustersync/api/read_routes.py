@@ -7,6 +7,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request
 
+from ..cli.check_commands import needs_a_person
 from ..cli.config_commands import shown_history
 from ..cli.dead_commands import dead_letter_dict
 from ..cli.node_view import group_nodes
@@ -38,9 +39,17 @@ def jobs(request: Request, _caller: Reader) -> list[dict[str, Any]]:
     return job_rows(api.client, api.job_names())
 
 
-@router.get("/jobs/{job}", summary="One job's status (clustersync status JOB --json)")
-def job_status(request: Request, job: str, _caller: Reader) -> dict[str, Any]:
-    return status_dict(api_of(request).job_status(job)[1])
+@router.get("/jobs/{job}", summary="One job's status (clustersync status JOB --json; "
+                                  "check: --check's needs_attention too)")
+def job_status(request: Request, job: str, _caller: Reader,
+               check: Annotated[bool, Query(description="also what needs a person, as "
+                                                        "status --check says")] = False
+               ) -> dict[str, Any]:
+    store, report = api_of(request).job_status(job)
+    summary = status_dict(report)
+    if check:
+        summary["needs_attention"] = needs_a_person(store, report)
+    return summary
 
 
 @router.get("/jobs/{job}/nodes",

@@ -40,6 +40,8 @@ def test_the_status_is_what_status_json_prints(store: JobStore, api: TestClient)
     expected = status_dict(store.status())
     assert answer["queued"] == expected["queued"] == 1
     assert set(answer) == set(expected) and answer["state"] == expected["state"]
+    checked = api.get("/api/jobs/shop", params={"check": True}).json()
+    assert checked["needs_attention"] == []
 
 
 def test_a_pause_twice_says_it_was_paused_already_and_a_restart_of_a_queued_job_is_409(
