@@ -27,7 +27,7 @@ class Element {
 }
 
 const byId = {};
-for (const id of ["token", "save", "who", "error", "details"]) byId[id] = new Element(id);
+for (const id of ["token", "save", "who", "error", "details", "alerts"]) byId[id] = new Element(id);
 const jobsBody = new Element("tbody");
 const stored = {"clustersync-token": token};
 const document = {
@@ -47,6 +47,7 @@ function shown() {
   return {
     jobs: jobsBody.rows.map(row => row.cells.slice(0, 8).map(cell => cell.textContent)),
     details: byId.details.textContent, who: byId.who.textContent, error: byId.error.textContent,
+    alerts: byId.alerts.children.map(item => item.textContent),
   };
 }
 

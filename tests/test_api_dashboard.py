@@ -42,7 +42,7 @@ def test_the_dashboard_shows_the_jobs_and_its_pause_button_pauses_one(
     # then it showed the job, its progress and who the page is
     assert before["jobs"][0][:4] == ["shop", "waiting for nodes", "1", "2"]
     assert "queued 2" in before["details"] and before["who"].startswith("as ops (operator)")
-    assert before["error"] == ""
+    assert before["error"] == "" and before["alerts"] == []
     # and the pause was made, by the token's holder, and shown
     assert after["jobs"][0][1] == "paused"
     assert redis_server.client().hget("clustersync:{shop}:meta", "control") == b"paused"

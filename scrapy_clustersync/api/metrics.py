@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from ..cli.check_commands import needs_a_person
 from ..cli.node_view import group_nodes
 from ..cli.status_view import pages_per_min, state_of
 from ..store import JobStatus, JobStore, StoreError, StoreUnavailable
@@ -59,6 +60,8 @@ class JobFamilies:
             "rate": _gauge("job_pages_per_minute", "Pages per minute of the live nodes", job),
             "live": _gauge("job_live_nodes", "Live nodes of the job", job),
             "state": _gauge("job_state", "1 for the job's state", ["job", "state"]),
+            "attention": _gauge("job_needs_attention", "What needs a person (the lines of "
+                                                       "status --check)", job),
             "node_up": _gauge("node_up", "1 if the node is alive", node),
             "node_pages": _counter("node_pages", "Responses received by the node", node),
             "node_items": _counter("node_items", "Items scraped by the node", node),
@@ -89,6 +92,7 @@ class JobFamilies:
         self.add("dead", job, report.dead_letters)
         self.add("rate", job, pages_per_min(report))
         self.add("live", job, sum(1 for n in report.nodes if n["alive"]))
+        self.add("attention", job, len(needs_a_person(store, report)))
         state = state_of(report)
         for each in STATES if state in STATES else (*STATES, state):
             self.add("state", [report.job, each], 1.0 if each == state else 0.0)

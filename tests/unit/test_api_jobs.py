@@ -13,7 +13,7 @@ from scrapy_clustersync.api.api_context import ApiContext
 from scrapy_clustersync.api.web_app import create_app
 from scrapy_clustersync.cli.project import ProjectContext
 from scrapy_clustersync.cli.status_view import status_dict
-from scrapy_clustersync.store import JobStore, Push
+from scrapy_clustersync.store import DeadLetterWrite, JobStore, Push
 from scrapy_clustersync.store.job_store import new_call_id
 
 with warnings.catch_warnings():  # Starlette would rather have httpx2; httpx does the same here
@@ -74,3 +74,13 @@ def test_the_check_of_a_sound_job_finds_nothing(api: TestClient) -> None:
     answer = api.post("/api/jobs/shop/check")
     assert answer.status_code == 200 and answer.json() == {"job": "shop", "findings": [],
                                                            "left": 0}
+
+
+def test_a_dead_letter_is_an_alert_and_a_metric(store: JobStore, api: TestClient) -> None:
+    # given a job whose only entry went to the dead letters
+    epoch = store.ensure_job()
+    store.flush(epoch, [DeadLetterWrite("refused", b"what")], new_call_id())
+    # then the alerts say so, and so does the metric an alert rule reads
+    assert api.get("/api/alerts").json() == [
+        {"job": "shop", "alert": "1 dead letter(s): `clustersync dead` lists them"}]
+    assert 'clustersync_job_needs_attention{job="shop"} 1.0' in api.get("/metrics").text
