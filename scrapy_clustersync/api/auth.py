@@ -5,17 +5,20 @@ stop, seed, check with repair, requeue dead letters), admin (also shared setting
 restart). While no token exists and serve listens on a loopback address, a request without a
 token is "local", allowed everything; once a token exists, or beyond loopback, every request
 needs ``Authorization: Bearer <secret>``: none or an unknown one is 401, a role too low 403.
+A request without a token that a web page of another site may have sent (its Host or Origin
+says so) is 403: no page elsewhere can steer the cluster through a browser on this machine.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 from fastapi import Request
 
 from ..store.api_tokens import role_rank
-from .api_context import ApiContext
+from .api_context import ApiContext, is_loopback
 from .api_errors import ApiError
 
 #: who a request without a token is, while none is needed
@@ -57,6 +60,7 @@ def caller_of(request: Request) -> Caller:
     header = request.headers.get("authorization")
     if header is None:
         if not tokens and api.loopback:
+            refuse_other_sites(request)
             return Caller(LOCAL, "admin")
         raise ApiError(401, "this server needs a token: send `Authorization: Bearer <secret>` "
                             "(`clustersync token add NAME --role read` makes one)")
@@ -68,6 +72,20 @@ def caller_of(request: Request) -> Caller:
         raise ApiError(401, "the token given is not known here (revoked, or of another "
                             "Redis?); `clustersync token list` lists the tokens")
     return Caller(token.name, token.role)
+
+
+def refuse_other_sites(request: Request) -> None:
+    """ApiError 403 for a request without a token that a web page of another site may have
+    made from a browser on this machine: one whose ``Host`` is no loopback name (a DNS name
+    rebound to 127.0.0.1) or whose ``Origin`` is not serve itself. A browser sends both
+    headers as they are; curl and scripts send no ``Origin``."""
+    host = urlsplit(f"//{request.headers.get('host', '')}").hostname or ""
+    origin = request.headers.get("origin")
+    if not is_loopback(host) or (origin is not None and urlsplit(origin).netloc
+                                 != request.headers.get("host")):
+        raise ApiError(403, "a request without a token must come from this machine and this "
+                            "page: Host must be a loopback address and Origin, if sent, serve "
+                            "itself (`clustersync token add` to use serve from elsewhere)")
 
 
 def need(role: str) -> Callable[[Request], Caller]:

@@ -22,7 +22,8 @@ with warnings.catch_warnings():  # Starlette would rather have httpx2; httpx doe
 
 
 def client_of(redis: fakeredis.FakeRedis, loopback: bool = True) -> TestClient:
-    return TestClient(create_app(ApiContext(redis, ProjectContext(), loopback)))
+    return TestClient(create_app(ApiContext(redis, ProjectContext(), loopback)),
+                      base_url="http://127.0.0.1")
 
 
 @pytest.mark.parametrize(("host", "loopback"), [
@@ -85,3 +86,18 @@ def test_the_dashboard_and_the_openapi_document_are_served_and_fetch_nothing_els
     paths = api.get("/api/openapi.json").json()["paths"]
     assert {"/api/jobs", "/api/jobs/{job}", "/api/jobs/{job}/pause", "/api/jobs/{job}/seed",
             "/api/jobs/{job}/settings", "/metrics"} <= set(paths)
+
+
+@pytest.mark.parametrize(("headers", "status"), [
+    ({}, 200),
+    ({"Origin": "http://127.0.0.1"}, 200),  # the dashboard, served by serve itself
+    ({"Origin": "https://evil.example"}, 403),  # a page elsewhere, in a browser here
+    ({"Host": "rebound.evil.example:6810", "Origin": "http://rebound.evil.example:6810"}, 403),
+    ({"Host": "localhost:6810"}, 200),
+])
+def test_without_tokens_only_this_machine_and_serves_own_page_may_call(
+        headers: dict[str, str], status: int) -> None:
+    api = client_of(fakeredis.FakeRedis())
+    answer = api.post("/api/jobs/shop/pause", headers=headers)
+    # 404: allowed, and there is no such job
+    assert answer.status_code == (404 if status == 200 else 403), answer.text

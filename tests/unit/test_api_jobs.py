@@ -32,7 +32,8 @@ def store() -> JobStore:
 
 @pytest.fixture
 def api(store: JobStore) -> TestClient:
-    return TestClient(create_app(ApiContext(store.client, ProjectContext(), loopback=True)))
+    return TestClient(create_app(ApiContext(store.client, ProjectContext(), loopback=True)),
+                      base_url="http://127.0.0.1")
 
 
 def test_the_status_is_what_status_json_prints(store: JobStore, api: TestClient) -> None:
