@@ -47,3 +47,12 @@ def create_app(api: ApiContext) -> FastAPI:
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
     return app
+
+
+def run_server(api: ApiContext, host: str, port: int, log_level: str,
+               ssl_certfile: str | None = None, ssl_keyfile: str | None = None) -> None:
+    """Serve ``api`` on uvicorn until stopped (SIGINT, SIGTERM); HTTPS with a certificate."""
+    import uvicorn
+
+    uvicorn.run(create_app(api), host=host, port=port, log_level=log_level,
+                ssl_certfile=ssl_certfile, ssl_keyfile=ssl_keyfile)

@@ -44,10 +44,8 @@ def serve(cli: CliContext, host: str, port: int, ssl_certfile: str | None,
     """Serve the REST API, the dashboard (/) and Prometheus metrics (/metrics) of every job on
     the Redis: reads and writes the same state as the other commands (docs/api.md)."""
     try:
-        import uvicorn
-
         from ..api.api_context import ApiContext, is_loopback
-        from ..api.web_app import create_app
+        from ..api.web_app import run_server
     except ImportError as exc:
         raise click.UsageError(f"serve needs the api extra ({exc.name} is missing): pip "
                                "install 'scrapy-clustersync[api]'") from None
@@ -59,6 +57,5 @@ def serve(cli: CliContext, host: str, port: int, ssl_certfile: str | None,
     scheme = "https" if ssl_certfile else "http"
     click.echo(access_line(tokens, loopback, host), err=True)
     click.echo(f"clustersync serve: {scheme}://{host}:{port}/ for {cli.where()}", err=True)
-    app = create_app(ApiContext(client, cli.project, loopback))
-    uvicorn.run(app, host=host, port=port, log_level=log_level, ssl_certfile=ssl_certfile,
-                ssl_keyfile=ssl_keyfile)
+    run_server(ApiContext(client, cli.project, loopback), host, port, log_level, ssl_certfile,
+               ssl_keyfile)
