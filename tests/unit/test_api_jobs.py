@@ -32,7 +32,9 @@ def store() -> JobStore:
 
 @pytest.fixture
 def api(store: JobStore) -> TestClient:
-    return TestClient(create_app(ApiContext(store.client, ProjectContext(), loopback=True)),
+    # the URL a seed's fingerprinter is built with (as serve was given it); never connected to
+    project = ProjectContext(redis_url_flag="redis://127.0.0.1:1/0")
+    return TestClient(create_app(ApiContext(store.client, project, loopback=True)),
                       base_url="http://127.0.0.1")
 
 
@@ -85,3 +87,12 @@ def test_a_dead_letter_is_an_alert_and_a_metric(store: JobStore, api: TestClient
     assert api.get("/api/alerts").json() == [
         {"job": "shop", "alert": "1 dead letter(s): `clustersync dead` lists them"}]
     assert 'clustersync_job_needs_attention{job="shop"} 1.0' in api.get("/metrics").text
+
+
+def test_a_seed_queues_each_new_url_once(api: TestClient) -> None:
+    urls = ["https://example.com/new", "https://example.com/new", "https://example.org/"]
+    seeded = api.post("/api/jobs/shop/seed", json={"urls": urls})
+    assert seeded.json() == {"job": "shop", "seeded": 2, "already_seen": 1}
+    assert api.get("/api/jobs/shop").json()["queued"] == 3
+    again = api.post("/api/jobs/shop/seed", json={"urls": urls[:1]})
+    assert again.json()["already_seen"] == 1
