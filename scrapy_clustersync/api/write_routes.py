@@ -12,7 +12,7 @@ from ..cli.config_commands import all_or_refused
 from ..cli.control_commands import ControlRefused, change_job_control
 from ..cli.job_commands import restart_refusal
 from ..cli.seed_commands import write_seeds
-from ..cli.seed_urls import BadSeed, SeedEncoder, SeedUrls, crawlable_schemes
+from ..cli.seed_urls import SEED_BATCH, BadSeed, SeedEncoder, SeedUrls, crawlable_schemes
 from ..config import JOB_NAME_RE
 from ..live_settings import UNSET, check_value, setting_for
 from ..store import JobStore
@@ -87,7 +87,9 @@ def seed(request: Request, job: str, body: SeedBody, caller: Operator) -> dict[s
     if body.callback and api.project.in_project():
         unchecked = _check_callback(api, job, body.callback)
     encoder = SeedEncoder(api.fingerprinter(), body.priority, body.callback)
-    pushed, filtered = write_seeds(store, [encoder.ops_for(body.urls)])
+    batches = (encoder.ops_for(body.urls[i:i + SEED_BATCH])
+               for i in range(0, len(body.urls), SEED_BATCH))
+    pushed, filtered = write_seeds(store, batches)
     answer: dict[str, Any] = {"job": job, "seeded": pushed, "already_seen": filtered}
     if unchecked:
         answer["callback_not_checked"] = unchecked
