@@ -215,3 +215,19 @@ def cli_status(server: RedisServer, job: str) -> dict[str, Any]:
     assert answer.returncode == 0, answer.output
     status: dict[str, Any] = json.loads(answer.stdout)
     return status
+
+
+def test_serve_with_two_workers_answers_alike_from_either(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    # given serve with two worker processes and a token (each worker reads it from Redis)
+    seeded(redis_server)
+    viewer = bearer(token(redis_server, "viewer", "read"))
+    with ServeProcess(redis_server.url, tmp_path, "--workers", "2") as serve:
+        # then every request is answered, whichever worker takes it, with the same rules
+        close = {"Connection": "close"}  # a new connection each: either worker may take it
+        for _ in range(10):
+            answer = serve.http.get(f"/api/jobs/{JOB}", headers={**viewer, **close})
+            assert answer.json()["queued"] == 2
+            assert serve.http.get(f"/api/jobs/{JOB}", headers=close).status_code == 401
+        assert serve.http.post(f"/api/jobs/{JOB}/pause", headers=viewer).status_code == 403

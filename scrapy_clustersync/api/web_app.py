@@ -3,6 +3,9 @@ document at ``/api/openapi.json``, the dashboard at ``/`` and the metrics at ``/
 
 from __future__ import annotations
 
+import json
+import os
+from dataclasses import dataclass
 from importlib import resources
 from typing import Annotated
 
@@ -49,10 +52,49 @@ def create_app(api: ApiContext) -> FastAPI:
     return app
 
 
-def run_server(api: ApiContext, host: str, port: int, log_level: str,
-               ssl_certfile: str | None = None, ssl_keyfile: str | None = None) -> None:
-    """Serve ``api`` on uvicorn until stopped (SIGINT, SIGTERM); HTTPS with a certificate."""
+
+#: how each worker process of ``serve --workers N`` learns what serve was given: JSON in the
+#: environment it inherits (not a CLUSTERSYNC_ name: those are settings)
+WORKER_ENV = "SCRAPY_CLUSTERSYNC_SERVE"
+
+
+def app_of_worker() -> FastAPI:
+    """The application of one worker process (uvicorn's factory), from WORKER_ENV."""
+    from ..cli.project import ProjectContext
+    from ..store import make_client
+
+    given = json.loads(os.environ[WORKER_ENV])
+    project = ProjectContext(redis_url_flag=given["redis_url"],
+                             settings_module=given["settings_module"],
+                             overrides=dict(given["overrides"]))
+    return create_app(ApiContext(make_client(given["redis_url"]), project, given["loopback"]))
+
+
+def run_server(api: ApiContext, redis_url: str, options: ServeOptions) -> None:
+    """Serve ``api`` on uvicorn until stopped (SIGINT, SIGTERM): in this process, or with
+    ``options.workers`` > 1 in that many processes, each with clients of its own."""
     import uvicorn
 
-    uvicorn.run(create_app(api), host=host, port=port, log_level=log_level,
-                ssl_certfile=ssl_certfile, ssl_keyfile=ssl_keyfile)
+    if options.workers <= 1:
+        uvicorn.run(create_app(api), host=options.host, port=options.port,
+                    log_level=options.log_level, ssl_certfile=options.ssl_certfile,
+                    ssl_keyfile=options.ssl_keyfile)
+        return
+    os.environ[WORKER_ENV] = json.dumps({
+        "redis_url": redis_url, "settings_module": api.project.settings_module,
+        "overrides": api.project.overrides, "loopback": api.loopback})
+    uvicorn.run(f"{__name__}:app_of_worker", factory=True, workers=options.workers,
+                host=options.host, port=options.port, log_level=options.log_level,
+                ssl_certfile=options.ssl_certfile, ssl_keyfile=options.ssl_keyfile)
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    """How ``clustersync serve`` listens (its options)."""
+
+    host: str
+    port: int
+    log_level: str = "info"
+    ssl_certfile: str | None = None
+    ssl_keyfile: str | None = None
+    workers: int = 1

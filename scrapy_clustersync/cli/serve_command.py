@@ -37,15 +37,18 @@ def access_line(tokens: int, loopback: bool, where: str) -> str:
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["critical", "error", "warning", "info", "debug"]),
               help="uvicorn's log level (info logs every request).")
+@click.option("--workers", type=click.IntRange(1, 64), default=1, show_default=True,
+              help="Worker processes answering requests (serve keeps no state: any number "
+                   "agree).")
 @settings_option
 @pass_cli
 def serve(cli: CliContext, host: str, port: int, ssl_certfile: str | None,
-          ssl_keyfile: str | None, log_level: str) -> None:
+          ssl_keyfile: str | None, log_level: str, workers: int) -> None:
     """Serve the REST API, the dashboard (/) and Prometheus metrics (/metrics) of every job on
     the Redis: reads and writes the same state as the other commands (docs/api.md)."""
     try:
         from ..api.api_context import ApiContext, is_loopback
-        from ..api.web_app import run_server
+        from ..api.web_app import ServeOptions, run_server
     except ImportError as exc:
         raise click.UsageError(f"serve needs the api extra ({exc.name} is missing): pip "
                                "install 'scrapy-clustersync[api]'") from None
@@ -57,5 +60,5 @@ def serve(cli: CliContext, host: str, port: int, ssl_certfile: str | None,
     scheme = "https" if ssl_certfile else "http"
     click.echo(access_line(tokens, loopback, host), err=True)
     click.echo(f"clustersync serve: {scheme}://{host}:{port}/ for {cli.where()}", err=True)
-    run_server(ApiContext(client, cli.project, loopback), host, port, log_level, ssl_certfile,
-               ssl_keyfile)
+    run_server(ApiContext(client, cli.project, loopback), cli.redis_url(), ServeOptions(
+        host, port, log_level, ssl_certfile, ssl_keyfile, workers))
