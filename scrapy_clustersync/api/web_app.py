@@ -12,6 +12,7 @@ from typing import Annotated
 from fastapi import Depends, FastAPI, Response
 from fastapi.responses import HTMLResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from scrapy.settings import SETTINGS_PRIORITIES
 
 from .. import __version__
 from . import read_routes, write_routes
@@ -82,10 +83,22 @@ def run_server(api: ApiContext, redis_url: str, options: ServeOptions) -> None:
         return
     os.environ[WORKER_ENV] = json.dumps({
         "redis_url": redis_url, "settings_module": api.project.settings_module,
-        "overrides": api.project.overrides, "loopback": api.loopback})
+        "overrides": given_settings(api), "loopback": api.loopback}, default=str)
     uvicorn.run(f"{__name__}:app_of_worker", factory=True, workers=options.workers,
                 host=options.host, port=options.port, log_level=options.log_level,
                 ssl_certfile=options.ssl_certfile, ssl_keyfile=options.ssl_keyfile)
+
+
+def given_settings(api: ApiContext) -> dict[str, object]:
+    """The settings given on the command line (``-s``), which a worker applies on top of the
+    project's: ``clustersync``'s own, and those ``scrapy clustersync`` handed in with its
+    settings."""
+    given: dict[str, object] = {}
+    if api.project.base is not None:
+        cmdline = SETTINGS_PRIORITIES["cmdline"]
+        given.update({name: value.value for name, value in api.project.base.attributes.items()
+                      if value.priority == cmdline})
+    return {**given, **api.project.overrides}
 
 
 @dataclass(frozen=True)
