@@ -305,3 +305,25 @@ class JobKeys:
             self.live_keys, self.sites, self.closespider, self.results, self.results_meta,
             self.results_ids, self.node_leases, self.node_numbers, self.reclaiming,
         ]
+
+
+
+# Keys of the whole Redis, not of one job (``clustersync serve``; docs/architecture.md "Keys of
+# the cluster", which tests/unit/test_api_keys.py keeps equal to these functions): no job's
+# hash tag, each a key of its own.
+
+
+def api_tokens_key() -> str:
+    """The HTTP API's tokens (``clustersync token``): a hash, token name -> JSON record
+    {role, sha256 (hex digest of the secret), created_ms, by} (store/api_tokens.py)."""
+    return f"{PREFIX}:api:tokens"
+
+
+def api_audit_key() -> str:
+    """The writes made through the HTTP API and who made them: a list of JSON records
+    {ms, who, action, job, detail}, newest first, bounded (store/api_tokens.py)."""
+    return f"{PREFIX}:api:audit"
+
+
+#: every function above, for the doc's test
+CLUSTER_KEY_FUNCTIONS = (api_tokens_key, api_audit_key)
