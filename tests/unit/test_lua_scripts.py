@@ -79,7 +79,7 @@ def sample_calls() -> list[Call]:
     closespider = CloseSpiderScript(CLIENT, KEYS, NODE)
     return [
         (flush, flush.call("e", "c", 0, FlushDedup("set-then-bloom", 9, TWO_LAYERS),
-                           [Push(b"f" * 20, 0, b"r"), Ack("id")]), 3, 10 + 6 + 2),
+                           [Push(b"f" * 20, 0, b"r"), Ack("id")]), 3, 10 + 1),
         (lease, lease.call("e", "c", 10, 1000, 0), 0, 0),
         (heartbeat, heartbeat.call("e", Beat(1, 2, "{}", 0, 3, 4, 5, 6, ["l1", "l2"]), 0), 0, 2),
         (join, join.call(join_ask, RECORD), 3, 4),

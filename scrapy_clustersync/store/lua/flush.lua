@@ -41,8 +41,9 @@
 --                               results is refused while it holds that many (RESULTS_FULL)
 -- ARGV[11..] layout      int    per described layer: bits, hashes, bits per chunk, chunks,
 --                               capacity (bloom.lua LAYOUT); then the ops
--- The ops follow the layouts (from ARGV index 11 + 5 * described), each an opcode followed by
--- its fields (OP_FIELDS below counts them; store/write_ops.py has a record for each opcode):
+-- ARGV[11 + 5 * described] ops msgpack every op of the batch in one array, each an opcode followed
+--                               by its fields, every value a string (OP_FIELDS below counts the
+--                               fields; store/write_ops.py has a record for each opcode):
 --   P fingerprint priority blob flags(0..7) site   push unless the fingerprint was seen (flags:
 --                                                  1 no dedup, 2 start request, 4 LIFO), into
 --                                                  the frontier list of `site` (its download
@@ -167,18 +168,52 @@ end
 -- ---- the op table: opcode -> how many fields follow it (store/write_ops.py: the same counts) --
 local OP_FIELDS = {P = 5, T = 6, A = 1, F = 7, R = 2, W = 1, N = 1, D = 2, X = 2, S = 0, C = 1,
                    K = 1}
-local first_op = layout_from + #LAYOUT * described
+-- the ops, one msgpack array after the layouts: opcode, fields, opcode, ... (every value a
+-- string, as redis-py would send it: flush_script.py packed_ops). Redis reads it with its
+-- cmsgpack; a server without one (fakeredis, the embedded demo's) with strings_of below.
+-- The array of strings packed_ops makes, read without cmsgpack: its header, then each string
+-- (msgpack's raw strings: fixstr, str 8, str 16, str 32); nil for anything else.
+local function strings_of(packed)
+  local byte, sub = string.byte, string.sub
+  local function number_at(at, size)
+    local value = 0
+    for i = at, at + size - 1 do value = value * 256 + byte(packed, i) end
+    return value
+  end
+  local head, at, count = byte(packed, 1), 2, 0
+  if head and head >= 0x90 and head <= 0x9f then count = head - 0x90
+  elseif head == 0xdc then count, at = number_at(2, 2), 4
+  elseif head == 0xdd then count, at = number_at(2, 4), 6
+  else return nil end
+  local sizes = {[0xd9] = 1, [0xda] = 2, [0xdb] = 4}
+  local values = {}
+  for i = 1, count do
+    local kind, length = byte(packed, at), nil
+    if kind and kind >= 0xa0 and kind <= 0xbf then length, at = kind - 0xa0, at + 1
+    elseif sizes[kind] then length, at = number_at(at + 1, sizes[kind]), at + 1 + sizes[kind]
+    else return nil end
+    values[i] = sub(packed, at, at + length - 1)
+    at = at + length
+  end
+  return values
+end
+local packed_ops = ARGV[layout_from + #LAYOUT * described] or ''
+local OPS
+if cmsgpack then OPS = cmsgpack.unpack(packed_ops) else OPS = strings_of(packed_ops) end
+if type(OPS) ~= 'table' then
+  return redis.error_reply('CLUSTERSYNC_BAD_OP 0 the ops are not a msgpack array of strings')
+end
 
--- Calls visit(opcode, ARGV index of the op's first field, op number) for each op of the batch,
+-- Calls visit(opcode, OPS index of the op's first field, op number) for each op of the batch,
 -- in order, and returns the first value visit returns (nil if none does). An op's opcode must
 -- be in OP_FIELDS unless visit returns for it: validation walks the batch first.
 local function each_op(visit)
-  local index, number = first_op, 0
-  while index <= #ARGV do
+  local index, number = 1, 0
+  while index <= #OPS do
     number = number + 1
-    local answer = visit(ARGV[index], index + 1, number)
+    local answer = visit(OPS[index], index + 1, number)
     if answer ~= nil then return answer end
-    index = index + 1 + OP_FIELDS[ARGV[index]]
+    index = index + 1 + OP_FIELDS[OPS[index]]
   end
   return nil
 end
@@ -220,14 +255,16 @@ end
 -- ops that carry results, and where among their fields (0 = the first)
 local RESULTS_FIELD = {F = 6, R = 1, W = 0}
 local RESULT_KINDS = {item = true, error = true, page = true}
-local results_of = {}  -- ARGV index of a results field -> its decoded list (validation fills it)
+local results_of = {}  -- OPS index of a results field -> its decoded list (validation fills it)
 local results_carried = 0
 local written = 0
 
--- nil if ARGV[at] is a results list (kept in results_of), else why not
+-- nil if OPS[at] is a results list (kept in results_of), else why not (read as the ops are:
+-- with cmsgpack, or strings_of where there is none)
 local function read_results(at)
-  if ARGV[at] == '' then return nil end
-  local ok, list = pcall(cmsgpack.unpack, ARGV[at])
+  if OPS[at] == '' then return nil end
+  local ok, list = true, nil
+  if cmsgpack then ok, list = pcall(cmsgpack.unpack, OPS[at]) else list = strings_of(OPS[at]) end
   if not ok or type(list) ~= 'table' or #list % 3 ~= 0 then
     return 'results must be a msgpack list of id, kind, d triples'
   end
@@ -248,7 +285,7 @@ local function append_result(list, i)
   written = written + 1
 end
 
--- appends the results at ARGV[at] (if any), each once per run when `once`
+-- appends the results at OPS[at] (if any), each once per run when `once`
 local function append_results(at, once)
   local list = results_of[at]
   if not list then return end
@@ -292,26 +329,26 @@ end
 local function check_op(op, f, number)
   local count = OP_FIELDS[op]
   if not count then return bad_op(number, 'unknown opcode ' .. tostring(op)) end
-  if f + count - 1 > #ARGV then return bad_op(number, 'missing fields') end
+  if f + count - 1 > #OPS then return bad_op(number, 'missing fields') end
   if op == 'P' or op == 'T' then
-    local prio = tonumber(ARGV[f + 1])
-    local flags = tonumber(ARGV[f + 3])
+    local prio = tonumber(OPS[f + 1])
+    local flags = tonumber(OPS[f + 3])
     if not flags or flags ~= math.floor(flags) or flags < 0 or flags > 7 then
       return bad_op(number, 'flags must be an integer from 0 to 7')
     end
-    if flags % 2 == 0 and #ARGV[f] ~= 20 then
-      return bad_op(number, 'fingerprint of ' .. #ARGV[f] .. ' bytes, not 20')
+    if flags % 2 == 0 and #OPS[f] ~= 20 then
+      return bad_op(number, 'fingerprint of ' .. #OPS[f] .. ' bytes, not 20')
     end
     if not prio or prio ~= prio or prio == math.huge or prio == -math.huge then
       return bad_op(number, 'priority is not a finite number')
     end
-    if op == 'T' and ARGV[f + 5] == '' then return bad_op(number, 'empty task id') end
-    if string.find(ARGV[f + 4], '[\t\n]') then
+    if op == 'T' and OPS[f + 5] == '' then return bad_op(number, 'empty task id') end
+    if string.find(OPS[f + 4], '[\t\n]') then
       return bad_op(number, 'a site holds no tab and no newline')
     end
-  elseif op == 'K' and ARGV[f] == '' then
+  elseif op == 'K' and OPS[f] == '' then
     return bad_op(number, 'empty task id')
-  elseif (op == 'A' or op == 'F' or op == 'R' or op == 'N' or op == 'D') and ARGV[f] == '' then
+  elseif (op == 'A' or op == 'F' or op == 'R' or op == 'N' or op == 'D') and OPS[f] == '' then
     return bad_op(number, 'empty entry id')
   end
   local results_at = RESULTS_FIELD[op]
@@ -319,12 +356,12 @@ local function check_op(op, f, number)
     local why = read_results(f + results_at)
     if why then return bad_op(number, why) end
   end
-  if op == 'F' and not (tonumber(ARGV[f + 2]) and tonumber(ARGV[f + 4])) then
+  if op == 'F' and not (tonumber(OPS[f + 2]) and tonumber(OPS[f + 4])) then
     return bad_op(number, 'status and attempts must be numbers')
   end
   if op == 'C' then
     -- every line checked here: HINCRBY failing half way would leave the batch half applied
-    for line in string.gmatch(ARGV[f], '[^\n]+') do
+    for line in string.gmatch(OPS[f], '[^\n]+') do
       if not string.match(line, '^[^\t]+\t%-?%d%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?$') then
         return bad_op(number, 'counts must be "<name><tab><integer of at most 15 digits>" lines')
       end
@@ -381,8 +418,8 @@ end
 
 local function apply_op(op, f)
   if op == 'P' or op == 'T' then
-    local fp, prio, blob, flags = ARGV[f], ARGV[f + 1], ARGV[f + 2], tonumber(ARGV[f + 3])
-    local site = ARGV[f + 4]
+    local fp, prio, blob, flags = OPS[f], OPS[f + 1], OPS[f + 2], tonumber(OPS[f + 3])
+    local site = OPS[f + 4]
     local id = nil
     if flags % 2 == 1 or is_new(fp) then
       local seq = next_seq()
@@ -400,18 +437,18 @@ local function apply_op(op, f)
     else
       filtered = filtered + 1
     end
-    if op == 'T' then task_pushed(ARGV[f + 5], id) end
+    if op == 'T' then task_pushed(OPS[f + 5], id) end
   elseif op == 'A' then
-    settle(ARGV[f], nil)
+    settle(OPS[f], nil)
   elseif op == 'R' then
-    if settle(ARGV[f], nil) then append_results(f + 1, false) end
+    if settle(OPS[f], nil) then append_results(f + 1, false) end
   elseif op == 'F' then
-    local failure = failure_of(ARGV[f + 1], ARGV[f + 2], ARGV[f + 3], ARGV[f + 4], ARGV[f + 5])
-    if settle(ARGV[f], failure) then append_results(f + 6, false) end
+    local failure = failure_of(OPS[f + 1], OPS[f + 2], OPS[f + 3], OPS[f + 4], OPS[f + 5])
+    if settle(OPS[f], failure) then append_results(f + 6, false) end
   elseif op == 'W' then
     append_results(f, true)
   elseif op == 'N' then
-    local id = ARGV[f]
+    local id = OPS[f]
     local score, owner, where = parse_lease(redis.call('HGET', leased_key, id))
     if owner == node then
       drop_lease(id)
@@ -419,23 +456,23 @@ local function apply_op(op, f)
       released = released + 1
     end
   elseif op == 'D' then
-    local id = ARGV[f]
+    local id = OPS[f]
     local blob = redis.call('HGET', entries_key, id)
     -- an entry queued again in the frontier (its lease ended) is left there: who leases it next
     -- crawls it or dead-letters it with its request
-    if blob then dead_letter(id, ARGV[f + 1], blob) end
+    if blob then dead_letter(id, OPS[f + 1], blob) end
     if drop_lease(id) + redis.call('ZREM', queue_key, id) > 0 then
-      task_settled(id, {node = node, at_ms = now_ms, error = 'dead letter: ' .. ARGV[f + 1]})
+      task_settled(id, {node = node, at_ms = now_ms, error = 'dead letter: ' .. OPS[f + 1]})
     end
     redis.call('HDEL', entries_key, id)
   elseif op == 'X' then
-    dead_letter('-', ARGV[f], ARGV[f + 1])
+    dead_letter('-', OPS[f], OPS[f + 1])
   elseif op == 'S' then
     redis.call('HSET', meta_key, 'start_done', node)
   elseif op == 'K' then
-    task_pushed(ARGV[f], nil)  -- filtered on the node: counted as a push dedup dropped
+    task_pushed(OPS[f], nil)  -- filtered on the node: counted as a push dedup dropped
   elseif op == 'C' then
-    for name, value in string.gmatch(ARGV[f], '([^\t\n]+)\t(%-?%d+)') do
+    for name, value in string.gmatch(OPS[f], '([^\t\n]+)\t(%-?%d+)') do
       redis.call('HINCRBY', scrapy_stats_key, name, value)
       redis.call('HINCRBY', node_stats_key, node .. '\t' .. name, value)
     end
@@ -446,8 +483,8 @@ end
 local function settle_leased_acks()
   local acks, named = {}, {}
   each_op(function(op, f)
-    if op == 'A' or op == 'F' or op == 'R' then acks[#acks + 1] = ARGV[f]
-    elseif op == 'N' or op == 'D' then named[ARGV[f]] = true end
+    if op == 'A' or op == 'F' or op == 'R' then acks[#acks + 1] = OPS[f]
+    elseif op == 'N' or op == 'D' then named[OPS[f]] = true end
   end)
   if #acks < 2 then return end
   local ids = {}
