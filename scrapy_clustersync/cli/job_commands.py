@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import click
 
+from ..store import JobStore
 from ..store.frontier_status import read_frontier
+from ..store.results_store import ResultsStore
+from ..store.script_results import Restarted
 from ..store.site_scripts import SITES_SHOWN, read_sites
 from .check_commands import needs_a_person, show_status
 from .context import CliContext, pass_cli
 from .exit_codes import JobRefused, exit_needing_a_person
 from .options import all_option, job_argument, json_option, settings_option
 from .output import console, echo_json
+from .reader_view import readers_dict
 from .site_view import sites_dict
 from .status_view import job_rows, print_jobs
 
@@ -58,7 +62,9 @@ def status(cli: CliContext, job: str | None, every: bool, as_json: bool,
     if top_sites is not None:
         sites = sites_dict(*read_sites(store.client, store.keys, top_sites),
                            read_frontier(store.client, store.keys, top_sites))
-    show_status(report, attention, as_json, every, sites)
+    results = ResultsStore(store.client, store.keys)
+    readers = readers_dict(results.groups(), results.length())
+    show_status(report, attention, as_json, every, sites, readers)
     if attention:
         exit_needing_a_person()
 
@@ -111,18 +117,23 @@ def restart(cli: CliContext, job: str | None, forget_seen: bool, force: bool, ye
     name = store.keys.job
     result = store.restart(force=force, forget_seen=forget_seen)
     if not result.done:
-        stopped = store.control_state().state in ("stopped", "stopping")
-        hint = (f" `clustersync resume {name}` continues its queue without running start() "
-                "again." if stopped and result.queued + result.leased else "")
-        raise JobRefused(
-            f"job {name!r} is not finished: {result.live_nodes} live node(s), {result.queued} "
-            f"queued, {result.leased} leased. Stop its nodes and wait for their leases to run "
-            f"out, or pass --force to restart it anyway.{hint}")
+        raise JobRefused(restart_refusal(store, result))
     if as_json:
         echo_json({"job": name, "restarted": True, "forgot_seen": forget_seen,
                    "resumed_from": result.resumed or None})
         return
     click.echo(restart_summary(name, forget_seen, result.resumed))
+
+
+def restart_refusal(store: JobStore, result: Restarted) -> str:
+    """Why ``restart`` refused the job, and what to do (the CLI's and the HTTP API's words)."""
+    name = store.keys.job
+    stopped = store.control_state().state in ("stopped", "stopping")
+    hint = (f" `clustersync resume {name}` continues its queue without running start() "
+            "again." if stopped and result.queued + result.leased else "")
+    return (f"job {name!r} is not finished: {result.live_nodes} live node(s), {result.queued} "
+            f"queued, {result.leased} leased. Stop its nodes and wait for their leases to run "
+            f"out, or pass --force to restart it anyway.{hint}")
 
 
 def restart_summary(job: str, forget_seen: bool, resumed: str) -> str:

@@ -23,7 +23,9 @@
 -- KEYS[17] results       stream the job's results (results/record_format.py), XADD with auto ids
 -- KEYS[18] results_meta  hash   cap, written, refused_full, full_since_ms (server ms)
 -- KEYS[19] results_ids   set    "<run>\t<result id>" of the results written with no lease (W)
--- KEYS[20..] chunk       string bloom chunk strings of the described layers, layer by layer,
+-- KEYS[20] node_leases   zset   leased entry id -> its node's number and lease sequence
+--                               (lease_index.lua): a lease that ends here leaves it
+-- KEYS[21..] chunk       string bloom chunk strings of the described layers, layer by layer,
 --                               chunk by chunk
 -- ARGV[1]  epoch         string the job epoch the node joined; another value = Redis lost the job
 -- ARGV[2]  call_id       string unique per call; the same id again returns the stored result
@@ -113,7 +115,8 @@ local frontier_key = KEYS[16]
 local results_key = KEYS[17]
 local results_meta_key = KEYS[18]
 local results_ids_key = KEYS[19]
-local chunk_from = 20
+local node_leases_key = KEYS[20]
+local chunk_from = 21
 local epoch = ARGV[1]
 local call_id = ARGV[2]
 local node = ARGV[3]
@@ -136,7 +139,7 @@ local refused = wrong_type({{queue_key, 'zset'}, {entries_key, 'hash'}, {deadlin
                             {scrapy_stats_key, 'hash'}, {node_stats_key, 'hash'},
                             {frontier_key .. 'classes', 'zset'},
                             {frontier_key .. 'sites', 'zset'},
-                            {frontier_key .. 'requeued', 'hash'}})
+                            {frontier_key .. 'requeued', 'hash'}, {node_leases_key, 'zset'}})
 if refused then return refused end
 local last = redis.call('HMGET', last_call_key, 'writes', 'flush_id', 'flush_result')
 local writes = tonumber(last[1] or '0')
@@ -172,7 +175,7 @@ local OP_FIELDS = {P = 5, T = 6, A = 1, F = 7, R = 2, W = 1, N = 1, D = 2, X = 2
 -- string, as redis-py would send it: flush_script.py packed_ops). Redis reads it with its
 -- cmsgpack; a server without one (fakeredis, the embedded demo's) with strings_of below.
 -- The array of strings packed_ops makes, read without cmsgpack: its header, then each string
--- (msgpack's raw strings: fixstr, str 8, str 16, str 32); nil for anything else.
+-- (msgpack's raw strings: fixstr, str 8, str 16, str 32); an error for anything else.
 local function strings_of(packed)
   local byte, sub = string.byte, string.sub
   local function number_at(at, size)
@@ -184,23 +187,23 @@ local function strings_of(packed)
   if head and head >= 0x90 and head <= 0x9f then count = head - 0x90
   elseif head == 0xdc then count, at = number_at(2, 2), 4
   elseif head == 0xdd then count, at = number_at(2, 4), 6
-  else return nil end
+  else error('not a msgpack array') end
   local sizes = {[0xd9] = 1, [0xda] = 2, [0xdb] = 4}
   local values = {}
   for i = 1, count do
     local kind, length = byte(packed, at), nil
     if kind and kind >= 0xa0 and kind <= 0xbf then length, at = kind - 0xa0, at + 1
     elseif sizes[kind] then length, at = number_at(at + 1, sizes[kind]), at + 1 + sizes[kind]
-    else return nil end
+    else error('not a msgpack string') end
     values[i] = sub(packed, at, at + length - 1)
     at = at + length
   end
   return values
 end
-local packed_ops = ARGV[layout_from + #LAYOUT * described] or ''
-local OPS
-if cmsgpack then OPS = cmsgpack.unpack(packed_ops) else OPS = strings_of(packed_ops) end
-if type(OPS) ~= 'table' then
+-- a msgpack array of strings (the ops; a results field) as a table; an error if it is not one
+local unpack_strings = cmsgpack and cmsgpack.unpack or strings_of
+local unpacked, OPS = pcall(unpack_strings, ARGV[layout_from + #LAYOUT * described] or '')
+if not unpacked or type(OPS) ~= 'table' then
   return redis.error_reply('CLUSTERSYNC_BAD_OP 0 the ops are not a msgpack array of strings')
 end
 
@@ -218,9 +221,13 @@ local function each_op(visit)
   return nil
 end
 
+-- the leases this batch ends (acks, releases, dead letters): they leave the lease index, in one
+-- ZREM per batch after the ops (the index's only writes here: lease_index.lua)
+local ended_leases = {}
 local function drop_lease(id)
   local removed = redis.call('ZREM', deadlines_key, id)
   redis.call('HDEL', leased_key, id)
+  if removed == 1 then ended_leases[#ended_leases + 1] = id end
   return removed
 end
 
@@ -259,12 +266,10 @@ local results_of = {}  -- OPS index of a results field -> its decoded list (vali
 local results_carried = 0
 local written = 0
 
--- nil if OPS[at] is a results list (kept in results_of), else why not (read as the ops are:
--- with cmsgpack, or strings_of where there is none)
+-- nil if OPS[at] is a results list (kept in results_of), else why not
 local function read_results(at)
   if OPS[at] == '' then return nil end
-  local ok, list = true, nil
-  if cmsgpack then ok, list = pcall(cmsgpack.unpack, OPS[at]) else list = strings_of(OPS[at]) end
+  local ok, list = pcall(unpack_strings, OPS[at])
   if not ok or type(list) ~= 'table' or #list % 3 ~= 0 then
     return 'results must be a msgpack list of id, kind, d triples'
   end
@@ -501,9 +506,11 @@ local function settle_leased_acks()
   send_in_batches('ZREM', deadlines_key, ids)
   send_in_batches('HDEL', leased_key, ids)
   send_in_batches('HDEL', entries_key, ids)
+  for _, id in ipairs(ids) do ended_leases[#ended_leases + 1] = id end
 end
 settle_leased_acks()
 each_op(apply_op)
+send_in_batches('ZREM', node_leases_key, ended_leases)
 if seq_next then redis.call('HSET', meta_key, 'seq', seq_next) end
 frontier_finish()
 results_finish()
