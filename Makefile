@@ -16,7 +16,7 @@ CHAOS_RUNS ?= 5
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e ".[test,demo,bench]"
+	$(BIN)/pip install -q -e ".[test,demo,bench,sinks]"
 	touch $@
 
 demo: $(BIN)/.installed

@@ -53,6 +53,12 @@ DEFAULTS: dict[str, str | int | float | bool] = {
     # read by the scheduler when it builds the codec and the spool
     "CLUSTERSYNC_REQUEST_CLASSES": "",  # import paths, a list or "a.B,c.D"; empty: Scrapy's only
     "CLUSTERSYNC_SPOOL_DIR": ".clustersync-spool",
+    # the results stream (docs/results.md)
+    "CLUSTERSYNC_RESULTS": True,
+    "CLUSTERSYNC_RESULTS_MAX": 1_000_000,
+    "CLUSTERSYNC_RESULT_MAX_BYTES": 1024 * 1024,
+    "CLUSTERSYNC_RESULTS_PAGES": False,
+    "CLUSTERSYNC_RESULTS_PAGE_MAX_BYTES": 1024 * 1024,
 }
 #: the most failed requests a job may keep (each about 300-600 bytes of Redis)
 FAILED_KEEP_MAX = 1_000_000
@@ -74,6 +80,9 @@ RECRAWL_MODES = ("", "keep-seen", "forget-seen")
 #: "cluster": one politeness budget per site for the whole cluster (plugin/cluster_turns.py);
 #: "node": Scrapy's own, per node (each node keeps DOWNLOAD_DELAY on its own)
 POLITENESS_MODES = ("cluster", "node")
+
+#: the most entries CLUSTERSYNC_RESULTS_MAX may allow the results stream
+RESULTS_MAX_LIMIT = 1_000_000_000
 
 URL_SCHEMES = ("redis", "rediss", "unix")
 JOB_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,199}$")
@@ -121,6 +130,31 @@ class DedupSettings:
             )
 
 
+@dataclass(frozen=True)
+class ResultSettings:
+    """The results settings (docs/results.md): whether items go to the job's results stream, its
+    cap in entries, the largest item (its encoded bytes), and the raw pages (off by default)."""
+
+    enabled: bool = True
+    max_entries: int = 1_000_000
+    item_max_bytes: int = 1024 * 1024
+    pages: bool = False
+    page_max_bytes: int = 1024 * 1024
+
+    @classmethod
+    def from_settings(cls, settings: BaseSettings) -> ResultSettings:
+        """Read and check the results settings; raise ConfigError naming a bad one."""
+        return cls(
+            enabled=settings.getbool("CLUSTERSYNC_RESULTS", True),
+            max_entries=_number(settings, "CLUSTERSYNC_RESULTS_MAX", int, minimum=1,
+                                maximum=RESULTS_MAX_LIMIT),
+            item_max_bytes=_number(settings, "CLUSTERSYNC_RESULT_MAX_BYTES", int, minimum=1024),
+            pages=settings.getbool("CLUSTERSYNC_RESULTS_PAGES", False),
+            page_max_bytes=_number(settings, "CLUSTERSYNC_RESULTS_PAGE_MAX_BYTES", int,
+                                   minimum=1024),
+        )
+
+
 def new_site_room(settings: BaseSettings) -> int:
     """What a site the node has not fetched from yet can put on the wire at once: one request
     with a ``DOWNLOAD_DELAY``, else its per-IP or per-domain concurrency."""
@@ -163,6 +197,8 @@ class ClusterConfig:
     prefetch_start: int = 1
     #: whose politeness: "cluster" (one budget per site) or "node" (Scrapy's, per node)
     politeness: str = "cluster"
+    #: the results stream: on or off, its cap, the largest item, raw pages
+    results: ResultSettings = ResultSettings()
 
     @classmethod
     def from_settings(cls, settings: BaseSettings, spider_name: str) -> ClusterConfig:
@@ -211,6 +247,7 @@ class ClusterConfig:
             recrawl=validate_recrawl(settings.get("CLUSTERSYNC_RECRAWL") or ""),
             failed_keep=validate_failed_keep(settings),
             politeness=validate_politeness(settings.get("CLUSTERSYNC_POLITENESS") or "cluster"),
+            results=ResultSettings.from_settings(settings),
             node_dead_after_s=dead_after,
             node_retention_s=validate_node_retention(
                 _number(settings, "CLUSTERSYNC_NODE_RETENTION", float, minimum=0.0), dead_after),

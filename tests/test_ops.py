@@ -188,6 +188,31 @@ def test_the_script_still_refuses_a_malformed_op_by_its_number_before_any_change
     assert (status.queued, status.start_done) == (0, False)
 
 
+@pytest.mark.parametrize("server", ["redis-server", "fakeredis"])
+def test_requests_of_every_size_travel_whole_in_the_packed_ops(
+    redis_server: RedisServer, server: str
+) -> None:
+    # given a job on Redis (its cmsgpack reads the ops) or on fakeredis (flush.lua's own reader)
+    if server == "fakeredis":
+        import fakeredis
+
+        store = JobStore(fakeredis.FakeRedis(), "job", "n1", DedupSettings("exact"))
+        epoch = store.join(ttl_ms=60_000)[0]
+    else:
+        store, epoch = joined(redis_server, DedupSettings("exact"))
+    # when pushes whose requests take every msgpack string size (fix, 8, 16 and 32 bit
+    # lengths) and bytes of every value are flushed in one batch
+    sizes = [0, 31, 32, 255, 256, 65_535, 65_536, 200_000]
+    blobs = [bytes(range(256)) * (size // 256) + bytes(range(size % 256)) for size in sizes]
+    pushes = [Push(bytes([i + 1]) * 20, -i, blob, 0, f"site{i}") for i, blob in enumerate(blobs)]
+    result = store.flush(epoch, pushes, new_call_id())
+    # then every request is queued byte for byte, with its priority
+    assert result.pushed == len(sizes)
+    leased = store.lease(epoch, len(sizes), 60_000, new_call_id())
+    assert [(blob, priority) for _, blob, priority in leased] == [
+        (blob, -i) for i, blob in enumerate(blobs)]
+
+
 # ---- the spool reads ops through the decoder ----------------------------------------------------
 @pytest.mark.parametrize(("bad_op", "reason"), [
     (["Z", "e1"], "unknown opcode 'Z'"), (["A", "e1", "e2"], "op 'A' has 2 fields, not 1"),

@@ -14,10 +14,19 @@ import pytest
 REPO_ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = REPO_ROOT / "scrapy_clustersync"
 #: what is not source: left by builds, installs and tools (a stale build/ would leak into a wheel)
-NOT_SOURCE = shutil.ignore_patterns(
+_NOT_SOURCE_NAMES = shutil.ignore_patterns(
     ".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".*_cache", ".demo",
-    ".clustersync-spool", "results",
+    ".clustersync-spool",
 )
+
+
+def NOT_SOURCE(folder: str, names: list[str]) -> set[str]:  # noqa: N802 (a copytree ignore)
+    """What copytree leaves out: the names above anywhere, and bench/results (the benchmarks'
+    output; the package's own ``results`` sub-package is source)."""
+    ignored = set(_NOT_SOURCE_NAMES(folder, names))
+    if Path(folder).name == "bench" and "results" in names:
+        ignored.add("results")
+    return ignored
 
 
 @pytest.fixture(scope="module")

@@ -2,7 +2,7 @@
 
 The group and its options; each command lives in the module of its kind (job_commands,
 seed_commands, check_commands, top_command, control_commands, task_commands, dead_commands,
-config_commands).
+config_commands, result_commands, sink_command).
 Inside a Scrapy project (or with ``--settings MODULE`` / ``-s NAME=VALUE``) the commands read
 ``CLUSTERSYNC_REDIS_URL``, ``CLUSTERSYNC_JOB`` and the request fingerprinter from the
 project's settings, as ``scrapy`` commands do (project.py). Also ``scrapy clustersync ...``
@@ -24,7 +24,9 @@ from .dead_commands import dead
 from .exit_codes import EXIT_CODES_HELP
 from .job_commands import jobs, purge, restart, status
 from .options import settings_option
+from .result_commands import consume, export, readers
 from .seed_commands import seed
+from .sink_command import sink
 from .task_commands import failed, task, tasks
 from .top_command import top
 
@@ -52,7 +54,7 @@ def main(cli: CliContext, redis_url: str | None, settings_module: str | None) ->
 
 
 for _command in (jobs, status, nodes, top, check, seed, dead, failed, task, tasks, restart,
-                 pause, resume, stop, config, purge):
+                 pause, resume, stop, config, purge, export, consume, sink, readers):
     main.add_command(_command)
 
 

@@ -11,6 +11,7 @@ from rich.console import Console
 from ..store import JobStatus, JobStore
 from ..store.consistency import Finding, JobCheck
 from ..store.node_differences import node_differences
+from ..store.results_store import ResultsStore
 from ..store.shared_settings import SharedSettingsStore
 from .context import CliContext, pass_cli
 from .exit_codes import exit_needing_a_person
@@ -18,6 +19,7 @@ from .node_sites import print_node_sites
 from .node_view import group_nodes, hidden_line, node_table
 from .options import all_option, job_argument, json_option, settings_option
 from .output import console, echo_json
+from .reader_view import print_readers, readers_dict
 from .settings_lag import job_settings_version, lagging_lines
 from .site_view import print_sites
 from .status_view import print_status, status_dict
@@ -76,24 +78,39 @@ def needs_a_person(store: JobStore, report: JobStatus) -> list[str]:
     found += lagging_lines(live.values(), job_settings_version(report.meta))
     if report.dead_letters:
         found.append(f"{report.dead_letters} dead letter(s): `clustersync dead` lists them")
-    return found
+    return found + full_stream_lines(store, report)
+
+
+def full_stream_lines(store: JobStore, report: JobStatus) -> list[str]:
+    """While the results stream is full (the nodes pause): the reader groups holding it back,
+    furthest behind first (reader_view.READERS_SHOWN at most)."""
+    if "full_since_ms" not in report.results:
+        return []
+    groups = readers_dict(ResultsStore(store.client, store.keys).groups(), 0)["groups"]
+    if not groups:
+        return ["the results stream is full and no reader group reads it: the nodes pause until "
+                "one does (docs/results-readers.md)"]
+    return [f"the results stream is full: reader group {g['group']!r} has {g['lag']:,} "
+            "results to acknowledge (`clustersync readers --delete` removes a group given up)"
+            for g in groups if g["lag"]]
 
 
 def show_status(report: JobStatus, attention: list[str] | None, as_json: bool,
-                every: bool = False, sites: dict[str, Any] | None = None) -> None:
+                every: bool = False, sites: dict[str, Any] | None = None,
+                readers: dict[str, Any] | None = None) -> None:
     """The status; with ``attention`` (``status --check``) what needs a person, or that
     nothing does; ``every``: list every node (``--all``); ``sites``: ``site_view.sites_dict``
-    (``--sites``)."""
+    (``--sites``); ``readers``: ``reader_view.readers_dict``."""
     if as_json:
         summary = status_dict(report)
-        if attention is not None:
-            summary["needs_attention"] = attention
-        if sites is not None:
-            summary["sites"] = sites
+        extras = {"readers": readers, "needs_attention": attention, "sites": sites}
+        summary.update({name: value for name, value in extras.items() if value is not None})
         echo_json(summary)
         return
     out = console()
     print_status(report, out, every)
+    if readers is not None:
+        print_readers(readers, out)
     if sites is not None:
         print_sites(sites, out)
     for line in attention or []:

@@ -2,7 +2,7 @@
 
 One code per kind of outcome, so that a script or a cron job can tell "look at the job" from
 "fix the command" from "Redis is away": 0 done; 1 needs a person; 2 usage or bad input
-(click's own code); 3 no such job; 4 Redis failed.
+(click's own code); 3 no such job; 4 Redis failed; 5 a sink's destination failed.
 """
 
 from __future__ import annotations
@@ -24,6 +24,8 @@ USAGE = 2
 NO_SUCH_JOB = 3
 #: Redis could not be reached, refused this client (password, ACL) or answered with an error
 REDIS_FAILED = 4
+#: ``clustersync sink``: the database or broker could not be reached or refused a write
+DESTINATION_FAILED = 5
 
 #: the group's ``--help`` epilog (``\b`` keeps click from rewrapping the lines)
 EXIT_CODES_HELP = f"""\b
@@ -34,6 +36,7 @@ Exit codes:
   {USAGE}  usage error: a bad option, argument, URL or job name; no Redis URL or JOB found
   {NO_SUCH_JOB}  the job named does not exist on that Redis (`clustersync jobs` lists them)
   {REDIS_FAILED}  Redis could not be reached, refused this client, or answered with an error
+  {DESTINATION_FAILED}  sink: the database or broker could not be reached or refused a write
 """
 
 
@@ -47,6 +50,12 @@ class JobNotFound(click.ClickException):
     """The job named does not exist on this Redis (exit 3)."""
 
     exit_code = NO_SUCH_JOB
+
+
+class DestinationError(click.ClickException):
+    """``sink``: the database or broker could not be reached or refused a write (exit 5)."""
+
+    exit_code = DESTINATION_FAILED
 
 
 class RedisFailed(click.ClickException):

@@ -6,12 +6,14 @@ from __future__ import annotations
 import click
 
 from ..store.frontier_status import read_frontier
+from ..store.results_store import ResultsStore
 from ..store.site_scripts import SITES_SHOWN, read_sites
 from .check_commands import needs_a_person, show_status
 from .context import CliContext, pass_cli
 from .exit_codes import JobRefused, exit_needing_a_person
 from .options import all_option, job_argument, json_option, settings_option
 from .output import console, echo_json
+from .reader_view import readers_dict
 from .site_view import sites_dict
 from .status_view import job_rows, print_jobs
 
@@ -58,7 +60,9 @@ def status(cli: CliContext, job: str | None, every: bool, as_json: bool,
     if top_sites is not None:
         sites = sites_dict(*read_sites(store.client, store.keys, top_sites),
                            read_frontier(store.client, store.keys, top_sites))
-    show_status(report, attention, as_json, every, sites)
+    results = ResultsStore(store.client, store.keys)
+    readers = readers_dict(results.groups(), results.length())
+    show_status(report, attention, as_json, every, sites, readers)
     if attention:
         exit_needing_a_person()
 

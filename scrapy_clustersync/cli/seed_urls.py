@@ -25,6 +25,7 @@ from w3lib.url import canonicalize_url, safe_url_string
 from ..codec import RequestCodec
 from ..plugin.cluster_dupefilter import cluster_fingerprint
 from ..store.write_ops import Push
+from .plain_urls import plain_fingerprint, plain_host
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
@@ -54,6 +55,8 @@ def crawlable_schemes(settings: BaseSettings) -> frozenset[str]:
 def check_url(url: str, schemes: frozenset[str]) -> str:
     """``url``, checked; BadSeed if Scrapy would not crawl it. (The Request made from it
     later makes it safe, with ``safe_url_string``, as Scrapy does.)"""
+    if plain_host(url) is not None and url.partition(":")[0] in schemes:
+        return url
     safe = url if url.isascii() else safe_url_string(url)
     try:
         parts = urlsplit(safe)
@@ -114,9 +117,7 @@ class SeedEncoder:
         name, Scrapy's download slot key of a request with no ``download_slot`` meta."""
         encode = _encoder(self.priority, self.callback)
         if is_scrapys_default(self.fingerprinter):
-            safe_urls = [safe_url_string(url) for url in urls]
-            return [(default_get_fingerprint(url), encode(url), urlsplit(url).hostname or "")
-                    for url in safe_urls]
+            return [_default_row(url, encode) for url in urls]
         rows: list[tuple[bytes, bytes, str]] = []
         for url in urls:
             request = Request(url, priority=self.priority)
@@ -135,6 +136,15 @@ def is_scrapys_default(fingerprinter: object) -> bool:
     """True if ``fingerprinter`` is Scrapy's own RequestFingerprinter, unchanged."""
     return (type(fingerprinter) is RequestFingerprinter
             and getattr(fingerprinter, "_fingerprint", None) is fingerprint)
+
+
+def _default_row(url: str, encode: Callable[[str], bytes]) -> tuple[bytes, bytes, str]:
+    """``SeedEncoder.rows_for``'s row of ``url`` under Scrapy's default fingerprinter."""
+    host = plain_host(url)
+    if host is not None:  # its own safe and canonical form
+        return plain_fingerprint(url), encode(url), host
+    url = safe_url_string(url)
+    return default_get_fingerprint(url), encode(url), urlsplit(url).hostname or ""
 
 
 def default_get_fingerprint(url: str) -> bytes:

@@ -176,7 +176,23 @@ def _more_lines(report: JobStatus) -> list[str]:
                      "(cannot be encoded), crawled on the node that made them (not crash-safe)")
     for name in ("pushed", "filtered", "reclaimed"):
         lines.append(f"  {name:<13}{report.counters.get(name, 0):>12,}")
-    return lines + _stats_lines(report.scrapy_stats) + _dedup_lines(report.dedup)
+    return (lines + _results_lines(report.results) + _stats_lines(report.scrapy_stats)
+            + _dedup_lines(report.dedup))
+
+
+def _results_lines(results: dict[str, int]) -> list[str]:
+    """The results stream: its entries against its cap, and since when it is full."""
+    if not results.get("length") and "cap" not in results:
+        return []
+    cap = results.get("cap")
+    line = f"  results      {results.get('length', 0):>12,}"
+    line += f" of {cap:,} (cap)" if cap else ""
+    line += f", {results.get('written', 0):,} written"
+    lines = [line]
+    if "full_since_ms" in results:
+        lines.append(f"  results full since {when_iso(results['full_since_ms'])}: nodes lease no "
+                     "new work until readers trim the stream")
+    return lines
 
 
 STATUS_PREFIX = "downloader/response_status_count/"

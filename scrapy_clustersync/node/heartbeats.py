@@ -63,6 +63,7 @@ class HeartbeatPart:
     _node_idle: bool
     _activity: int
     _away_since: float | None
+    _results_full_since: float | None
     _rollbacks: int
     _control: str | None
 
@@ -202,6 +203,8 @@ class HeartbeatPart:
             return "disconnected"
         if self._control is not None and self._control != "running":
             return "paused"
+        if self._results_full_since is not None:
+            return "results full"
         if idle:
             return "idle"
         return "starting" if self._activity == 0 and not self._held else "crawling"

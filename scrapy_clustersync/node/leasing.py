@@ -65,6 +65,7 @@ class LeasingPart:
     _releasing: set[str]
     _drop_asked: bool
     _state_lost: str | None
+    _results_full_since: float | None
     _control: str | None
 
     def _init_leasing(self) -> None:
@@ -104,7 +105,8 @@ class LeasingPart:
         """False under back-pressure, while the job is paused or stopping, or while a rejoin's
         releases are on their way."""
         return not (self._state_lost or len(self._writes) > self.config.buffer_limit
-                    or self._control != RUNNING or self._releasing or self._drop_asked)
+                    or self._control != RUNNING or self._releasing or self._drop_asked
+                    or self._results_full_since is not None)
 
     def _lease_wanted(self) -> bool:
         # a target of 0: what the engine holds covers what the node can start (lease_sizing.py)

@@ -9,7 +9,8 @@ until it applied one), settings_overrides (the shared keys its ``-s`` gives), ve
 (clustersync, scrapy, python), digest, setting_digests and file_digests (project_digest.py),
 sites (with cluster politeness: what the node sees of the sites it paces, plugin/site_summary.py;
 absent until the reactor first built it). The Redis thread adds its own figures (leased,
-prefetched, buffered) and the state (heartbeats.py ``_state``).
+prefetched, buffered, results_full_since: Unix seconds since the job's results stream refuses
+its writes, None while it takes them) and the state (heartbeats.py ``_state``).
 """
 
 from __future__ import annotations

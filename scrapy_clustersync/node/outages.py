@@ -9,6 +9,9 @@ Part of ``redis_thread.SyncWorker`` (a mixin over its state, on the Redis thread
 - Redis came back older than the node saw it (``RolledBack``): acks of requests whose children
   may be among the lost writes become releases (the requests are crawled again), and the
   scheduler forgets which fingerprints it sent (``rollbacks`` changes).
+- The job's results stream full (``ResultsFull``, a batch carrying results refused whole):
+  back-pressure; the node keeps the batch, leases no new work, tries it again with backoff, and
+  says so once in the log and in its record, until readers trim the stream.
 - Any other error is logged once and retried after ``ERROR_BACKOFF_S``: a bug must not end the
   thread, or the node would hang.
 """
@@ -22,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..config import ClusterConfig, redact_url
 from ..store import StateLost, StoreError, StoreUnavailable
-from ..store.errors import RolledBack
+from ..store.errors import ResultsFull, RolledBack
 
 if TYPE_CHECKING:
     from .write_stream import WriteStream
@@ -49,6 +52,39 @@ class OutagePart:
         self._errors_logged: set[str] = set()
         self._rollbacks = 0
         self._state_lost: str | None = None
+        #: since when (Unix seconds) the job's results stream refuses this node's writes, or None
+        self._results_full_since: float | None = None
+        self._results_tries = 0
+        self._results_retry_at = 0.0  # (monotonic) when the refused batch goes again
+
+    def _results_refused(self, exc: ResultsFull) -> None:
+        """The results stream is full: the batch waits (``_results_waiting``), no lease goes."""
+        self._results_tries += 1
+        self._results_retry_at = time.monotonic() + min(
+            OUTAGE_BACKOFF_MAX_S, 0.25 * 2.0 ** min(5, self._results_tries - 1))
+        if self._results_full_since is None:
+            self._results_full_since = time.time()
+            length, cap, _ = (str(exc).split() + ["?", "?", "?"])[1:4]
+            logger.warning(
+                "clustersync: the results stream of job %r is full (%s entries, "
+                "CLUSTERSYNC_RESULTS_MAX %s); node %s leases no new work and keeps its results "
+                "until readers trim the stream (nothing is dropped)",
+                self.config.job, length, cap, self.config.node_id,
+            )
+
+    def _results_waiting(self, now: float) -> bool:
+        """A batch the full results stream refused waits for its next try."""
+        return self._results_full_since is not None and now < self._results_retry_at
+
+    def _results_room(self) -> None:
+        """A batch went through: the results stream has room (again)."""
+        if self._results_full_since is None:
+            return
+        logger.warning("clustersync: the results stream of job %r has room again after %.1fs; "
+                       "node %s leases again", self.config.job,
+                       time.time() - self._results_full_since, self.config.node_id)
+        self._results_full_since = None
+        self._results_tries = 0
 
     def _outage_backoff_s(self) -> float:
         """The wait before the next try: none after the first failure (a dropped connection

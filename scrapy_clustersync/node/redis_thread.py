@@ -372,7 +372,8 @@ class SyncWorker(TurnPart, HeartbeatPart, LeasingPart, OutagePart, SettingsPart,
         """What the node record shows of this thread (see node_record.py): leases held (under
         way or prefetched), prefetched, writes buffered."""
         return {"leased": len(self._held), "prefetched": len(self._unstarted),
-                "buffered": len(self._writes), "runs_start": self._runs_start}
+                "buffered": len(self._writes), "runs_start": self._runs_start,
+                "results_full_since": self._results_full_since}
 
     # ---- close -------------------------------------------------------------------------------
     def _close(self, close: Close) -> None:

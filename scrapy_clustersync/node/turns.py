@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..store import FlushResult, JobStore, Push
-from ..store.errors import BadBatch
+from ..store.errors import BadBatch, ResultsFull
 from ..store.round_trip import Answer, RoundTrip
 from ..store.shared_settings import SharedSettings
 
@@ -139,7 +139,7 @@ class TurnPart:
         # a node with nothing left to crawl starves: its new work must reach Redis now; entries
         # handed back go back to the queue before the next lease (which would pass them over)
         if not self._writes.due(now, urgent=closing or self._urgent
-                                or not self._prefetched_usable()):
+                                or not self._prefetched_usable()) or self._results_waiting(now):
             return None
         # the engine starves for the pushes made up to when it asked: the lease that answers it
         # goes between those and later ones, as Scrapy's scheduler would have answered then
@@ -166,6 +166,10 @@ class TurnPart:
         except BadBatch as exc:
             self._set_aside(exc)
             return False
+        except ResultsFull as exc:  # nothing applied: the batch goes again, as it is, later
+            self._results_refused(exc)
+            return False
+        self._results_room()
         settled = self._writes.confirmed()
         self._held.difference_update(settled)
         self._releasing.difference_update(settled)
@@ -213,6 +217,12 @@ class TurnPart:
                             settled: bool = False) -> bool: ...
 
         def _turned_idle(self) -> bool: ...
+
+        def _results_waiting(self, now: float) -> bool: ...
+
+        def _results_refused(self, exc: ResultsFull) -> None: ...
+
+        def _results_room(self) -> None: ...
 
         def _settings_in(self, trip: RoundTrip) -> Answer[SharedSettings] | None: ...
 

@@ -26,6 +26,9 @@ from .thread_api import Undelivered
 
 #: how long a batch that is not full waits for more ops, unless the node starves
 FLUSH_LINGER_S = 0.05
+#: a batch ends once its ops carry this many bytes of results (one XADD each inside the
+#: script): a node back from an outage does not hold Redis for tens of thousands of them
+RESULT_BYTES_PER_CALL = 1 << 20
 
 
 class WriteStream:
@@ -108,13 +111,16 @@ class WriteStream:
         if self._pending is None:
             batch: list[Op] = []
             pushes = self._pushes_settled
-            while self._ops and len(batch) < self._batch_limit:
+            results = 0  # bytes of results in the batch
+            while (self._ops and len(batch) < self._batch_limit
+                   and results < RESULT_BYTES_PER_CALL):
                 if (pushes_until is not None and pushes >= pushes_until
                         and isinstance(self._ops[0], Push)):
                     self._releases_ahead(batch)
                     break
                 op = self._ops.popleft()
                 pushes += isinstance(op, Push)
+                results += len(getattr(op, "results", b""))
                 batch.append(self._voided(op))
             if not batch:
                 return "", batch

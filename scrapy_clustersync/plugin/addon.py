@@ -18,6 +18,8 @@ from .node_lifecycle import NodeLifecycle
 from .progress_log import ClusterProgress
 from .proxy_rule import ORDER as PROXY_ORDER
 from .proxy_rule import ProxyRule, check_proxy_setting
+from .result_pipeline import ORDER as RESULTS_ORDER
+from .result_pipeline import ResultPipeline
 from .settings_applier import SettingsApplier
 from .spider_middleware import ORDER, ClusterSpiderMiddleware
 
@@ -69,6 +71,9 @@ class Addon:
         settings.set_in_component_priority_dict(
             "DOWNLOADER_MIDDLEWARES", DownloadGate, download_gate.ORDER
         )
+        if settings.getbool("CLUSTERSYNC_RESULTS", True):
+            settings.set_in_component_priority_dict("ITEM_PIPELINES", ResultPipeline,
+                                                    RESULTS_ORDER)
         settings.set_in_component_priority_dict("EXTENSIONS", NodeLifecycle, 0)
         settings.set_in_component_priority_dict("EXTENSIONS", ClusterProgress, 0)
         settings.set_in_component_priority_dict("EXTENSIONS", JobControl, 0)

@@ -40,6 +40,7 @@ from .lease_tracker import LeaseTracker
 from .local_requests import LocalRequests
 from .published_counts import PublishedCounts
 from .request_tasks import TASK_META_KEY, filtered_here, push_of
+from .result_collector import ResultCollector, open_results
 from .scheduler_parts import scheduler_parts
 from .signals import node_opened
 from .stats_sender import StatsSender
@@ -102,6 +103,8 @@ class ClusterScheduler:
         self.io: RedisThread | None = None
         #: the leased requests under way on this node, until each is acked or released
         self.leases = LeaseTracker(lambda: self.io.submit if self.io else None, self.counts)
+        #: the results of this node's pages until their acks (None: results off, or not open)
+        self.results: ResultCollector | None = None
         #: requests that cannot travel, crawled here (see _keep_here)
         self.local = LocalRequests()
         self._rollbacks_seen = 0
@@ -166,7 +169,11 @@ class ClusterScheduler:
         io.size_leases(DownloaderDemand(
             lambda: started_part(self.crawler, "engine"),
             lambda: len(leases.inflight) - len(leases.scraping), self.crawler.settings))
-        self.leases.watch(getattr(started_part(self.crawler, "engine"), "scraper", None))
+        scraper = getattr(started_part(self.crawler, "engine"), "scraper", None)
+        self.leases.watch(scraper)
+        self.results = open_results(self.crawler, self.config.results, self.config.node_id,
+                                    lambda: self.io.submit if self.io else None, self.leases,
+                                    scraper)
         self.crawler.signals.send_catch_log(node_opened, scheduler=self)
         if not self.gate_tells_starts:
             self.crawler.signals.connect(self.request_started, signals.request_reached_downloader)

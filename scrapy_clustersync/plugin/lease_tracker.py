@@ -63,6 +63,9 @@ class LeaseTracker:
         self._hand_back: set[str] = set()
         #: of those, the ones that failed, with why and the request (acked with a Failed op)
         self._failures: dict[str, tuple[RequestFailure, Request]] = {}
+        #: gives the op that settles a lease the results it carries (result_collector.py:
+        #: ``ResultCollector.attach``); as it is without results
+        self.attach: Callable[[Op, Request | None], Op] = _as_it_is
 
     def handed_out(self, request: Request, entry_id: str) -> None:
         """``request``, leased as ``entry_id``, goes to the engine."""
@@ -89,12 +92,13 @@ class LeaseTracker:
         """Hand the leased request ``token`` back to the queue, for any node to crawl again."""
         self._settle(token, Release, "clustersync/handed_back")
 
-    def _settle(self, token: str | None, op: Callable[[str], Op], stat: str) -> None:
+    def _settle(self, token: str | None, op: Callable[[str], Op], stat: str,
+                request: Request | None = None) -> None:
         submit = self._submit()
         if token not in self.inflight or submit is None:
             return
         self.inflight.discard(token)
-        submit(op(token))
+        submit(self.attach(op(token), request))
         self.counts[stat] += 1
 
     def _failed(self, request: Request, failure: RequestFailure | None) -> None:
@@ -187,10 +191,14 @@ class LeaseTracker:
             failure, request = failed
             self.counts["clustersync/failed"] += 1
             self._settle(token, lambda entry_id: failure.op(entry_id, request),
-                         "clustersync/acked")
+                         "clustersync/acked", request)
         else:
             self.ack(token)
         return result
+
+
+def _as_it_is(op: Op, request: Request | None) -> Op:
+    return op
 
 
 def _watch_output(scraper: Any) -> None:

@@ -45,7 +45,8 @@ def scheduler_parts(crawler: Crawler) -> dict[str, Any]:
     return {
         "config": config,
         "store": JobStore(client, config.job, config.node_id, config.dedup,
-                          failed_keep=config.failed_keep),
+                          failed_keep=config.failed_keep,
+                          results_max=config.results.max_entries),
         "codec": codec,
         "dupefilter": dupefilter,
         "spool": Spool(spool_dir, config.job),

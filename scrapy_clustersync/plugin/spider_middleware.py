@@ -54,9 +54,14 @@ class ClusterSpiderMiddleware:
             return
         if not await run.begin():
             return
+        results = self.node.results if self.node is not None else None
+        position = 0  # of the items start() yields: their result ids are start:<position>
         try:
             async for item_or_request in start:
                 run.yielded(item_or_request)
+                if results is not None and not isinstance(item_or_request, Request):
+                    results.start_item(item_or_request, position)
+                    position += 1
                 yield item_or_request
                 await self._sent(item_or_request)
         except Exception:

@@ -53,6 +53,13 @@ class BadBatch(StoreError):
     """
 
 
+class ResultsFull(StoreError):
+    """The job's results stream holds ``CLUSTERSYNC_RESULTS_MAX`` entries: the flush script
+    refused a batch carrying results, before any change. Nothing is dropped: the node keeps the
+    batch, leases no new work and tries again later (readers trim the stream as they commit).
+    """
+
+
 @contextmanager
 def translate_errors(client: redis.Redis) -> Iterator[None]:
     """Turn redis-py exceptions into the store's own.
@@ -137,5 +144,6 @@ _SCRIPT_ERRORS: dict[str, type[StoreError]] = {
     "CLUSTERSYNC_STATE_LOST": StateLost,
     "CLUSTERSYNC_ROLLED_BACK": RolledBack,
     "CLUSTERSYNC_BAD_OP": BadBatch,
+    "CLUSTERSYNC_RESULTS_FULL": ResultsFull,
     "CLUSTERSYNC_WRONG_TYPE": StoreError,  # refused before any change; retried until mended
 }

@@ -35,8 +35,10 @@ def read_status(client: redis.Redis, keys: JobKeys) -> JobStatus:
         pipe.hgetall(k.node_stats)
         pipe.zrange(k.node_seen, 0, -1, withscores=True)
         pipe.hgetall(k.pruned)
+        pipe.xlen(k.results)
+        pipe.hgetall(k.results_meta)
         (meta, queued, leased, seen, stats, dead, live, info, idle, bloom, deaths, now,
-         summed, per_node, beats, pruned) = pipe.execute()
+         summed, per_node, beats, pruned, results_length, results_meta) = pipe.execute()
     server_ms = int(now[0]) * 1000 + int(now[1]) // 1000
     alive = {_text(n): score >= server_ms for n, score in live}
     # a node back from the dead is live again (listed dead until its next heartbeat)
@@ -57,6 +59,8 @@ def read_status(client: redis.Redis, keys: JobKeys) -> JobStatus:
         server_ms=server_ms, nodes=nodes, dedup=dedup, meta=meta_t, dead_nodes=dead_nodes,
         scrapy_stats={_text(a): int(b) for a, b in summed.items()},
         pruned={_text(a): int(b) for a, b in pruned.items()},
+        results={"length": int(results_length),
+                 **{_text(a): int(b) for a, b in results_meta.items()}},
     )
 
 

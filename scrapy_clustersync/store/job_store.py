@@ -20,7 +20,7 @@ from .control_state import ControlChange, ControlState, ControlStore
 from .dedup import bloom_refusal
 from .dedup_upkeep import DedupUpkeep
 from .errors import RolledBack, StoreError, translate_errors
-from .flush_script import FlushScript
+from .flush_script import RESULTS_MAX, FlushScript
 from .heartbeat_script import Beat, HeartbeatScript
 from .job_status import read_status
 from .join_scripts import RETRY, DedupRecord, JoinRequest, JoinScript, RestartScript
@@ -79,6 +79,7 @@ class JobStore:
         dedup: DedupSettings | None = None,
         writes_seen: int | None = 0,
         failed_keep: int = FAILED_KEPT,
+        results_max: int = RESULTS_MAX,
     ) -> None:
         self.client = client
         #: how many failed requests the job keeps (CLUSTERSYNC_FAILED_KEEP)
@@ -90,7 +91,9 @@ class JobStore:
         #: it had confirmed. None: no check (the CLI, which writes without keeping state).
         self.writes_seen = writes_seen
         self._dedup = DedupUpkeep(client, self.keys, dedup or DedupSettings())
-        self._flush = FlushScript(client, self.keys, node_id, failed_keep)
+        #: the most entries of the job's results stream (CLUSTERSYNC_RESULTS_MAX)
+        self.results_max = results_max
+        self._flush = FlushScript(client, self.keys, node_id, failed_keep, results_max)
         self._lease = LeaseScript(client, self.keys, node_id)
         self._heartbeat = HeartbeatScript(client, self.keys, node_id)
         self._join = JoinScript(client, self.keys)
@@ -108,7 +111,7 @@ class JobStore:
     def as_node(self, node_id: str, writes_seen: int) -> JobStore:
         """This job's store acting as node ``node_id`` (the spool replays a node's writes)."""
         store = JobStore(self.client, self.keys.job, node_id, self.dedup, writes_seen=writes_seen,
-                         failed_keep=self.failed_keep)
+                         failed_keep=self.failed_keep, results_max=self.results_max)
         store._dedup.adopt(self._dedup.job_mode, self.dedup)
         return store
 

@@ -91,6 +91,16 @@ class JobKeys:
       ``tickets`` (page tickets out), ``stop_reason`` and "call:<node>" (that node's last call
       id); ``meta`` also holds ``stop_reason`` (the close reason a limit stopped the job with;
       a resume removes it)
+    - ``results`` stream: one entry per result (an item, an error record, a raw page), XADD
+      with auto ids, appended by flush.lua with the ack of the request that produced it
+      (results/record_format.py: fields ``v``, ``k``, ``id``, ``d``); readers are consumer
+      groups on it
+    - ``results_meta`` hash: ``cap`` (entries the stream may hold), ``written`` (results
+      appended), ``refused_full`` (write calls refused at the cap), ``full_since_ms`` (server
+      ms since which the stream is full; absent when it is not)
+    - ``results_ids`` set: "<run>\t<result id>" of the results written without a lease (items
+      start() yielded, those of requests kept on their node), so start() run again in the same
+      run (a take-over, a rollback) appends none of them twice
     - ``call:<node>`` hash: the node's write counter (``writes``, see flush.lua) and its last
       flush and lease call ids with their results (a retried call changes nothing more)
     """
@@ -262,6 +272,18 @@ class JobKeys:
     def closespider(self) -> str:
         return self._key("closespider")
 
+    @property
+    def results(self) -> str:
+        return self._key("results")
+
+    @property
+    def results_meta(self) -> str:
+        return self._key("results_meta")
+
+    @property
+    def results_ids(self) -> str:
+        return self._key("results_ids")
+
     def last_call(self, node: str) -> str:
         """The node's last script call id and result, so a retried call changes nothing more."""
         return self._key(f"call:{node}")
@@ -280,6 +302,6 @@ class JobKeys:
             self.seen, self.stats, self.nodes, self.node_info, self.idle, self.dead, self.bloom,
             self.failed, self.tasks, self.task_of, self.scrapy_stats, self.node_stats,
             self.dead_nodes, self.node_seen, self.pruned, self.settings, self.settings_log,
-            self.live_keys, self.sites, self.closespider, self.node_leases, self.node_numbers,
-            self.reclaiming,
+            self.live_keys, self.sites, self.closespider, self.results, self.results_meta,
+            self.results_ids, self.node_leases, self.node_numbers, self.reclaiming,
         ]

@@ -216,6 +216,9 @@ class JobStatus:
     dead_nodes: list[DeadNode] = field(default_factory=list)
     #: what is kept of the nodes pruned after CLUSTERSYNC_NODE_RETENTION (keys.py ``pruned``)
     pruned: dict[str, int] = field(default_factory=dict)
+    #: the results stream: ``length`` (entries), and the ``results_meta`` hash (``cap``,
+    #: ``written``, ``refused_full``, ``full_since_ms`` while full)
+    results: dict[str, int] = field(default_factory=dict)
 
     @property
     def state(self) -> str:
@@ -246,4 +249,5 @@ class JobStatus:
             "start_claimed_by": self.start_claimed_by, "start_done": self.start_done,
             "nodes": self.nodes, "dedup": self.dedup, "stats": self.scrapy_stats,
             "dead_nodes": [dead.to_dict() for dead in self.dead_nodes],
+            "results": self.results,
         }

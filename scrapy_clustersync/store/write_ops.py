@@ -181,10 +181,61 @@ class Failed(Ack):
     error: str
     attempts: int
     errback: bool
+    #: the results to append if the ack takes effect (``AckResults``): the error record and
+    #: the items the errback yielded; b"" for none (results off, or an op spooled without it)
+    results: bytes = b""
 
     def args(self) -> list[Arg]:
         return [self.OPCODE, self.entry_id, self.url, self.status, self.error, self.attempts,
-                int(self.errback)]
+                int(self.errback), self.results]
+
+
+@dataclass(frozen=True)
+class AckResults(Ack):
+    """The ack of ``entry_id`` carrying the results its callback produced (opcode ``R``):
+    flush.lua appends them to the job's results stream only if the ack takes effect (the entry
+    is still in the job: leased, or queued again after its lease ended), so an entry's results
+    are in the stream once, whichever node crawled it and however often a call is replayed.
+
+    ``results``: msgpack (raw strings, no bin type: what Redis's cmsgpack reads) of a flat list
+    ``[id, kind, d, id, kind, d, ...]``, ``d`` being results/record_format.py's ``d`` field
+    (``results_blob`` builds it).
+    """
+
+    OPCODE: ClassVar[str] = "R"
+    ACTION: ClassVar[str] = "ack with results"
+    results: bytes = b""
+
+    def args(self) -> list[Arg]:
+        return [self.OPCODE, self.entry_id, self.results]
+
+
+@dataclass(frozen=True)
+class UnleasedResults(_WriteOp):
+    """Results no lease produced (opcode ``W``): items start() yielded (ids ``start:<n>``) and
+    those of requests crawled on the node without a lease (kept local: they cannot travel).
+    flush.lua appends each whose id the job's ``results_ids`` set (this run's) does not hold yet
+    and adds it there: start() run again after a take-over or a rollback yields the same ids.
+    ``results`` as ``AckResults``'s."""
+
+    OPCODE: ClassVar[str] = "W"
+    results: bytes
+
+    def args(self) -> list[Arg]:
+        return [self.OPCODE, self.results]
+
+    def describe(self) -> str:
+        return "results without a lease"
+
+
+def results_blob(records: Sequence[tuple[str, str, bytes]]) -> bytes:
+    """The ``results`` field of ``AckResults``, ``Failed`` and ``UnleasedResults``: each
+    ``(id, kind, d)`` in order, in one msgpack list of raw strings."""
+    flat: list[str | bytes] = []
+    for record in records:
+        flat.extend(record)
+    packed: bytes = msgpack.packb(flat, use_bin_type=False)
+    return packed
 
 
 @dataclass(frozen=True)
@@ -280,11 +331,12 @@ class TaskFiltered(_WriteOp):
 
 
 #: one buffered write
-Op: TypeAlias = (Push | TaskPush | Ack | Failed | Release | DeadLetterEntry | DeadLetterWrite
-                 | StartDone | StatsCounts | TaskFiltered)
+Op: TypeAlias = (Push | TaskPush | Ack | Failed | AckResults | UnleasedResults | Release
+                 | DeadLetterEntry | DeadLetterWrite | StartDone | StatsCounts | TaskFiltered)
 OP_KINDS: dict[str, type[Op]] = {
     kind.OPCODE: kind for kind in (Push, TaskPush, Ack, Failed, Release, DeadLetterEntry,
-                                   DeadLetterWrite, StartDone, StatsCounts, TaskFiltered)
+                                   DeadLetterWrite, StartDone, StatsCounts, TaskFiltered,
+                                   AckResults, UnleasedResults)
 }
 
 
@@ -332,11 +384,14 @@ def decode_op(args: Sequence[Any]) -> Op:
 
 
 def _with_site(opcode: str, values: list[Any]) -> list[Any]:
-    """The fields of a push spooled by an earlier version with the site "" it lacks (after
-    flags, the fourth field); any other op's unchanged."""
+    """The fields of an op spooled by an earlier version with what it lacks: a push's site ""
+    (after flags, the fourth field), a failed ack's results b"" (its last); any other op's
+    unchanged."""
     siteless = _SITELESS_FIELD_TYPES.get(opcode)
     if siteless is not None and len(values) == len(siteless):
         return [*values[:4], "", *values[4:]]
+    if opcode == Failed.OPCODE and len(values) == len(OP_FIELD_TYPES[opcode]) - 1:
+        return [*values, b""]
     return values
 
 

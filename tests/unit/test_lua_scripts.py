@@ -37,6 +37,7 @@ from scrapy_clustersync.store.join_scripts import (
 )
 from scrapy_clustersync.store.keys import JobKeys
 from scrapy_clustersync.store.lease_script import LeaseScript
+from scrapy_clustersync.store.results_store import ResultsAckScript
 from scrapy_clustersync.store.script_base import JobScript
 from scrapy_clustersync.store.shared_settings import UNSET, SettingsScript
 from scrapy_clustersync.store.site_scripts import SiteSlowDownScript, SiteTurnsScript, TurnsAsk
@@ -77,9 +78,10 @@ def sample_calls() -> list[Call]:
     ask = TurnsAsk("a.com", 3, 0.5, 0.5, 7, 0.2, 2, 60.0, 1, ("n1:1", "n1:2"))
     join_ask = JoinRequest(NODE, "e", 1, True, "exact", DedupSettings(), "forget-seen")
     closespider = CloseSpiderScript(CLIENT, KEYS, NODE)
+    results_ack = ResultsAckScript(CLIENT, KEYS)
     return [
         (flush, flush.call("e", "c", 0, FlushDedup("set-then-bloom", 9, TWO_LAYERS),
-                           [Push(b"f" * 20, 0, b"r"), Ack("id")]), 3, 10 + 6 + 2),
+                           [Push(b"f" * 20, 0, b"r"), Ack("id")]), 3, 10 + 1),
         (lease, lease.call("e", "c", 10, 1000, 0), 0, 0),
         (heartbeat, heartbeat.call("e", Beat(1, 2, "{}", 0, 3, 4, 5, 6, ["l1", "l2"]), 0), 0, 2),
         (join, join.call(join_ask, RECORD), 3, 4),
@@ -94,6 +96,7 @@ def sample_calls() -> list[Call]:
         (turns, turns.call(ask), 0, 2),
         (slow_down, slow_down.call("a.com", 3.0, 0.5), 0, 0),
         (closespider, closespider.call("c", SpiderCounts(1, 2, 3), CloseLimits(50), 4, 0), 0, 0),
+        (results_ack, results_ack.call("g", ["1-0", "1-1"]), 0, 2),
     ]
 
 

@@ -115,22 +115,32 @@ def _distribution(requirement: str) -> str:
     return re.sub(r"[-_.]+", "-", match.group(0)).lower()
 
 
+#: optional extras, and the sub-package whose modules alone may import what each declares
+#: (``pip install 'scrapy-clustersync[sinks]'`` for ``clustersync sink``)
+EXTRA_PACKAGES = {"sinks": "sinks"}
+
+
 def test_every_module_the_package_imports_to_run_comes_with_what_it_declares() -> None:
     # Given the runtime dependencies pyproject.toml declares, and Scrapy's own (Twisted, w3lib:
-    # Scrapy's API hands their objects to an add-on, so they come with any Scrapy)
+    # Scrapy's API hands their objects to an add-on, so they come with any Scrapy), and the
+    # optional extras that the modules of one sub-package may use
     project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]
     declared = {_distribution(dep) for dep in project["dependencies"]}
     scrapy_own = {_distribution(dep) for dep in requires("scrapy") or [] if "extra ==" not in dep}
+    extras = {folder: {_distribution(dep) for dep in project["optional-dependencies"][extra]}
+              for extra, folder in EXTRA_PACKAGES.items()}
     provided_by = packages_distributions()
 
-    # When listing the third-party modules the package imports outside TYPE_CHECKING
-    imported = set().union(*(_runtime_imports(p) for p in PACKAGE.rglob("*.py")))
-    third_party = imported - set(sys.stdlib_module_names) - {"scrapy_clustersync"}
-
-    # Then each is installed by a declared dependency or by Scrapy itself
-    undeclared = {name for name in third_party
-                  if not {_distribution(d) for d in provided_by.get(name, [name])}
-                  & (declared | scrapy_own)}
+    # When listing the third-party modules each module imports outside TYPE_CHECKING
+    undeclared = set()
+    for path in PACKAGE.rglob("*.py"):
+        allowed = declared | scrapy_own | extras.get(path.relative_to(PACKAGE).parts[0], set())
+        third_party = _runtime_imports(path) - set(sys.stdlib_module_names) - {
+            "scrapy_clustersync"}
+        # Then each is installed by a declared dependency (or its sub-package's extra) or Scrapy
+        undeclared |= {name for name in third_party
+                       if not {_distribution(d) for d in provided_by.get(name, [name])}
+                       & allowed}
     assert undeclared == set()
     # and what is needed for type checking only is no dependency of a node
     assert "typing-extensions" not in declared

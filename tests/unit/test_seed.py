@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from urllib.parse import urlsplit
+
 import pytest
 from scrapy import Request
 from scrapy.utils.request import RequestFingerprinter
 
-from scrapy_clustersync.cli.seed_urls import SeedEncoder, is_scrapys_default
+from scrapy_clustersync.cli import seed_urls
+from scrapy_clustersync.cli.plain_urls import plain_host
+from scrapy_clustersync.cli.seed_urls import BadSeed, SeedEncoder, check_url, is_scrapys_default
 from scrapy_clustersync.codec import RequestCodec
 from scrapy_clustersync.plugin.cluster_dupefilter import cluster_fingerprint
 
@@ -56,3 +60,55 @@ def test_another_fingerprinter_is_asked_for_every_url(fingerprinter: RequestFing
     assert [op.fingerprint for op in ops] == [
         cluster_fingerprint(fingerprinter.fingerprint(Request(url))) for url in ODD_URLS[:3]]
     assert {op.priority for op in ops} == {3}
+
+
+def _urls_of_every_kind() -> list[str]:
+    """URLs from pieces that the plain path must take (or leave) exactly as Scrapy would."""
+    hosts = ["example.com", "Example.com", "a-b.example", "xn--bcher-kva.example", "h",
+             "example.com:8080", "example.com:080", "user@example.com", "example.com."]
+    paths = ["", "/", "/a/b", "/a//b", "/./a", "/a/../b", "/a/.", "/.a", "/a.b/c..d", "/~x_y-z",
+             "/a%2fb", "/a b", "/ä", "/a;p=1", "/a:b", "/a+b", "/a'b"]
+    queries = ["", "?", "?a=1", "?a=", "?a", "?b=1&a=2", "?a=2&a=1", "?a=1&a=2", "?a=1&b=",
+               "?a=b=c", "?a=1+2", "?a=%20", "?A=1&a=1", "?a.b=1&a_b=2", "?a=1&&b=2"]
+    tails = ["", "#frag"]
+    return [f"{scheme}://{host}{path}{query}{tail}"
+            for scheme in ("http", "https", "HTTP")
+            for host in hosts for path in paths for query in queries for tail in tails]
+
+
+def test_the_plain_path_agrees_with_scrapy_on_urls_of_every_kind() -> None:
+    # given URLs of every kind the plain path must recognise or leave to the general one
+    urls = _urls_of_every_kind()
+    fingerprinter = RequestFingerprinter()
+    # when the seed makes its pushes
+    ops = SeedEncoder(fingerprinter, 0, None).ops_for(urls)
+    # then each holds the fingerprint, the URL and the site a node's Request would give
+    codec = RequestCodec(None, max_bytes=2**20)
+    for url, op in zip(urls, ops, strict=True):
+        request = Request(url)
+        assert op.fingerprint == cluster_fingerprint(fingerprinter.fingerprint(request)), url
+        assert codec.decode(op.request).url == request.url, url
+        assert op.site == (urlsplit(request.url).hostname or ""), url
+    # and the plain path took the plain ones (it is there for speed)
+    assert sum(plain_host(url) is not None for url in urls) > 300
+    assert plain_host("https://a-b.example:8080/a//b/~x_y-z?a.b=1&a_b=2") == "a-b.example"
+
+
+def _checked(url: str, schemes: frozenset[str]) -> str:
+    try:
+        return check_url(url, schemes)
+    except BadSeed as exc:
+        return f"refused: {exc}"
+
+
+def test_the_plain_path_checks_a_url_as_the_general_check_does(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # given URLs of every kind, and a project that fetches http and https only
+    schemes = frozenset({"http", "https"})
+    urls = _urls_of_every_kind()[::5] + ["ftp://example.com/a", "https://", "https:///a"]
+    # when each is checked with the plain path and with the general check alone
+    with_plain = [_checked(url, schemes) for url in urls]
+    monkeypatch.setattr(seed_urls, "plain_host", lambda url: None)
+    general = [_checked(url, schemes) for url in urls]
+    # then both give the same URL or the same refusal
+    assert with_plain == general

@@ -20,9 +20,12 @@
 -- KEYS[14] scrapy_stats  hash   the Scrapy stats of every node, summed (C ops)
 -- KEYS[15] node_stats    hash   "<node>\t<stat>" -> the same, per node
 -- KEYS[16] frontier      prefix the frontier's key names start with this (frontier.lua)
--- KEYS[17] node_leases   zset   leased entry id -> its node's number and lease sequence
+-- KEYS[17] results       stream the job's results (results/record_format.py), XADD with auto ids
+-- KEYS[18] results_meta  hash   cap, written, refused_full, full_since_ms (server ms)
+-- KEYS[19] results_ids   set    "<run>\t<result id>" of the results written with no lease (W)
+-- KEYS[20] node_leases   zset   leased entry id -> its node's number and lease sequence
 --                               (lease_index.lua): a lease that ends here leaves it
--- KEYS[18..] chunk       string bloom chunk strings of the described layers, layer by layer,
+-- KEYS[21..] chunk       string bloom chunk strings of the described layers, layer by layer,
 --                               chunk by chunk
 -- ARGV[1]  epoch         string the job epoch the node joined; another value = Redis lost the job
 -- ARGV[2]  call_id       string unique per call; the same id again returns the stored result
@@ -36,18 +39,29 @@
 --                               this many; then the filter does
 -- ARGV[8]  described     int    how many Bloom layers are described next (0 for exact)
 -- ARGV[9]  failed_max    int    how many failed requests to keep (0: none)
--- ARGV[10..] layout      int    per described layer: bits, hashes, bits per chunk, chunks,
+-- ARGV[10] results_max   int    the most entries the results stream may hold: a batch carrying
+--                               results is refused while it holds that many (RESULTS_FULL)
+-- ARGV[11..] layout      int    per described layer: bits, hashes, bits per chunk, chunks,
 --                               capacity (bloom.lua LAYOUT); then the ops
--- The ops follow the layouts (from ARGV index 10 + 5 * described), each an opcode followed by
--- its fields (OP_FIELDS below counts them; store/write_ops.py has a record for each opcode):
+-- ARGV[11 + 5 * described] ops msgpack every op of the batch in one array, each an opcode followed
+--                               by its fields, every value a string (OP_FIELDS below counts the
+--                               fields; store/write_ops.py has a record for each opcode):
 --   P fingerprint priority blob flags(0..7) site   push unless the fingerprint was seen (flags:
 --                                                  1 no dedup, 2 start request, 4 LIFO), into
 --                                                  the frontier list of `site` (its download
 --                                                  slot key); "" for the legacy queue
 --   T fingerprint priority blob flags site task    a push of a request of task `task`
 --   A id                                           ack: the request is done
---   F id url status error attempts errback(0|1)    ack of a request that failed, recorded in
---                                                  the failed list and in its task
+--   F id url status error attempts errback(0|1) results
+--                                                  ack of a request that failed, recorded in
+--                                                  the failed list and in its task; results as
+--                                                  R's ("" for none)
+--   R id results                                   ack carrying results: appended to the results
+--                                                  stream only if the ack takes effect (the
+--                                                  entry is still in the job), so never twice
+--   W results                                      results no lease produced (start() items):
+--                                                  each appended unless results_ids holds its
+--                                                  id for this run (then added there)
 --   N id                                           release this node's lease back to the queue
 --   D id reason                                    dead-letter a leased entry
 --   X reason record                                dead-letter a write no script could apply
@@ -55,6 +69,8 @@
 --   C counts                                       add Scrapy stats: "<name>\t<int>" lines
 --   K task                                         a request of task `task` the node filtered
 --                                                  (counted filtered in the task's record)
+-- results: msgpack (raw strings) of a flat list id, kind, d, id, kind, d, ...: the fields of one
+-- results stream entry each (v is "1"); store/write_ops.py results_blob
 -- Returns "pushed filtered acked released dead active_bloom_layers active_layer_entries
 -- exact_entries writes" (exact_entries: fingerprints in the set).
 -- Every check runs before the first write, so an error never leaves a batch half applied:
@@ -63,6 +79,9 @@
 --   CLUSTERSYNC_ROLLED_BACK <w> <e> the node's write counter is behind what the node saw: Redis
 --                                   came back older than it was
 --   CLUSTERSYNC_BAD_OP <n> <why>    op number n is malformed; nothing was applied
+--   CLUSTERSYNC_RESULTS_FULL <len> <cap> <since_ms>  the batch carries results and the results
+--                                   stream holds results_max entries or more (full since
+--                                   since_ms): nothing was applied; the node retries later
 --   CLUSTERSYNC_BLOOM_LAYOUT <n>    fewer layers are described than the batch may need: the
 --                                   caller describes <n> layers and calls again
 --   CLUSTERSYNC_BLOOM_NOT_READY <i> the batch may need layer <i> (0 = the first) and not all its
@@ -93,8 +112,11 @@ local task_of_key = KEYS[13]
 local scrapy_stats_key = KEYS[14]
 local node_stats_key = KEYS[15]
 local frontier_key = KEYS[16]
-local node_leases_key = KEYS[17]
-local chunk_from = 18
+local results_key = KEYS[17]
+local results_meta_key = KEYS[18]
+local results_ids_key = KEYS[19]
+local node_leases_key = KEYS[20]
+local chunk_from = 21
 local epoch = ARGV[1]
 local call_id = ARGV[2]
 local node = ARGV[3]
@@ -104,7 +126,8 @@ local writes_seen = ARGV[6]
 local set_limit = tonumber(ARGV[7])
 local described = tonumber(ARGV[8])
 local failed_max = tonumber(ARGV[9])
-local layout_from = 10
+local results_max = tonumber(ARGV[10])
+local layout_from = 11
 
 if redis.call('HGET', meta_key, 'epoch') ~= epoch then
   return redis.error_reply('CLUSTERSYNC_STATE_LOST job epoch missing or changed')
@@ -146,19 +169,54 @@ local function dead_letter(id, reason, blob)
 end
 
 -- ---- the op table: opcode -> how many fields follow it (store/write_ops.py: the same counts) --
-local OP_FIELDS = {P = 5, T = 6, A = 1, F = 6, N = 1, D = 2, X = 2, S = 0, C = 1, K = 1}
-local first_op = layout_from + #LAYOUT * described
+local OP_FIELDS = {P = 5, T = 6, A = 1, F = 7, R = 2, W = 1, N = 1, D = 2, X = 2, S = 0, C = 1,
+                   K = 1}
+-- the ops, one msgpack array after the layouts: opcode, fields, opcode, ... (every value a
+-- string, as redis-py would send it: flush_script.py packed_ops). Redis reads it with its
+-- cmsgpack; a server without one (fakeredis, the embedded demo's) with strings_of below.
+-- The array of strings packed_ops makes, read without cmsgpack: its header, then each string
+-- (msgpack's raw strings: fixstr, str 8, str 16, str 32); an error for anything else.
+local function strings_of(packed)
+  local byte, sub = string.byte, string.sub
+  local function number_at(at, size)
+    local value = 0
+    for i = at, at + size - 1 do value = value * 256 + byte(packed, i) end
+    return value
+  end
+  local head, at, count = byte(packed, 1), 2, 0
+  if head and head >= 0x90 and head <= 0x9f then count = head - 0x90
+  elseif head == 0xdc then count, at = number_at(2, 2), 4
+  elseif head == 0xdd then count, at = number_at(2, 4), 6
+  else error('not a msgpack array') end
+  local sizes = {[0xd9] = 1, [0xda] = 2, [0xdb] = 4}
+  local values = {}
+  for i = 1, count do
+    local kind, length = byte(packed, at), nil
+    if kind and kind >= 0xa0 and kind <= 0xbf then length, at = kind - 0xa0, at + 1
+    elseif sizes[kind] then length, at = number_at(at + 1, sizes[kind]), at + 1 + sizes[kind]
+    else error('not a msgpack string') end
+    values[i] = sub(packed, at, at + length - 1)
+    at = at + length
+  end
+  return values
+end
+-- a msgpack array of strings (the ops; a results field) as a table; an error if it is not one
+local unpack_strings = cmsgpack and cmsgpack.unpack or strings_of
+local unpacked, OPS = pcall(unpack_strings, ARGV[layout_from + #LAYOUT * described] or '')
+if not unpacked or type(OPS) ~= 'table' then
+  return redis.error_reply('CLUSTERSYNC_BAD_OP 0 the ops are not a msgpack array of strings')
+end
 
--- Calls visit(opcode, ARGV index of the op's first field, op number) for each op of the batch,
+-- Calls visit(opcode, OPS index of the op's first field, op number) for each op of the batch,
 -- in order, and returns the first value visit returns (nil if none does). An op's opcode must
 -- be in OP_FIELDS unless visit returns for it: validation walks the batch first.
 local function each_op(visit)
-  local index, number = first_op, 0
-  while index <= #ARGV do
+  local index, number = 1, 0
+  while index <= #OPS do
     number = number + 1
-    local answer = visit(ARGV[index], index + 1, number)
+    local answer = visit(OPS[index], index + 1, number)
     if answer ~= nil then return answer end
-    index = index + 1 + OP_FIELDS[ARGV[index]]
+    index = index + 1 + OP_FIELDS[OPS[index]]
   end
   return nil
 end
@@ -200,6 +258,75 @@ local function prepare_dedup()
   return bloom_refusal(pushes)
 end
 
+-- ---- results: the stream of items, error records and pages ------------------------------------
+-- ops that carry results, and where among their fields (0 = the first)
+local RESULTS_FIELD = {F = 6, R = 1, W = 0}
+local RESULT_KINDS = {item = true, error = true, page = true}
+local results_of = {}  -- OPS index of a results field -> its decoded list (validation fills it)
+local results_carried = 0
+local written = 0
+
+-- nil if OPS[at] is a results list (kept in results_of), else why not
+local function read_results(at)
+  if OPS[at] == '' then return nil end
+  local ok, list = pcall(unpack_strings, OPS[at])
+  if not ok or type(list) ~= 'table' or #list % 3 ~= 0 then
+    return 'results must be a msgpack list of id, kind, d triples'
+  end
+  for i = 1, #list, 3 do
+    if type(list[i]) ~= 'string' or list[i] == '' or not RESULT_KINDS[list[i + 1]]
+        or type(list[i + 2]) ~= 'string' then
+      return 'result ' .. ((i + 2) / 3) .. ' needs an id, a kind (item, error, page) and d'
+    end
+  end
+  results_of[at] = list
+  results_carried = results_carried + #list / 3
+  return nil
+end
+
+local function append_result(list, i)
+  redis.call('XADD', results_key, '*', 'v', '1', 'k', list[i + 1], 'id', list[i], 'd',
+             list[i + 2])
+  written = written + 1
+end
+
+-- appends the results at OPS[at] (if any), each once per run when `once`
+local function append_results(at, once)
+  local list = results_of[at]
+  if not list then return end
+  local run = once and (redis.call('HGET', meta_key, 'run') or '0')
+  for i = 1, #list, 3 do
+    if not once or redis.call('SADD', results_ids_key, run .. '\t' .. list[i]) == 1 then
+      append_result(list, i)
+    end
+  end
+end
+
+-- an error reply if the batch carries results and the stream is full (or a results key holds
+-- another type); else nil
+local function results_refusal()
+  if results_carried == 0 then return nil end
+  local refused = wrong_type({{results_key, 'stream'}, {results_meta_key, 'hash'},
+                              {results_ids_key, 'set'}})
+  if refused then return refused end
+  local length = redis.call('XLEN', results_key)
+  if length < results_max then return nil end
+  redis.call('HSETNX', results_meta_key, 'full_since_ms', now_ms)
+  redis.call('HINCRBY', results_meta_key, 'refused_full', 1)
+  redis.call('HSET', results_meta_key, 'cap', results_max)
+  local since = redis.call('HGET', results_meta_key, 'full_since_ms')
+  return redis.error_reply('CLUSTERSYNC_RESULTS_FULL ' .. length .. ' ' .. results_max .. ' '
+                           .. since)
+end
+
+-- after the ops: what the batch wrote, and the stream is not full (it took a batch)
+local function results_finish()
+  if results_carried == 0 then return end
+  redis.call('HSET', results_meta_key, 'cap', results_max)
+  redis.call('HDEL', results_meta_key, 'full_since_ms')
+  if written > 0 then redis.call('HINCRBY', results_meta_key, 'written', written) end
+end
+
 -- ---- validation: every op, before anything is written -----------------------------------------
 local function bad_op(number, why)
   return redis.error_reply('CLUSTERSYNC_BAD_OP ' .. number .. ' ' .. why)
@@ -207,34 +334,39 @@ end
 local function check_op(op, f, number)
   local count = OP_FIELDS[op]
   if not count then return bad_op(number, 'unknown opcode ' .. tostring(op)) end
-  if f + count - 1 > #ARGV then return bad_op(number, 'missing fields') end
+  if f + count - 1 > #OPS then return bad_op(number, 'missing fields') end
   if op == 'P' or op == 'T' then
-    local prio = tonumber(ARGV[f + 1])
-    local flags = tonumber(ARGV[f + 3])
+    local prio = tonumber(OPS[f + 1])
+    local flags = tonumber(OPS[f + 3])
     if not flags or flags ~= math.floor(flags) or flags < 0 or flags > 7 then
       return bad_op(number, 'flags must be an integer from 0 to 7')
     end
-    if flags % 2 == 0 and #ARGV[f] ~= 20 then
-      return bad_op(number, 'fingerprint of ' .. #ARGV[f] .. ' bytes, not 20')
+    if flags % 2 == 0 and #OPS[f] ~= 20 then
+      return bad_op(number, 'fingerprint of ' .. #OPS[f] .. ' bytes, not 20')
     end
     if not prio or prio ~= prio or prio == math.huge or prio == -math.huge then
       return bad_op(number, 'priority is not a finite number')
     end
-    if op == 'T' and ARGV[f + 5] == '' then return bad_op(number, 'empty task id') end
-    if string.find(ARGV[f + 4], '[\t\n]') then
+    if op == 'T' and OPS[f + 5] == '' then return bad_op(number, 'empty task id') end
+    if string.find(OPS[f + 4], '[\t\n]') then
       return bad_op(number, 'a site holds no tab and no newline')
     end
-  elseif op == 'K' and ARGV[f] == '' then
+  elseif op == 'K' and OPS[f] == '' then
     return bad_op(number, 'empty task id')
-  elseif (op == 'A' or op == 'F' or op == 'N' or op == 'D') and ARGV[f] == '' then
+  elseif (op == 'A' or op == 'F' or op == 'R' or op == 'N' or op == 'D') and OPS[f] == '' then
     return bad_op(number, 'empty entry id')
   end
-  if op == 'F' and not (tonumber(ARGV[f + 2]) and tonumber(ARGV[f + 4])) then
+  local results_at = RESULTS_FIELD[op]
+  if results_at then
+    local why = read_results(f + results_at)
+    if why then return bad_op(number, why) end
+  end
+  if op == 'F' and not (tonumber(OPS[f + 2]) and tonumber(OPS[f + 4])) then
     return bad_op(number, 'status and attempts must be numbers')
   end
   if op == 'C' then
     -- every line checked here: HINCRBY failing half way would leave the batch half applied
-    for line in string.gmatch(ARGV[f], '[^\n]+') do
+    for line in string.gmatch(OPS[f], '[^\n]+') do
       if not string.match(line, '^[^\t]+\t%-?%d%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?$') then
         return bad_op(number, 'counts must be "<name><tab><integer of at most 15 digits>" lines')
       end
@@ -247,6 +379,8 @@ if invalid then return invalid end
 
 local unready = prepare_dedup()
 if unready then return unready end
+local full = results_refusal()
+if full then return full end
 
 -- ---- ops --------------------------------------------------------------------------------------
 local id_tail = string.sub(call_id, 1, 8)
@@ -274,7 +408,7 @@ local function settle(id, failure)
     held[id] = nil
   elseif drop_lease(id) == 0 and redis.call('ZREM', queue_key, id) == 0
       and not frontier_settle_queued(id) then
-    return
+    return false
   else
     redis.call('HDEL', entries_key, id)
   end
@@ -284,12 +418,13 @@ local function settle(id, failure)
     failed = failed + 1
     failed_record(failed_key, failed_max, id, task, failure)
   end
+  return true
 end
 
 local function apply_op(op, f)
   if op == 'P' or op == 'T' then
-    local fp, prio, blob, flags = ARGV[f], ARGV[f + 1], ARGV[f + 2], tonumber(ARGV[f + 3])
-    local site = ARGV[f + 4]
+    local fp, prio, blob, flags = OPS[f], OPS[f + 1], OPS[f + 2], tonumber(OPS[f + 3])
+    local site = OPS[f + 4]
     local id = nil
     if flags % 2 == 1 or is_new(fp) then
       local seq = next_seq()
@@ -307,13 +442,18 @@ local function apply_op(op, f)
     else
       filtered = filtered + 1
     end
-    if op == 'T' then task_pushed(ARGV[f + 5], id) end
+    if op == 'T' then task_pushed(OPS[f + 5], id) end
   elseif op == 'A' then
-    settle(ARGV[f], nil)
+    settle(OPS[f], nil)
+  elseif op == 'R' then
+    if settle(OPS[f], nil) then append_results(f + 1, false) end
   elseif op == 'F' then
-    settle(ARGV[f], failure_of(ARGV[f + 1], ARGV[f + 2], ARGV[f + 3], ARGV[f + 4], ARGV[f + 5]))
+    local failure = failure_of(OPS[f + 1], OPS[f + 2], OPS[f + 3], OPS[f + 4], OPS[f + 5])
+    if settle(OPS[f], failure) then append_results(f + 6, false) end
+  elseif op == 'W' then
+    append_results(f, true)
   elseif op == 'N' then
-    local id = ARGV[f]
+    local id = OPS[f]
     local score, owner, where = parse_lease(redis.call('HGET', leased_key, id))
     if owner == node then
       drop_lease(id)
@@ -321,35 +461,35 @@ local function apply_op(op, f)
       released = released + 1
     end
   elseif op == 'D' then
-    local id = ARGV[f]
+    local id = OPS[f]
     local blob = redis.call('HGET', entries_key, id)
     -- an entry queued again in the frontier (its lease ended) is left there: who leases it next
     -- crawls it or dead-letters it with its request
-    if blob then dead_letter(id, ARGV[f + 1], blob) end
+    if blob then dead_letter(id, OPS[f + 1], blob) end
     if drop_lease(id) + redis.call('ZREM', queue_key, id) > 0 then
-      task_settled(id, {node = node, at_ms = now_ms, error = 'dead letter: ' .. ARGV[f + 1]})
+      task_settled(id, {node = node, at_ms = now_ms, error = 'dead letter: ' .. OPS[f + 1]})
     end
     redis.call('HDEL', entries_key, id)
   elseif op == 'X' then
-    dead_letter('-', ARGV[f], ARGV[f + 1])
+    dead_letter('-', OPS[f], OPS[f + 1])
   elseif op == 'S' then
     redis.call('HSET', meta_key, 'start_done', node)
   elseif op == 'K' then
-    task_pushed(ARGV[f], nil)  -- filtered on the node: counted as a push dedup dropped
+    task_pushed(OPS[f], nil)  -- filtered on the node: counted as a push dedup dropped
   elseif op == 'C' then
-    for name, value in string.gmatch(ARGV[f], '([^\t\n]+)\t(%-?%d+)') do
+    for name, value in string.gmatch(OPS[f], '([^\t\n]+)\t(%-?%d+)') do
       redis.call('HINCRBY', scrapy_stats_key, name, value)
       redis.call('HINCRBY', node_stats_key, node .. '\t' .. name, value)
     end
   end
 end
--- The entries the batch acks (A, F) that are leased, unless another op of the batch names them
+-- The entries the batch acks (A, F, R) that are leased, unless another op of the batch names them
 -- too (N, D: those go one by one, in order), lose their lease and request in three commands.
 local function settle_leased_acks()
   local acks, named = {}, {}
   each_op(function(op, f)
-    if op == 'A' or op == 'F' then acks[#acks + 1] = ARGV[f]
-    elseif op == 'N' or op == 'D' then named[ARGV[f]] = true end
+    if op == 'A' or op == 'F' or op == 'R' then acks[#acks + 1] = OPS[f]
+    elseif op == 'N' or op == 'D' then named[OPS[f]] = true end
   end)
   if #acks < 2 then return end
   local ids = {}
@@ -373,6 +513,7 @@ each_op(apply_op)
 send_in_batches('ZREM', node_leases_key, ended_leases)
 if seq_next then redis.call('HSET', meta_key, 'seq', seq_next) end
 frontier_finish()
+results_finish()
 
 local counters = {pushed = pushed, filtered = filtered, acked = acked, released = released,
                   dead = dead, failed = failed}

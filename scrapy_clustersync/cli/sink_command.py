@@ -1,0 +1,126 @@
+"""``clustersync sink JOB --to URL``: a job's results into a SQL table (PostgreSQL,
+MySQL/MariaDB, SQLite) or a RabbitMQ queue, as a reader group: each batch is written for good
+(committed, or confirmed by the broker) before it is acknowledged, so a sink killed at any
+point and started again leaves every result in the destination exactly once (a table) or at
+least once (a queue: the result id is each message's ``message_id``). Several sinks of one
+group share the work. docs/results-readers.md.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import click
+
+from ..config import redact_url
+from ..results.record_format import Result
+from ..sinks.destination_errors import DestinationFailed, DestinationUnusable
+from .context import CliContext, pass_cli
+from .exit_codes import DestinationError
+from .options import job_argument, json_option, settings_option
+from .output import echo_json
+from .result_commands import batch_option, follow_option, group_options, group_reader, kinds_option
+
+SQL_SCHEMES = ("postgresql", "postgres", "mysql", "mariadb", "sqlite")
+AMQP_SCHEMES = ("amqp", "amqps")
+
+
+class Sink(Protocol):
+    """A destination: ``write`` has the results for good once it returns (committed,
+    confirmed), or raises DestinationFailed."""
+
+    def write(self, results: list[Result]) -> int: ...
+
+    def close(self) -> None: ...
+
+
+def scheme_of(url: str) -> str:
+    """The URL's scheme without its driver (``postgresql+psycopg`` -> ``postgresql``); a
+    usage error if it is none a sink writes to."""
+    scheme = url.partition("://")[0].partition("+")[0].lower()
+    if "://" not in url or scheme not in SQL_SCHEMES + AMQP_SCHEMES:
+        raise click.BadParameter(
+            f"unsupported destination {redact_url(url)!r}: use postgresql://, mysql:// (or "
+            "mariadb://), sqlite:///FILE or amqp://", param_hint="'--to'")
+    return scheme
+
+
+def open_sink(url: str, job: str, table: str | None, queue: str | None,
+              item_columns: bool) -> Sink:
+    """The sink ``url`` names (the import of its driver only then: the extra is optional)."""
+    if scheme_of(url) in AMQP_SCHEMES:
+        from ..sinks.amqp_sink import AmqpSink
+        return AmqpSink(url, queue or f"clustersync.{job}")
+    from ..sinks.sql_sink import SqlSink, table_name
+    return SqlSink(url, table or table_name(job), item_columns)
+
+
+def default_group(url: str, table: str | None, queue: str | None, job: str) -> str:
+    """``sink <destination without password> <table or queue>``: one group per destination,
+    so that two sinks to different places each get every result."""
+    return f"sink {redact_url(url)} {table or queue or job}"
+
+
+@click.command()
+@job_argument
+@click.option("--to", "url", required=True, metavar="URL",
+              help="postgresql://..., mysql://... (or mariadb://...), sqlite:///FILE, or "
+                   "amqp://user:password@host:5672/vhost.")
+@click.option("--table", metavar="NAME",
+              help="SQL: the table (default: the job's name, letters, digits and _ only).")
+@click.option("--queue", metavar="NAME", help="AMQP: the queue (default: clustersync.JOB).")
+@click.option("--columns", "item_columns", is_flag=True,
+              help="SQL: a column per top-level item field as well, added as new fields come.")
+@click.option("--group", metavar="NAME",
+              help="The reader group (default: one per destination and table or queue).")
+@group_options
+@batch_option(500)
+@follow_option
+@kinds_option("item")
+@json_option("what was written")
+@settings_option
+@pass_cli
+def sink(cli: CliContext, job: str | None, url: str, table: str | None, queue: str | None,
+         item_columns: bool, group: str | None, consumer: str | None, claim_idle_s: float,
+         batch_size: int, follow: bool, kinds: tuple[str, ...], as_json: bool) -> None:
+    """Write the results of JOB into a SQL table or a RabbitMQ queue, acknowledging each batch
+    once the destination has it; stops once the job has ended and every result is written
+    (--follow: never)."""
+    scheme_of(url)
+    name = cli.existing_store(job).keys.job
+    group = group or default_group(url, table, queue, name)
+    # the destination first: a group registered for a sink that cannot run would hold back
+    # the trimming (and, once the stream is full, the crawl) for nothing
+    try:
+        destination = open_sink(url, name, table, queue, item_columns)
+    except DestinationUnusable as exc:
+        raise click.BadParameter(str(exc), param_hint="'--to'") from None
+    except DestinationFailed as exc:
+        raise DestinationError(str(exc)) from None
+    try:
+        reader = group_reader(cli, name, group, consumer, claim_idle_s, kinds)
+    except BaseException:
+        destination.close()
+        raise
+    summary = run_sink(reader, destination, batch_size, follow)
+    if as_json:
+        echo_json({"job": name, "group": group, **summary})
+    else:
+        click.echo(f"{summary['written']:,} results written ({summary['batches']} batches) "
+                   f"to {redact_url(url)}", err=True)
+
+
+def run_sink(reader: Any, destination: Sink, batch_size: int, follow: bool) -> dict[str, int]:
+    """Write batch after batch, each acknowledged once written; DestinationError (exit 5) if
+    the destination fails (that batch stays unacknowledged: it comes again)."""
+    written = batches = 0
+    try:
+        for batch in reader.batches(count=batch_size, follow=follow):
+            written += destination.write(batch)
+            reader.ack(batch)
+            batches += 1
+    except DestinationFailed as exc:
+        raise DestinationError(str(exc)) from None
+    finally:
+        destination.close()
+    return {"written": written, "batches": batches}
