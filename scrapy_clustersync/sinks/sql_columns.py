@@ -28,8 +28,10 @@ MAX_ITEM_COLUMNS = 200
 MAX_NAME_CHARS = 60
 #: a result id's most characters (``<fingerprint hex>:<n>``: about 45)
 ID_CHARS = 255
+#: text of any length (TEXT holds 64 KiB on MySQL/MariaDB)
+LONG_TEXT = Text().with_variant(mysql.LONGTEXT(), "mysql", "mariadb")
 KIND_TYPES: dict[str, TypeEngine[Any]] = {
-    "bool": Boolean(), "int": BigInteger(), "float": Double(), "text": Text(),
+    "bool": Boolean(), "int": BigInteger(), "float": Double(), "text": LONG_TEXT,
 }
 _NOT_WORD = re.compile(r"[^a-z0-9_]")
 _INT64 = 2**63
@@ -42,12 +44,24 @@ def fixed_columns() -> list[Column[Any]]:
     return [
         Column("id", String(ID_CHARS), primary_key=True),
         Column("kind", String(16), nullable=False),
-        Column("url", Text),
+        Column("url", LONG_TEXT),
         Column("node", String(255)),
         Column("crawled_at", DateTime(timezone=True).with_variant(
             mysql.DATETIME(fsp=3), "mysql", "mariadb")),
         Column("item", JSON().with_variant(JSONB(), "postgresql")),
     ]
+
+
+def without_nul(value: Any) -> Any:
+    """``value`` with every NUL character of its strings (keys too) made U+FFFD: PostgreSQL
+    refuses NUL in text and jsonb, and one such item would stop the sink for good."""
+    if isinstance(value, str):
+        return value.replace("\x00", "\ufffd")
+    if isinstance(value, dict):
+        return {without_nul(key): without_nul(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [without_nul(item) for item in value]
+    return value
 
 
 def column_name(field: str) -> str:

@@ -28,6 +28,7 @@ from .sql_columns import (
     fixed_columns,
     kind_of_type,
     value_kind,
+    without_nul,
 )
 from .sql_columns import column_name as field_column
 
@@ -193,6 +194,8 @@ class SqlSink:
             at.astimezone(timezone.utc).replace(tzinfo=None),
             "item": to_json_value(result.data),
         }
+        if self.dialect == "postgresql":
+            row.update(url=without_nul(row["url"]), item=without_nul(row["item"]))
         if not self.item_columns:
             return row
         row.update(dict.fromkeys(self.columns))
