@@ -225,14 +225,17 @@ def test_two_sinks_of_one_group_share_the_results(redis_server: RedisServer,
 
 def test_text_a_database_is_picky_about_goes_in_all_the_same(redis_server: RedisServer,
                                                              db_url: str) -> None:
-    # NUL (PostgreSQL refuses it), 4-byte characters (MySQL's old utf8), 100 KiB (MySQL TEXT)
+    # NUL (PostgreSQL refuses it), 4-byte characters (MySQL's old utf8), 100 KiB (MySQL TEXT),
+    # NaN and infinity (no JSON, no MySQL double)
     client = redis_server.client()
     make_job(client, "shop")
     add_results(client, "shop", 3, item=lambda n: {
-        "title": ["a\x00b", "emoji \U0001f600", "x" * 100_000][n], "n": n})
+        "title": ["a\x00b", "emoji \U0001f600", "x" * 100_000][n], "n": n,
+        "price": [float("nan"), 1.5, float("inf")][n]})
     finish_job(client, "shop")
     run = run_cli(redis_server.url, "sink", "shop", "--to", db_url, "--columns")
     assert run.returncode == 0, run.output
     titles = [row[0] for row in rows_of(db_url, "shop", "title")]
+    assert [row[0] for row in rows_of(db_url, "shop", "price")] == [None, 1.5, None]
     assert titles[1:] == ["emoji \U0001f600", "x" * 100_000]
     assert titles[0] in ("a\x00b", "a\ufffdb")  # PostgreSQL: NUL made U+FFFD

@@ -13,6 +13,7 @@ in the ``item`` column.
 from __future__ import annotations
 
 import json
+import math
 import re
 from typing import Any
 
@@ -52,15 +53,20 @@ def fixed_columns() -> list[Column[Any]]:
     ]
 
 
-def without_nul(value: Any) -> Any:
-    """``value`` with every NUL character of its strings (keys too) made U+FFFD: PostgreSQL
-    refuses NUL in text and jsonb, and one such item would stop the sink for good."""
+def storable(value: Any, nul_free: bool = False) -> Any:
+    """``value`` (in its JSON form) as every database takes it: a float that is not finite
+    (NaN, infinity: no JSON, and no MySQL double holds one) made None, and with ``nul_free``
+    (PostgreSQL, which refuses NUL in text and jsonb) every NUL of its strings, keys too, made
+    U+FFFD; one such item would otherwise stop the sink for good."""
     if isinstance(value, str):
-        return value.replace("\x00", "\ufffd")
+        return value.replace("\x00", "\ufffd") if nul_free else value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
     if isinstance(value, dict):
-        return {without_nul(key): without_nul(item) for key, item in value.items()}
+        return {storable(key, nul_free): storable(item, nul_free)
+                for key, item in value.items()}
     if isinstance(value, list):
-        return [without_nul(item) for item in value]
+        return [storable(item, nul_free) for item in value]
     return value
 
 
