@@ -76,7 +76,7 @@ def test_the_wheel_ships_every_module_lua_script_and_py_typed(wheel_files: set[s
     # Given the runtime files of the source package
     runtime = {
         path.relative_to(REPO_ROOT).as_posix()
-        for pattern in ("**/*.py", "store/lua/*.lua", "py.typed")
+        for pattern in ("**/*.py", "store/lua/*.lua", "api/*.html", "py.typed")
         for path in PACKAGE.glob(pattern)
         if "__pycache__" not in path.parts
     }
@@ -84,6 +84,7 @@ def test_the_wheel_ships_every_module_lua_script_and_py_typed(wheel_files: set[s
     # Then the wheel holds every one of them
     assert "scrapy_clustersync/store/lua/lease.lua" in runtime
     assert "scrapy_clustersync/py.typed" in runtime
+    assert "scrapy_clustersync/api/dashboard.html" in runtime  # serve's dashboard
     assert runtime - wheel_files == set()
 
 

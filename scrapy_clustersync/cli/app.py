@@ -2,7 +2,7 @@
 
 The group and its options; each command lives in the module of its kind (job_commands,
 seed_commands, check_commands, top_command, control_commands, task_commands, dead_commands,
-config_commands, result_commands, sink_command).
+config_commands, result_commands, serve_command, sink_command, token_commands).
 Inside a Scrapy project (or with ``--settings MODULE`` / ``-s NAME=VALUE``) the commands read
 ``CLUSTERSYNC_REDIS_URL``, ``CLUSTERSYNC_JOB`` and the request fingerprinter from the
 project's settings, as ``scrapy`` commands do (project.py). Also ``scrapy clustersync ...``
@@ -26,8 +26,10 @@ from .job_commands import jobs, purge, restart, status
 from .options import settings_option
 from .result_commands import consume, export, readers
 from .seed_commands import seed
+from .serve_command import serve
 from .sink_command import sink
 from .task_commands import failed, task, tasks
+from .token_commands import token
 from .top_command import top
 
 
@@ -54,7 +56,8 @@ def main(cli: CliContext, redis_url: str | None, settings_module: str | None) ->
 
 
 for _command in (jobs, status, nodes, top, check, seed, dead, failed, task, tasks, restart,
-                 pause, resume, stop, config, purge, export, consume, sink, readers):
+                 pause, resume, stop, config, purge, export, consume, sink, readers, serve,
+                 token):
     main.add_command(_command)
 
 

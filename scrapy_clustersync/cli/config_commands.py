@@ -182,12 +182,12 @@ def set_(cli: CliContext, args: tuple[str, ...], as_json: bool) -> None:
     settings = _settings_store(cli, job)
     declared = _declared(settings)
     texts = dict(zip(pairs[::2], pairs[1::2], strict=True))
-    changes = _all_or_refused({key: (lambda k=key: parse_text(k, texts[k], declared))
+    changes = all_or_refused({key: (lambda k=key: parse_text(k, texts[k], declared))
                                for key in texts})
     _apply(cli, settings, changes, as_json)
 
 
-def _all_or_refused(checks: Mapping[str, Any]) -> dict[str, Any]:
+def all_or_refused(checks: Mapping[str, Any]) -> dict[str, Any]:
     """Each key's checked value; one ConfigError naming every refusal if any (nothing is
     written then)."""
     values, refused = {}, []
@@ -233,12 +233,7 @@ def history(cli: CliContext, job: str | None, limit: int, as_json: bool) -> None
     """Every change of JOB's shared settings, oldest first: version, time (Redis's clock), who
     (user@host), key, old and new value. The job keeps the newest CLUSTERSYNC_SETTINGS_HISTORY
     (1000) records."""
-    records = _settings_store(cli, job).history(limit)
-    for record in records:
-        key = str(record.get("key"))
-        record["old"], record["new"] = masked(key, record.get("old")), masked(key, record.get(
-            "new"))
-        record["at"] = when_iso(record.get("ms"))
+    records = shown_history(_settings_store(cli, job), limit)
     if as_json:
         echo_json(records)
         return
@@ -247,6 +242,18 @@ def history(cli: CliContext, job: str | None, limit: int, as_json: bool) -> None
         new = "unset" if r["new"] is None else _shown(r["key"], r["new"])
         click.echo(f"v{r.get('version')}  {r['at']}  {r.get('who')}  {r['key']}: {old} -> {new}")
     click.echo(f"{len(records)} change(s) shown")
+
+
+def shown_history(settings: SharedSettingsStore, limit: int) -> list[dict[str, Any]]:
+    """The newest ``limit`` history records, oldest first, as ``history --json`` prints them
+    (and the HTTP API): passwords masked, ``at`` the time in ISO 8601."""
+    records = settings.history(limit)
+    for record in records:
+        key = str(record.get("key"))
+        record["old"], record["new"] = masked(key, record.get("old")), masked(key, record.get(
+            "new"))
+        record["at"] = when_iso(record.get("ms"))
+    return records
 
 
 @config.command("dump")
@@ -284,7 +291,7 @@ def load(cli: CliContext, args: tuple[str, ...], merge: bool, as_json: bool) -> 
     settings = _settings_store(cli, job)
     declared = _declared(settings)
     current = settings.read()
-    changes = _all_or_refused({key: (lambda k=key: _loaded(k, table[k], current.values,
+    changes = all_or_refused({key: (lambda k=key: _loaded(k, table[k], current.values,
                                                            declared)) for key in table})
     if not merge:
         changes.update({key: UNSET for key in current.values if key not in table})

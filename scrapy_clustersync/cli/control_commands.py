@@ -23,26 +23,47 @@ def _finished(store: JobStore) -> bool:
     return bool(FinishedRun.from_meta(report.meta)) and not (report.queued or report.leased)
 
 
-def _change_control(cli: CliContext, job: str | None,
-                    action: str) -> tuple[str, ControlChange]:
-    """Run ``action`` on JOB's control state; JobNotFound (exit 3) if there is no such job,
-    JobRefused (exit 1) if the job finished (nothing to pause, stop or resume) or is stopping
-    (it cannot be paused)."""
-    store = cli.existing_store(job)
+class ControlRefused(Exception):
+    """A pause, resume or stop that cannot be done as the job is; the message says why and
+    what to do. ``absent``: the job does not exist (any more)."""
+
+    def __init__(self, message: str, absent: bool = False) -> None:
+        super().__init__(message)
+        self.absent = absent
+
+
+def change_job_control(store: JobStore, action: str) -> ControlChange:
+    """Run ``action`` on the job's control state (the CLI's commands and the HTTP API's);
+    ControlRefused if the job is gone, finished (nothing to pause, stop or resume) or
+    stopping (it cannot be paused)."""
     change = store.set_control(action)
     finished = change.verdict == "same" and change.after == RUNNING and _finished(store)
     name = store.keys.job
     if change.verdict == "absent":
-        cli.not_found(name)
+        raise ControlRefused(f"job {name!r} does not exist", absent=True)
     if change.verdict == "finished" or finished:
-        raise JobRefused(
+        raise ControlRefused(
             f"job {name!r} has finished: there is nothing to {action}. `clustersync restart "
             f"{name}` crawls it again.")
     if change.verdict == "stopping":
-        raise JobRefused(
+        raise ControlRefused(
             f"job {name!r} is {change.before}: it cannot be paused. `clustersync resume {name}` "
             "sets it running again (a later `scrapy crawl` continues its queue).")
-    return name, change
+    return change
+
+
+def _change_control(cli: CliContext, job: str | None,
+                    action: str) -> tuple[str, ControlChange]:
+    """Run ``action`` on JOB's control state; JobNotFound (exit 3) if there is no such job,
+    JobRefused (exit 1) if ``change_job_control`` refuses."""
+    store = cli.existing_store(job)
+    try:
+        change = change_job_control(store, action)
+    except ControlRefused as exc:
+        if exc.absent:
+            cli.not_found(store.keys.job)
+        raise JobRefused(str(exc)) from None
+    return store.keys.job, change
 
 
 def control_command(action: str) -> Callable[[Callable[[str, ControlChange], None]],

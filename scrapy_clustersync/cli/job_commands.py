@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import click
 
+from ..store import JobStore
 from ..store.frontier_status import read_frontier
 from ..store.results_store import ResultsStore
+from ..store.script_results import Restarted
 from ..store.site_scripts import SITES_SHOWN, read_sites
 from .check_commands import needs_a_person, show_status
 from .context import CliContext, pass_cli
@@ -115,18 +117,23 @@ def restart(cli: CliContext, job: str | None, forget_seen: bool, force: bool, ye
     name = store.keys.job
     result = store.restart(force=force, forget_seen=forget_seen)
     if not result.done:
-        stopped = store.control_state().state in ("stopped", "stopping")
-        hint = (f" `clustersync resume {name}` continues its queue without running start() "
-                "again." if stopped and result.queued + result.leased else "")
-        raise JobRefused(
-            f"job {name!r} is not finished: {result.live_nodes} live node(s), {result.queued} "
-            f"queued, {result.leased} leased. Stop its nodes and wait for their leases to run "
-            f"out, or pass --force to restart it anyway.{hint}")
+        raise JobRefused(restart_refusal(store, result))
     if as_json:
         echo_json({"job": name, "restarted": True, "forgot_seen": forget_seen,
                    "resumed_from": result.resumed or None})
         return
     click.echo(restart_summary(name, forget_seen, result.resumed))
+
+
+def restart_refusal(store: JobStore, result: Restarted) -> str:
+    """Why ``restart`` refused the job, and what to do (the CLI's and the HTTP API's words)."""
+    name = store.keys.job
+    stopped = store.control_state().state in ("stopped", "stopping")
+    hint = (f" `clustersync resume {name}` continues its queue without running start() "
+            "again." if stopped and result.queued + result.leased else "")
+    return (f"job {name!r} is not finished: {result.live_nodes} live node(s), {result.queued} "
+            f"queued, {result.leased} leased. Stop its nodes and wait for their leases to run "
+            f"out, or pass --force to restart it anyway.{hint}")
 
 
 def restart_summary(job: str, forget_seen: bool, resumed: str) -> str:

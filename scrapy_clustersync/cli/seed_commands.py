@@ -3,9 +3,11 @@ seed_urls.py for how they are checked, fingerprinted and encoded)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import click
 
-from ..store import JobStore
+from ..store import JobStore, Push
 from ..store.job_store import new_call_id
 from .context import CliContext, pass_cli
 from .options import json_option, settings_option
@@ -43,7 +45,6 @@ def seed(cli: CliContext, args: tuple[str, ...], url_file: str | None, create: b
     job, urls = job_and_urls(args)
     seeds = read_seeds(urls, url_file)
     encoder = SeedEncoder(cli.project.fingerprinter(), priority, callback)
-    pushed = filtered = 0
     with prepared_ops(encoder, seeds.urls()) as batches:
         try:
             seeds.check(crawlable_schemes(cli.project.settings))
@@ -54,15 +55,23 @@ def seed(cli: CliContext, args: tuple[str, ...], url_file: str | None, create: b
             if unchecked:
                 click.echo(f"clustersync: {unchecked}", err=True)
         store = _seed_store(cli, job, create)
-        epoch = store.ensure_job()
-        for ops in batches:
-            result = store.flush(epoch, ops, new_call_id())
-            pushed, filtered = pushed + result.pushed, filtered + result.filtered
+        pushed, filtered = write_seeds(store, batches)
     if as_json:
         echo_json({"job": store.keys.job, "seeded": pushed, "already_seen": filtered})
     else:
         click.echo(f"seeded {pushed} request(s) into job {store.keys.job!r}; "
                    f"{filtered} already seen")
+
+
+def write_seeds(store: JobStore, batches: Iterable[list[Push]]) -> tuple[int, int]:
+    """Push the seeds' ``batches`` into the job (created if new), one script call each, as
+    ``seed`` and the HTTP API do; (requests pushed, already seen)."""
+    pushed = filtered = 0
+    epoch = store.ensure_job()
+    for ops in batches:
+        result = store.flush(epoch, ops, new_call_id())
+        pushed, filtered = pushed + result.pushed, filtered + result.filtered
+    return pushed, filtered
 
 
 def job_and_urls(args: tuple[str, ...]) -> tuple[str | None, tuple[str, ...]]:

@@ -247,11 +247,12 @@ def _dedup_lines(dedup: dict[str, Any]) -> list[str]:
     return lines
 
 
-def job_rows(client: redis.Redis) -> list[dict[str, Any]]:
-    """One summary per job on this Redis: state, run, queued, done (acked: ``run_done`` in the
-    run under way, ``done`` in the job's life), live nodes."""
+def job_rows(client: redis.Redis, names: list[str] | None = None) -> list[dict[str, Any]]:
+    """One summary per job on this Redis (``names``: of these jobs, as found earlier; a job
+    gone since is left out): state, run, queued, done (acked: ``run_done`` in the run under
+    way, ``done`` in the job's life), live nodes."""
     rows: list[dict[str, Any]] = []
-    for name in job_names(client):
+    for name in job_names(client) if names is None else names:
         try:
             report = JobStore(client, name, node_id="cli", writes_seen=None).status()
         except (StoreUnavailable, AccessRefused):

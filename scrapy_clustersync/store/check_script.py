@@ -18,7 +18,7 @@ class CheckScript(JobScript):
     """check.lua: ``run`` answers (kind, entry id, what was done) for each suspect that holds."""
 
     FILE = "check"
-    KEYS = ("queue", "entries", "deadlines", "leased", "nodes")
+    KEYS = ("queue", "entries", "deadlines", "leased", "nodes", "node_leases", "reclaiming")
     ARGV = ("mode",)
     ARGV_TAIL = "suspect"
 
@@ -27,7 +27,8 @@ class CheckScript(JobScript):
         args: list[Any] = ["repair" if repair else "check"]
         for suspect in suspects:
             args.extend(suspect)
-        return [k.queue, k.entries, k.deadlines, k.leased, k.nodes], args
+        return ([k.queue, k.entries, k.deadlines, k.leased, k.nodes, k.node_leases,
+                 k.reclaiming], args)
 
     def run(self, suspects: Sequence[Suspect], repair: bool) -> list[tuple[str, str, str]]:
         return list(_triples(self._call(*self.call(suspects, repair))))

@@ -41,7 +41,7 @@ class FlushScript(JobScript):
     HELPERS = ("bloom", "tasks", "frontier")
     KEYS = ("meta", "queue", "entries", "deadlines", "leased", "seen", "stats", "dead",
             "last_call", "bloom", "failed", "tasks", "task_of", "scrapy_stats", "node_stats",
-            "frontier", "results", "results_meta", "results_ids")
+            "frontier", "results", "results_meta", "results_ids", "node_leases")
     KEYS_TAIL = "chunk"
     ARGV = ("epoch", "call_id", "node", "dead_max", "dedup_mode", "writes_seen", "set_limit",
             "described", "failed_max", "results_max")
@@ -65,7 +65,7 @@ class FlushScript(JobScript):
         keys = [k.meta, k.queue, k.entries, k.deadlines, k.leased, k.seen, k.stats, k.dead,
                 k.last_call(self.node_id), k.bloom, k.failed, k.tasks, k.task_of,
                 k.scrapy_stats, k.node_stats, k.frontier, k.results, k.results_meta,
-                k.results_ids, *layers.chunk_keys]
+                k.results_ids, k.node_leases, *layers.chunk_keys]
         args: list[Any] = [epoch, call_id, self.node_id, DEAD_LETTERS_KEPT, dedup.mode,
                            writes_seen, dedup.set_limit, layers.count, self.failed_max,
                            self.results_max, *layers.layouts, packed_ops(ops)]

@@ -40,10 +40,10 @@ class HeartbeatScript(JobScript):
     """heartbeat.lua for one node."""
 
     FILE = "heartbeat"
-    HELPERS = ("frontier",)
+    HELPERS = ("frontier", "lease_index")
     KEYS = ("meta", "nodes", "node_info", "idle", "deadlines", "leased", "queue", "last_call",
             "stats", "dead_nodes", "node_seen", "node_stats", "scrapy_stats", "pruned",
-            "entries", "frontier")
+            "entries", "frontier", "node_leases", "node_numbers", "reclaiming")
     ARGV = ("epoch", "node", "ttl_ms", "lease_ms", "info", "idle", "idle_after_ms",
             "writes_seen", "grace_ms", "told_ms", "gap_ms", "retention_ms")
     ARGV_TAIL = "lease_id"
@@ -56,7 +56,8 @@ class HeartbeatScript(JobScript):
         k = self.keys
         keys = [k.meta, k.nodes, k.node_info, k.idle, k.deadlines, k.leased, k.queue,
                 k.last_call(self.node_id), k.stats, k.dead_nodes, k.node_seen, k.node_stats,
-                k.scrapy_stats, k.pruned, k.entries, k.frontier]
+                k.scrapy_stats, k.pruned, k.entries, k.frontier, k.node_leases, k.node_numbers,
+                k.reclaiming]
         args: list[Any] = [epoch, self.node_id, beat.ttl_ms, beat.lease_ms, beat.info, beat.idle,
                            beat.idle_after_ms, writes_seen, beat.grace_ms, beat.told_ms,
                            beat.gap_ms, beat.retention_ms, *beat.lease_ids]

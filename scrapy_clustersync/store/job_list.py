@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import redis
 
 from .errors import translate_errors
@@ -19,3 +21,11 @@ def job_names(client: redis.Redis) -> list[str]:
         found = client.scan_iter(match=f"{prefix}*{suffix}", count=SCAN_COUNT, _type="hash")
         names = {as_text(key)[len(prefix):-len(suffix)] for key in found}
     return sorted(name for name in names if JobKeys(name).meta == f"{prefix}{name}{suffix}")
+
+
+def round_trip_s(client: redis.Redis) -> float:
+    """Seconds one PING to this Redis takes (``clustersync serve``'s metrics)."""
+    with translate_errors(client):
+        started = time.perf_counter()
+        client.ping()
+        return time.perf_counter() - started

@@ -27,6 +27,15 @@ class JobKeys:
     - ``entries``  hash: entry id -> encoded request, for leased entries and the legacy queue's
     - ``deadlines`` sorted set: leased entry id -> lease deadline (Redis server time, ms)
     - ``leased``   hash: leased entry id -> "<queue score>|<node id>" (records.LeaseValue)
+    - ``node_leases`` sorted set: leased entry id -> its node's number * 2^32 + the node's lease
+      sequence: each node's leases as one score range, in the order it leased them (the index
+      lua/lease_index.lua keeps; a dead node's leases come back from it)
+    - ``node_numbers`` hash: node id -> its number * 2^32 + its last lease sequence, while the
+      node may lease (gone when it leaves or is declared dead); ``meta`` also holds
+      ``node_numbered`` (the numbers given) and ``lease_sweep`` (the sweep of leases with no
+      index entry: its HSCAN cursor, "done" once over)
+    - ``reclaiming`` sorted set: "<number>:<node id>" -> number, the dead nodes whose leases are
+      still going back to the queue, a bounded slice per heartbeat and lease call
     - ``seen``     set: raw 20-byte request fingerprints (exact dedup; a Bloom job's first ones
       until they move into the filter, see store/dedup.py)
     - ``stats``    hash: job counters (pushed, filtered, leased, acked, reclaimed, dead)
@@ -120,6 +129,18 @@ class JobKeys:
     @property
     def leased(self) -> str:
         return self._key("leased")
+
+    @property
+    def node_leases(self) -> str:
+        return self._key("node_leases")
+
+    @property
+    def node_numbers(self) -> str:
+        return self._key("node_numbers")
+
+    @property
+    def reclaiming(self) -> str:
+        return self._key("reclaiming")
 
     @property
     def seen(self) -> str:
@@ -282,5 +303,27 @@ class JobKeys:
             self.failed, self.tasks, self.task_of, self.scrapy_stats, self.node_stats,
             self.dead_nodes, self.node_seen, self.pruned, self.settings, self.settings_log,
             self.live_keys, self.sites, self.closespider, self.results, self.results_meta,
-            self.results_ids,
+            self.results_ids, self.node_leases, self.node_numbers, self.reclaiming,
         ]
+
+
+
+# Keys of the whole Redis, not of one job (``clustersync serve``; docs/architecture.md "Keys of
+# the cluster", which tests/unit/test_api_keys.py keeps equal to these functions): no job's
+# hash tag, each a key of its own.
+
+
+def api_tokens_key() -> str:
+    """The HTTP API's tokens (``clustersync token``): a hash, token name -> JSON record
+    {role, sha256 (hex digest of the secret), created_ms, by} (store/api_tokens.py)."""
+    return f"{PREFIX}:api:tokens"
+
+
+def api_audit_key() -> str:
+    """The writes made through the HTTP API and who made them: a list of JSON records
+    {ms, who, action, job, detail}, newest first, bounded (store/api_tokens.py)."""
+    return f"{PREFIX}:api:audit"
+
+
+#: every function above, for the doc's test
+CLUSTER_KEY_FUNCTIONS = (api_tokens_key, api_audit_key)

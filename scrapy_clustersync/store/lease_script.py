@@ -14,8 +14,9 @@ from .script_base import JobScript
 from .script_results import LeaseBatch, Leased
 from .site_scripts import SITE_IDLE_MS
 
-#: expired leases one lease call returns to the queue at most
-RECLAIM_PER_LEASE = 200
+#: leases one lease call returns to the queue at most: leases of dead nodes (index entries
+#: read, lua/lease_index.lua), then expired leases; a few milliseconds of Redis at most
+RECLAIMED_LEASES_PER_LEASE_CALL = 50
 #: how far ahead a lease is meant to last when the caller does not say
 DEFAULT_HORIZON_MS = 1000
 
@@ -45,9 +46,10 @@ class LeaseScript(JobScript):
     """lease.lua for one node: ``run`` leases up to ``count`` entries in the queue's order."""
 
     FILE = "lease"
-    HELPERS = ("tasks", "frontier")
+    HELPERS = ("tasks", "frontier", "lease_index")
     KEYS = ("meta", "queue", "entries", "deadlines", "leased", "stats", "last_call", "tasks",
-            "task_of", "frontier", "site_prefix", "nodes")
+            "task_of", "frontier", "site_prefix", "nodes", "node_leases", "node_numbers",
+            "reclaiming")
     ARGV = ("epoch", "call_id", "node", "count", "lease_ms", "reclaim_max", "writes_seen", "pace",
             "horizon_ms", "delay_ms", "per_domain", "idle_ms")
     ARGV_TAIL = "delays"
@@ -72,10 +74,11 @@ class LeaseScript(JobScript):
         k = self.keys
         keys = [k.meta, k.queue, k.entries, k.deadlines, k.leased, k.stats,
                 k.last_call(self.node_id), k.tasks, k.task_of, k.frontier, k.site_prefix,
-                k.nodes]
+                k.nodes, k.node_leases, k.node_numbers, k.reclaiming]
         mode, delay_ms, per_domain, idle_ms = self._pace_args
-        args: list[Any] = [epoch, call_id, self.node_id, count, lease_ms, RECLAIM_PER_LEASE,
-                           writes_seen, mode, horizon_ms, delay_ms, per_domain, idle_ms]
+        args: list[Any] = [epoch, call_id, self.node_id, count, lease_ms,
+                           RECLAIMED_LEASES_PER_LEASE_CALL, writes_seen, mode, horizon_ms,
+                           delay_ms, per_domain, idle_ms]
         if mode:
             for site, delay_s in self.pace.site_delays.items():
                 args.extend((site, round(delay_s * 1000, 3)))

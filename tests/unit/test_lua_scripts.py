@@ -43,7 +43,7 @@ from scrapy_clustersync.store.shared_settings import UNSET, SettingsScript
 from scrapy_clustersync.store.site_scripts import SiteSlowDownScript, SiteTurnsScript, TurnsAsk
 from scrapy_clustersync.store.write_ops import Ack, Push
 
-HELPERS = {"prelude", "bloom", "tasks", "frontier"}
+HELPERS = {"prelude", "bloom", "tasks", "frontier", "lease_index"}
 KEYS = JobKeys("job")
 NODE = "n1"
 HEADER = re.compile(r"^-- (KEYS|ARGV)\[(\d+)(\.\.)?\]\s+(\w+)", re.M)

@@ -116,8 +116,9 @@ def _distribution(requirement: str) -> str:
 
 
 #: optional extras, and the sub-package whose modules alone may import what each declares
-#: (``pip install 'scrapy-clustersync[sinks]'`` for ``clustersync sink``)
-EXTRA_PACKAGES = {"sinks": "sinks"}
+#: (``pip install 'scrapy-clustersync[sinks]'`` for ``clustersync sink``, ``[api]`` for
+#: ``clustersync serve``)
+EXTRA_PACKAGES = {"sinks": "sinks", "api": "api"}
 
 
 def test_every_module_the_package_imports_to_run_comes_with_what_it_declares() -> None:

@@ -10,6 +10,11 @@
 -- KEYS[3]  deadlines  zset    leased entry id -> lease deadline (server ms)
 -- KEYS[4]  leased     hash    leased entry id -> "<queue score>|<node>"
 -- KEYS[5]  nodes      zset    node id -> liveness deadline (server ms)
+-- KEYS[6]  node_leases zset   leased entry id -> its node's number and lease sequence (the
+--                             index of each node's leases, lease_index.lua): a lease dropped
+--                             here leaves it
+-- KEYS[7]  reclaiming zset    the dead nodes whose leases heartbeats and leases are returning
+--                             ("<number>:<node id>", lease_index.lua): theirs are not suspects
 -- ARGV[1]  mode       string  'check' | 'repair'
 -- ARGV[2..] suspect   string  triples: kind, entry id, queue score ('' unless the caller read it
 --                             from the entry's request: what an entry that is in no structure
@@ -20,6 +25,8 @@ local entries_key = KEYS[2]
 local deadlines_key = KEYS[3]
 local leased_key = KEYS[4]
 local nodes_key = KEYS[5]
+local node_leases_key = KEYS[6]
+local reclaiming_key = KEYS[7]
 local mode = ARGV[1]
 local suspect_from = 2
 local t = redis.call('TIME')
@@ -35,9 +42,17 @@ local function live(node)
   local until_ms = redis.call('ZSCORE', nodes_key, node)
   return until_ms and tonumber(until_ms) >= now_ms
 end
+-- the lease `id` of dead node `owner` is one the heartbeats and leases are returning in order
+local function being_returned(id, owner)
+  local score = redis.call('ZSCORE', node_leases_key, id)
+  if not score then return false end
+  local number = math.floor(tonumber(score) / 4294967296)  -- lease_index.lua LEASE_SEQ_SPAN
+  return redis.call('ZSCORE', reclaiming_key, number .. ':' .. owner) ~= false
+end
 local function drop_lease(id)
   redis.call('ZREM', deadlines_key, id)
   redis.call('HDEL', leased_key, id)
+  redis.call('ZREM', node_leases_key, id)
 end
 local function requeue(id, score)
   drop_lease(id)
@@ -51,6 +66,7 @@ local KINDS = {
       local score, owner = lease(id)
       local until_ms = deadline(id)
       return owner and not live(owner) and until_ms and tonumber(until_ms) >= now_ms
+        and not being_returned(id, owner)
     end,
     -- a node still listed in `nodes` is declared dead by the next heartbeat of a live node
     -- (none after a gap no heartbeat crossed: heartbeat.lua's outage guard), which records it

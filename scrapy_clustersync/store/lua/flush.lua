@@ -23,7 +23,9 @@
 -- KEYS[17] results       stream the job's results (results/record_format.py), XADD with auto ids
 -- KEYS[18] results_meta  hash   cap, written, refused_full, full_since_ms (server ms)
 -- KEYS[19] results_ids   set    "<run>\t<result id>" of the results written with no lease (W)
--- KEYS[20..] chunk       string bloom chunk strings of the described layers, layer by layer,
+-- KEYS[20] node_leases   zset   leased entry id -> its node's number and lease sequence
+--                               (lease_index.lua): a lease that ends here leaves it
+-- KEYS[21..] chunk       string bloom chunk strings of the described layers, layer by layer,
 --                               chunk by chunk
 -- ARGV[1]  epoch         string the job epoch the node joined; another value = Redis lost the job
 -- ARGV[2]  call_id       string unique per call; the same id again returns the stored result
@@ -113,7 +115,8 @@ local frontier_key = KEYS[16]
 local results_key = KEYS[17]
 local results_meta_key = KEYS[18]
 local results_ids_key = KEYS[19]
-local chunk_from = 20
+local node_leases_key = KEYS[20]
+local chunk_from = 21
 local epoch = ARGV[1]
 local call_id = ARGV[2]
 local node = ARGV[3]
@@ -136,7 +139,7 @@ local refused = wrong_type({{queue_key, 'zset'}, {entries_key, 'hash'}, {deadlin
                             {scrapy_stats_key, 'hash'}, {node_stats_key, 'hash'},
                             {frontier_key .. 'classes', 'zset'},
                             {frontier_key .. 'sites', 'zset'},
-                            {frontier_key .. 'requeued', 'hash'}})
+                            {frontier_key .. 'requeued', 'hash'}, {node_leases_key, 'zset'}})
 if refused then return refused end
 local last = redis.call('HMGET', last_call_key, 'writes', 'flush_id', 'flush_result')
 local writes = tonumber(last[1] or '0')
@@ -218,9 +221,13 @@ local function each_op(visit)
   return nil
 end
 
+-- the leases this batch ends (acks, releases, dead letters): they leave the lease index, in one
+-- ZREM per batch after the ops (the index's only writes here: lease_index.lua)
+local ended_leases = {}
 local function drop_lease(id)
   local removed = redis.call('ZREM', deadlines_key, id)
   redis.call('HDEL', leased_key, id)
+  if removed == 1 then ended_leases[#ended_leases + 1] = id end
   return removed
 end
 
@@ -499,9 +506,11 @@ local function settle_leased_acks()
   send_in_batches('ZREM', deadlines_key, ids)
   send_in_batches('HDEL', leased_key, ids)
   send_in_batches('HDEL', entries_key, ids)
+  for _, id in ipairs(ids) do ended_leases[#ended_leases + 1] = id end
 end
 settle_leased_acks()
 each_op(apply_op)
+send_in_batches('ZREM', node_leases_key, ended_leases)
 if seq_next then redis.call('HSET', meta_key, 'seq', seq_next) end
 frontier_finish()
 results_finish()

@@ -23,6 +23,10 @@
 -- KEYS[14] pruned         hash    the summary of the pruned nodes (prune_nodes, prelude)
 -- KEYS[15] entries        hash    entry id -> encoded request (leased entries)
 -- KEYS[16] frontier       prefix  the frontier's key names start with this (frontier.lua)
+-- KEYS[17] node_leases    zset    leased entry id -> its node's number and lease sequence
+--                                 (lease_index.lua: the index of each node's leases)
+-- KEYS[18] node_numbers   hash    node id -> its number and its last lease sequence
+-- KEYS[19] reclaiming     zset    the dead nodes whose leases are still being returned
 -- ARGV[1]  epoch          string  the job epoch the node joined
 -- ARGV[2]  node           string  node id
 -- ARGV[3]  ttl_ms         int     liveness duration (CLUSTERSYNC_NODE_DEAD_AFTER); 0 = the
@@ -71,14 +75,17 @@
 -- entries are back in the queue). The record is answered until a heartbeat says, in told_ms,
 -- that the node was told (a retried call whose answer was lost tells it again).
 -- Death: a node whose liveness deadline passed is declared dead by the next heartbeat of any node
--- that does not leave, in this one atomic step: its leases go back to the queue with their old
--- score (as lease.lua's reclaim; they skip dedup; beyond RETURNS_PER_BEAT of them they expire
--- instead, and the next lease calls return them), it leaves the live set and the idle hash, and a
--- record {declared_ms, by, deadline_ms, last_beat_ms, leases_returned, record} goes to dead_nodes,
--- record being the node's last node_info JSON. Finding its leases scans the leased hash once (O(leased),
--- HGETALL) per heartbeat that finds a death: a rare event, and leased is bounded by the nodes'
--- prefetch and concurrency; at most DEATHS_PER_BEAT nodes per call. Lease deadlines stay the
--- backstop (lease.lua).
+-- that does not leave, in one atomic step: it leaves the live set and the idle hash, its leases
+-- are to go back to the queue (it joins `reclaiming`, lease_index.lua), and a record
+-- {declared_ms, by, deadline_ms, last_beat_ms, leases_returned, record} goes to dead_nodes,
+-- record being the node's last node_info JSON and leases_returned how many leases its index
+-- range held; at most DEATHS_PER_BEAT nodes per call. Its leases go back with their old score
+-- (they skip dedup), DEAD_LEASES_PER_BEAT per heartbeat (this one first) and lease.lua's
+-- reclaim_max per lease call, each node's in the order it leased them: the call time is
+-- bounded whatever it held, and no call reads all the job's leases. Each heartbeat also sweeps
+-- UNINDEXED_LEASES_PER_BEAT leases for those written before the index (lease_index.lua
+-- sweep_unindexed_leases), until one whole pass is done. Lease deadlines stay the backstop
+-- (lease.lua).
 -- The job is finished when start() is done (or was never claimed), the queue is empty, no
 -- lease is out and every live node has been idle for idle_after_ms (idle: nothing buffered,
 -- prefetched or held; a node that worked since its last heartbeat starts its idle time again).
@@ -103,6 +110,9 @@ local scrapy_stats_key = KEYS[13]
 local pruned_key = KEYS[14]
 local entries_key = KEYS[15]
 local frontier_key = KEYS[16]
+local node_leases_key = KEYS[17]
+local node_numbers_key = KEYS[18]
+local reclaiming_key = KEYS[19]
 local prune_keys = {node_seen = node_seen_key, nodes = nodes_key, node_info = node_info_key,
                     node_stats = node_stats_key, scrapy_stats = scrapy_stats_key,
                     idle = idle_key, dead_nodes = dead_nodes_key, pruned = pruned_key}
@@ -128,7 +138,8 @@ local refused = wrong_type({{nodes_key, 'zset'}, {node_info_key, 'hash'}, {idle_
                             {node_seen_key, 'zset'}, {node_stats_key, 'hash'},
                             {pruned_key, 'hash'}, {entries_key, 'hash'},
                             {frontier_key .. 'sites', 'zset'},
-                            {frontier_key .. 'requeued', 'hash'}})
+                            {frontier_key .. 'requeued', 'hash'}, {node_leases_key, 'zset'},
+                            {node_numbers_key, 'hash'}, {reclaiming_key, 'zset'}})
 if refused then return refused end
 local writes, rolled_back = bump_writes(last_call_key, writes_seen)
 if not writes then return rolled_back end
@@ -136,9 +147,14 @@ local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local leaving = ttl_ms == 0
 frontier_setup(frontier_key, meta_key, queue_key, entries_key)
+lease_index_setup({node_leases = node_leases_key, node_numbers = node_numbers_key,
+                   reclaiming = reclaiming_key, meta = meta_key, leased = leased_key,
+                   deadlines = deadlines_key, nodes = nodes_key})
 local DEATHS_PER_BEAT = 100
--- a dead node's leases a beat returns to the queue itself, at most; the others it expires
-local RETURNS_PER_BEAT = 500
+-- the leases of dead nodes a beat returns to the queue at most (index entries read)
+local DEAD_LEASES_PER_BEAT = 250
+-- the leases a beat's sweep for those with no index entry reads (an HSCAN hint)
+local UNINDEXED_LEASES_PER_BEAT = 250
 local PRUNE_PER_BEAT = 10
 
 -- a gap with no heartbeat at all is Redis's absence (or the whole cluster's), not a death: a
@@ -183,6 +199,7 @@ redis.call('ZADD', node_seen_key, now_ms, node)
 if leaving then
   redis.call('ZREM', nodes_key, node)
   redis.call('HDEL', idle_key, node)
+  lease_index_node_left(node)
   -- nothing left to send (it leaves only then): its call record may expire (prelude.lua)
   redis.call('PEXPIRE', last_call_key, CALL_RECORD_KEEP_MS)
 else
@@ -196,37 +213,17 @@ else
   end
 end
 
--- declare dead every other node whose deadline passed, returning its leases to the queue
+-- declare dead every other node whose deadline passed; its leases are to go back to the queue
 local function declare_dead()
   local dead = redis.call('ZRANGEBYSCORE', nodes_key, '-inf', '(' .. now_ms, 'LIMIT', 0,
                           DEATHS_PER_BEAT)
   if #dead == 0 then return '' end
   local returned, deadline = {}, {}
   for _, other in ipairs(dead) do
-    returned[other] = 0
+    returned[other] = lease_index_node_died(other)
     deadline[other] = redis.call('ZSCORE', nodes_key, other)
   end
-  local leases = redis.call('HGETALL', leased_key)
-  local now_returned, expire = 0, {}
-  for i = 1, #leases, 2 do
-    local score, owner, where = parse_lease(leases[i + 1])
-    if owner and returned[owner] then
-      if now_returned < RETURNS_PER_BEAT then
-        redis.call('ZREM', deadlines_key, leases[i])
-        redis.call('HDEL', leased_key, leases[i])
-        frontier_return(leases[i], score, where)
-        now_returned = now_returned + 1
-      else
-        expire[#expire + 1] = now_ms - 1
-        expire[#expire + 1] = leases[i]
-      end
-      returned[owner] = returned[owner] + 1
-    end
-  end
-  -- the rest expire now, a few commands for them all: the next lease calls return them (lease.lua
-  -- reclaims expired leases first), so that one beat never holds Redis for all of them
-  send_in_batches('ZADD', deadlines_key, expire, 'XX')
-  local lines, total = {}, 0
+  local lines = {}
   for _, other in ipairs(dead) do
     local record = redis.call('HGET', node_info_key, other) or 'null'
     local last_beat_ms = redis.call('ZSCORE', node_seen_key, other) or (deadline[other] - ttl_ms)
@@ -238,11 +235,8 @@ local function declare_dead()
                ',"leases_returned":' .. returned[other] .. ',"record":' .. record .. '}')
     redis.call('ZREM', nodes_key, other)
     redis.call('HDEL', idle_key, other)
-    total = total + returned[other]
     lines[#lines + 1] = returned[other] .. '\t' .. (now_ms - last_beat_ms) .. '\t' .. other
   end
-  -- (lease.lua counts those it reclaims once expired)
-  if now_returned > 0 then redis.call('HINCRBY', stats_key, 'reclaimed', now_returned) end
   redis.call('HINCRBY', stats_key, 'declared_dead', #dead)
   return table.concat(lines, '\n')
 end
@@ -251,6 +245,9 @@ end
 local declared = ''
 if not leaving then
   declared = declare_dead()
+  local reclaimed = reclaim_dead_leases(DEAD_LEASES_PER_BEAT)
+  reclaimed = reclaimed + sweep_unindexed_leases(UNINDEXED_LEASES_PER_BEAT)
+  if reclaimed > 0 then redis.call('HINCRBY', stats_key, 'reclaimed', reclaimed) end
   prune_nodes(prune_keys, now_ms, retention_ms, PRUNE_PER_BEAT)
 end
 

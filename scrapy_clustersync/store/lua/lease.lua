@@ -1,8 +1,10 @@
 -- lease: hand a batch of queued requests to one node, and first return expired leases.
 -- The legacy queue (a job queued by an earlier version) is served first, then the frontier
 -- (frontier.lua): the best class first, its sites in turn, each no faster than its pace allows.
--- A leased entry stays in Redis (entries + deadlines + leased) until it is acked; a lease whose
--- deadline (server time) has passed goes back to the queue first in its place, skipping dedup.
+-- A leased entry stays in Redis (entries + deadlines + leased, and node_leases: lease_index.lua)
+-- until it is acked. First, a bounded slice of the leases of nodes declared dead goes back to
+-- the queue (heartbeat.lua), then leases whose deadline (server time) has passed, each in its
+-- place, skipping dedup.
 --
 -- (store/lease_script.py LeaseScript builds the call and reads the answer.)
 --
@@ -18,12 +20,17 @@
 -- KEYS[10] frontier     prefix  the frontier's key names start with this (frontier.lua)
 -- KEYS[11] site_prefix  prefix  a site's politeness hash is this and the site (site_turns.lua)
 -- KEYS[12] nodes        zset    node id -> liveness deadline: how many nodes are live (the pace)
+-- KEYS[13] node_leases  zset    leased entry id -> its node's number and lease sequence
+--                               (lease_index.lua: the index of each node's leases)
+-- KEYS[14] node_numbers hash    node id -> its number and its last lease sequence
+-- KEYS[15] reclaiming   zset    the dead nodes whose leases are still being returned
 -- ARGV[1]  epoch        string  the job epoch the node joined
 -- ARGV[2]  call_id      string  unique per call
 -- ARGV[3]  node         string  node id
 -- ARGV[4]  count        int     how many entries to lease at most
 -- ARGV[5]  lease_ms     int     lease duration in milliseconds
--- ARGV[6]  reclaim_max  int     how many expired leases to return at most in this call
+-- ARGV[6]  reclaim_max  int     how many leases of dead nodes (index entries read) and expired
+--                               leases to return at most in this call, in that order
 -- ARGV[7]  writes_seen  int     the node's write counter as it last saw it; -1 = do not check
 -- ARGV[8]  pace         0|1|2   1, 2: hand out a site's requests no faster than its pace allows
 --                               within horizon_ms (CLUSTERSYNC_POLITENESS = "cluster"); 2: the
@@ -57,6 +64,9 @@ local writes_seen = ARGV[7]
 local frontier_key = KEYS[10]
 local site_prefix_key = KEYS[11]
 local nodes_key = KEYS[12]
+local node_leases_key = KEYS[13]
+local node_numbers_key = KEYS[14]
+local reclaiming_key = KEYS[15]
 local pace = ARGV[8]
 local horizon_ms = tonumber(ARGV[9])
 local delay_ms = tonumber(ARGV[10])
@@ -73,6 +83,8 @@ end
 local refused = wrong_type({{queue_key, 'zset'}, {entries_key, 'hash'}, {deadlines_key, 'zset'},
                             {leased_key, 'hash'}, {stats_key, 'hash'}, {last_call_key, 'hash'},
                             {tasks_key, 'hash'}, {task_of_key, 'hash'}, {nodes_key, 'zset'},
+                            {node_leases_key, 'zset'}, {node_numbers_key, 'hash'},
+                            {reclaiming_key, 'zset'},
                             {frontier_key .. 'classes', 'zset'}, {frontier_key .. 'sites', 'zset'},
                             {frontier_key .. 'requeued', 'hash'}})
 if refused then return refused end
@@ -82,7 +94,7 @@ local out = {writes, -1}
 
 local deadline
 -- the writes of the entries leased, sent a batch per command (lease_writes)
-local new_entries, new_deadlines, new_leases = {}, {}, {}
+local new_entries, new_deadlines, new_leases, new_ids = {}, {}, {}, {}
 -- blob: the entry's request, or nil when it is in the entries hash (the legacy queue)
 local function lease_one(id, score, where, blob)
   if blob then
@@ -95,6 +107,7 @@ local function lease_one(id, score, where, blob)
   new_deadlines[#new_deadlines + 1] = id
   new_leases[#new_leases + 1] = id
   new_leases[#new_leases + 1] = lease_value(score, node, where)
+  new_ids[#new_ids + 1] = id
   task_leased(id)
   out[#out + 1] = id
   out[#out + 1] = blob or ''
@@ -105,6 +118,7 @@ local function lease_writes()
   send_in_batches('HSET', entries_key, new_entries)
   send_in_batches('ZADD', deadlines_key, new_deadlines)
   send_in_batches('HSET', leased_key, new_leases)
+  index_leases(node, new_ids)
 end
 
 local t = redis.call('TIME')
@@ -114,6 +128,9 @@ site_pace.now = now_ms
 if site_pace.on then site_pace.nodes = redis.call('ZCOUNT', nodes_key, now_ms, '+inf') end
 task_setup(tasks_key, task_of_key, node, now_ms)
 frontier_setup(frontier_key, meta_key, queue_key, entries_key)
+lease_index_setup({node_leases = node_leases_key, node_numbers = node_numbers_key,
+                   reclaiming = reclaiming_key, meta = meta_key, leased = leased_key,
+                   deadlines = deadlines_key, nodes = nodes_key})
 
 local last = redis.call('HMGET', last_call_key, 'lease_id', 'lease_result')
 if last[1] == call_id then
@@ -126,15 +143,10 @@ if last[1] == call_id then
   return out
 end
 
-local expired = redis.call('ZRANGEBYSCORE', deadlines_key, '-inf', now_ms, 'LIMIT', 0, reclaim_max)
-for _, id in ipairs(expired) do
-  local score, _, where = parse_lease(redis.call('HGET', leased_key, id))
-  redis.call('ZREM', deadlines_key, id)
-  redis.call('HDEL', leased_key, id)
-  frontier_return(id, score, where)
-end
-if #expired > 0 then
-  redis.call('HINCRBY', stats_key, 'reclaimed', #expired)
+local reclaimed, read = reclaim_dead_leases(reclaim_max)
+reclaimed = reclaimed + reclaim_expired_leases(now_ms, reclaim_max - read)
+if reclaimed > 0 then
+  redis.call('HINCRBY', stats_key, 'reclaimed', reclaimed)
 end
 
 local ids = {}

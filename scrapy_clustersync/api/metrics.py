@@ -1,0 +1,163 @@
+"""``GET /metrics``: Prometheus metrics read from Redis at scrape time (a custom collector, no
+state in serve), per job, per node and for the busiest sites.
+
+Label sets are bounded: at most MAX_JOBS jobs, the nodes of the run under way (and dead ones
+of it) up to MAX_NODES per job, the TOP_SITES deepest sites of each job's queue and the rest
+summed as site="other". Each job costs two pipelines (its status and its frontier), whatever
+its size.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from ..cli.check_commands import needs_a_person
+from ..cli.node_view import group_nodes
+from ..cli.status_view import pages_per_min, state_of
+from ..store import JobStatus, JobStore, StoreError, StoreUnavailable
+from ..store.frontier_status import read_frontier
+from ..store.job_list import round_trip_s
+
+if TYPE_CHECKING:
+    import redis
+
+MAX_JOBS = 50
+MAX_NODES = 200
+TOP_SITES = 10
+PAGES = "response_received_count"
+ITEMS = "item_scraped_count"
+ERROR_STATS = ("spider_exceptions/count", "downloader/exception_count")
+STATES = ("running", "paused", "stopping", "stopped", "finished", "idle", "seeded",
+          "waiting for nodes")
+
+
+def _gauge(name: str, doc: str, labels: list[str]) -> GaugeMetricFamily:
+    return GaugeMetricFamily(f"clustersync_{name}", doc, labels=labels)
+
+
+def _counter(name: str, doc: str, labels: list[str]) -> CounterMetricFamily:
+    return CounterMetricFamily(f"clustersync_{name}", doc, labels=labels)
+
+
+class JobFamilies:
+    """The per-job, per-node and per-site families of one scrape."""
+
+    def __init__(self) -> None:
+        job, node, site = ["job"], ["job", "node"], ["job", "site"]
+        self.families: dict[str, GaugeMetricFamily | CounterMetricFamily] = {
+            "pages": _counter("job_pages", "Responses received by the job's nodes", job),
+            "items": _counter("job_items", "Items scraped by the job's nodes", job),
+            "errors": _counter("job_errors", "Spider exceptions and download errors", job),
+            "done": _counter("job_done", "Requests acked (done) over the job's life", job),
+            "queued": _gauge("job_queued", "Requests queued (queue depth)", job),
+            "leased": _gauge("job_leased", "Requests leased to nodes", job),
+            "dead": _gauge("job_dead_letters", "Dead letters of the job", job),
+            "failed": _counter("job_failed", "Requests that failed", job),
+            "rate": _gauge("job_pages_per_minute", "Pages per minute of the live nodes", job),
+            "live": _gauge("job_live_nodes", "Live nodes of the job", job),
+            "state": _gauge("job_state", "1 for the job's state", ["job", "state"]),
+            "attention": _gauge("job_needs_attention", "What needs a person (the lines of "
+                                                       "status --check)", job),
+            "node_up": _gauge("node_up", "1 if the node is alive", node),
+            "node_pages": _counter("node_pages", "Responses received by the node", node),
+            "node_items": _counter("node_items", "Items scraped by the node", node),
+            "node_errors": _counter("node_errors", "The node's spider exceptions and download "
+                                                   "errors", node),
+            "node_leased": _gauge("node_leased", "Requests the node holds leased", node),
+            "node_cpu": _gauge("node_cpu_percent", "The node process's CPU use, percent",
+                               node),
+            "node_rss": _gauge("node_memory_rss_bytes", "The node process's resident memory",
+                               node),
+            "site_queued": _gauge("site_queued", f"Requests queued per site: the "
+                                                 f"{TOP_SITES} deepest, the rest as "
+                                                 f"site=\"other\"", site),
+        }
+
+    def add(self, name: str, labels: list[str], value: float) -> None:
+        self.families[name].add_metric(labels, value)
+
+    def add_job(self, store: JobStore, report: JobStatus) -> None:
+        job, stats = [report.job], report.scrapy_stats
+        self.add("pages", job, stats.get(PAGES, 0))
+        self.add("items", job, stats.get(ITEMS, 0))
+        self.add("errors", job, sum(stats.get(name, 0) for name in ERROR_STATS))
+        self.add("done", job, report.counters.get("acked", 0))
+        self.add("failed", job, report.counters.get("failed", 0))
+        self.add("queued", job, report.queued)
+        self.add("leased", job, report.leased)
+        self.add("dead", job, report.dead_letters)
+        self.add("rate", job, pages_per_min(report))
+        self.add("live", job, sum(1 for n in report.nodes if n["alive"]))
+        self.add("attention", job, len(needs_a_person(store, report)))
+        state = state_of(report)
+        for each in STATES if state in STATES else (*STATES, state):
+            self.add("state", [report.job, each], 1.0 if each == state else 0.0)
+        for node in group_nodes(report).shown[:MAX_NODES]:
+            self.add_node(report.job, node)
+        self.add_sites(store, report)
+
+    def add_node(self, job: str, node: dict[str, Any]) -> None:
+        labels = [job, str(node["id"])]
+        self.add("node_up", labels, 1.0 if node.get("alive") else 0.0)
+        self.add("node_pages", labels, _number(node.get("pages")))
+        self.add("node_items", labels, _number(node.get("items")))
+        self.add("node_errors", labels, _number(node.get("errors")))
+        self.add("node_leased", labels, _number(node.get("leased", node.get("inflight"))))
+        self.add("node_cpu", labels, _number(node.get("cpu_percent")))
+        self.add("node_rss", labels, _number(node.get("rss_bytes")))
+
+    def add_sites(self, store: JobStore, report: JobStatus) -> None:
+        frontier = read_frontier(store.client, store.keys, TOP_SITES)
+        for site in frontier.deepest:
+            self.add("site_queued", [report.job, site.site], site.queued)
+        rest = frontier.queued - sum(site.queued for site in frontier.deepest)
+        self.add("site_queued", [report.job, "other"], max(0, rest))
+
+
+def _number(value: Any) -> float:
+    try:
+        return float(value or 0)
+    except (TypeError, ValueError):
+        return 0.0
+
+
+class ClusterCollector(Collector):
+    """Reads the jobs of one Redis at every scrape (see the module doc)."""
+
+    def __init__(self, client: redis.Redis, job_names: Callable[[], list[str]]) -> None:
+        """``job_names``: the jobs on that Redis (ApiContext.job_names)."""
+        self.client = client
+        self.job_names = job_names
+
+    def collect(self) -> Iterator[Metric]:
+        up = _gauge("redis_up", "1 if Redis answered this scrape", [])
+        rtt = _gauge("redis_round_trip_seconds", "One PING to Redis, as serve measured it", [])
+        try:
+            rtt.add_metric([], round_trip_s(self.client))
+            families = self._jobs()
+        except StoreError:
+            up.add_metric([], 0.0)
+            yield up
+            return
+        up.add_metric([], 1.0)
+        yield up
+        yield rtt
+        yield from families.families.values()
+
+    def _jobs(self) -> JobFamilies:
+        families = JobFamilies()
+        for name in self.job_names()[:MAX_JOBS]:
+            store = JobStore(self.client, name, node_id="cli", writes_seen=None)
+            try:
+                report = store.status()
+            except StoreUnavailable:
+                raise
+            except StoreError:  # one job this version cannot read: leave it out
+                continue
+            if report.exists:
+                families.add_job(store, report)
+        return families
