@@ -11,6 +11,7 @@ from typing import Any
 
 import msgpack
 import pytest
+from sink_support import database_url, rows_of
 
 from scrapy_clustersync.results import decode_record
 from scrapy_clustersync.store.keys import JobKeys
@@ -101,22 +102,50 @@ def expected_items(web: TestSite) -> set[tuple[str, int]]:
     return {(url, position) for url in web.page_urls() for position in range(ITEMS_PER_PAGE)}
 
 
-def test_a_node_killed_mid_crawl_and_restarted_leaves_every_item_once(
+def exported_items(redis_url: str) -> Counter[tuple[str, int]]:
+    """How often each (page, position) item is in ``clustersync export listing``'s output (the
+    real command), each line checked to be one JSON result."""
+    run = clustersync(redis_url, "export", "listing", "--kinds", "item")
+    assert run.returncode == 0, run.output
+    found: Counter[tuple[str, int]] = Counter()
+    for line in run.stdout.splitlines():
+        result = json.loads(line)
+        found[(result["item"]["page"], result["item"]["position"])] += 1
+    return found
+
+
+def test_two_nodes_one_killed_and_restarted_leave_every_item_once_in_export_and_a_table(
     redis_server: RedisServer, site: SiteFactory, tmp_path: Path,
 ) -> None:
-    # given a node crawling a listing site of 80 pages through a slow item pipeline
+    # given two nodes crawling a listing site of 80 pages through a slow item pipeline
     web = site(80, links_per_page=3, delay_s=0.01)
-    first = listing_node("first", redis_server.url, web, tmp_path, PIPELINE_DELAY="0.002")
+    nodes = [listing_node(name, redis_server.url, web, tmp_path / name, PIPELINE_DELAY="0.002")
+             for name in ("first", "second")]
     wait_until(lambda: len(web.hits()) >= 25, 60, "25 pages fetched")
-    # when it is killed with SIGKILL mid-crawl, and another node is started in its place
-    first.kill()
-    second = listing_node("second", redis_server.url, web, tmp_path, PIPELINE_DELAY="0.002")
-    wait_all([second], timeout_s=120)
+    # when the first is killed with SIGKILL mid-crawl, and started again in its place
+    nodes[0].kill()
+    again = listing_node("first", redis_server.url, web, tmp_path / "first",
+                         PIPELINE_DELAY="0.002")
+    wait_all([nodes[1], again], timeout_s=120)
     # then every item is in the stream, each once, and each id once
     found = items_in_stream(redis_server)
     assert set(found) == expected_items(web)
     assert max(found.values()) == 1
     assert max(result_ids(redis_server).values()) == 1
+    # and `clustersync export` writes each once
+    exported = exported_items(redis_server.url)
+    assert set(exported) == expected_items(web) and max(exported.values()) == 1
+    # and a PostgreSQL sink's table holds one row per item
+    databases = database_url("postgresql", tmp_path)
+    url = next(databases)
+    try:
+        run = clustersync(redis_server.url, "sink", "listing", "--to", url, "--json")
+        assert run.returncode == 0, run.output
+        rows = rows_of(url, "listing", "id, item")
+    finally:
+        databases.close()
+    assert len(rows) == len({row[0] for row in rows}) == expected_item_count(web)
+    assert {(item["page"], item["position"]) for _, item in rows} == expected_items(web)
 
 
 def test_redis_away_for_seconds_mid_crawl_loses_and_repeats_no_result(
