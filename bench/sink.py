@@ -13,6 +13,7 @@ skipped. Every run checks that the destination holds every result.
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import sys
 import tempfile
 import time
@@ -30,6 +31,8 @@ from sqlalchemy import create_engine, text  # noqa: E402
 
 from scrapy_clustersync.cli.sink_command import open_sink, run_sink  # noqa: E402
 from scrapy_clustersync.results.reader import ResultReader  # noqa: E402
+from scrapy_clustersync.sinks.sql_columns import json_text  # noqa: E402
+from scrapy_clustersync.sinks.sql_sink import engine_url  # noqa: E402
 from testkit.redis_server import RedisServer  # noqa: E402
 
 TARGETS = {
@@ -81,6 +84,7 @@ def run_one(name: str, count: int, batch: int, columns: bool, tmp: Path) -> str:
             summary = run_sink(reader, sink, batch, follow=False)
             elapsed = time.perf_counter() - began
             left = client.xlen(make_job(client, "bench").results)
+            ceiling = executemany_ceiling(url, count, batch) if kind in CEILING else None
         finally:
             if kind in ADMIN:
                 database(kind, db, create=False)
@@ -88,8 +92,46 @@ def run_one(name: str, count: int, batch: int, columns: bool, tmp: Path) -> str:
                 queue = f"clustersync.bench-{db}"
                 delete_queues(url, queue, f"{queue}.dead")
     ok = "ok" if summary["written"] == count and left == 0 else "MISSING RESULTS"
-    return (f"{name:<22} {count:>7,} results in {elapsed:6.2f} s = {count / elapsed:>8,.0f}"
+    line = (f"{name:<22} {count:>7,} results in {elapsed:6.2f} s = {count / elapsed:>8,.0f}"
             f" results/s (batch {batch}{', --columns' if columns else ''}): {ok}")
+    if ceiling:
+        line += (f"\n{'':<22} executemany ceiling {ceiling:>8,.0f} rows/s (no Redis); "
+                 f"sink/ceiling {count / elapsed / ceiling:.2f}")
+    return line
+
+
+#: the SQL targets the executemany ceiling is measured for
+CEILING = ("sqlite", "postgresql", "mysql")
+
+
+def executemany_ceiling(url: str, count: int, batch: int) -> float:
+    """Rows/s of a plain DB-API ``executemany`` INSERT of the same rows into the same table
+    (emptied first), ``batch`` rows per statement and commit, the rows built beforehand (their
+    JSON already text): what the driver and the server allow, without Redis, decoding or
+    SQLAlchemy. The sink's results/s is quoted against it."""
+    engine = create_engine(engine_url(url))
+    mark = "?" if engine.dialect.paramstyle == "qmark" else "%s"
+    now = dt.datetime.now(dt.timezone.utc)
+    if engine.dialect.name != "postgresql":
+        now = now.replace(tzinfo=None)
+    rows = [(f"r{n:05d}", "item", f"http://site.test/{n}", "n1", now,
+             json_text(item(n))) for n in range(count)]
+    statement = (f"INSERT INTO bench (id, kind, url, node, crawled_at, item) "
+                 f"VALUES ({', '.join([mark] * 6)})")
+    connection = engine.raw_connection()
+    try:
+        cursor = connection.cursor()
+        cursor.execute("DELETE FROM bench")
+        connection.commit()
+        began = time.perf_counter()
+        for first in range(0, count, batch):
+            cursor.executemany(statement, rows[first:first + batch])
+            connection.commit()
+        elapsed = time.perf_counter() - began
+    finally:
+        connection.close()
+        engine.dispose()
+    return count / elapsed
 
 
 def main() -> None:

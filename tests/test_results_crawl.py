@@ -145,7 +145,8 @@ def test_two_nodes_one_killed_and_restarted_leave_every_item_once_in_export_and_
     finally:
         databases.close()
     assert len(rows) == len({row[0] for row in rows}) == expected_item_count(web)
-    assert {(item["page"], item["position"]) for _, item in rows} == expected_items(web)
+    items: list[Any] = [item for _, item in rows]
+    assert {(item["page"], item["position"]) for item in items} == expected_items(web)
 
 
 def test_redis_away_for_seconds_mid_crawl_loses_and_repeats_no_result(

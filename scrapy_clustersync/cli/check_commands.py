@@ -95,20 +95,50 @@ def full_stream_lines(store: JobStore, report: JobStatus) -> list[str]:
             for g in groups if g["lag"]]
 
 
+def holding_back(report: JobStatus, readers: dict[str, Any] | None) -> list[str] | None:
+    """While the results stream is full (the nodes pause): the reader groups that hold it back
+    (each has results to acknowledge), furthest behind first; None while it is not full or
+    the groups are not known."""
+    if "full_since_ms" not in report.results or readers is None:
+        return None
+    return [group["group"] for group in readers["groups"] if group["lag"]]
+
+
+def held_back_line(holders: list[str]) -> str:
+    if not holders:
+        return ("  results full: no reader group reads the stream; the nodes pause until one "
+                "does")
+    names = ", ".join(repr(name) for name in holders)
+    return (f"  results full: held back by reader group(s) {names}, not acknowledging "
+            "(`clustersync readers --delete` removes a group given up)")
+
+
+def echo_status_json(report: JobStatus, holders: list[str] | None,
+                     extras: dict[str, Any]) -> None:
+    """``status --json``: ``status_dict``, ``results.held_back_by`` while the stream is full,
+    and the ``extras`` given (those not None)."""
+    summary = status_dict(report)
+    if holders is not None:
+        summary["results"] = {**summary["results"], "held_back_by": holders}
+    summary.update({name: value for name, value in extras.items() if value is not None})
+    echo_json(summary)
+
+
 def show_status(report: JobStatus, attention: list[str] | None, as_json: bool,
                 every: bool = False, sites: dict[str, Any] | None = None,
                 readers: dict[str, Any] | None = None) -> None:
     """The status; with ``attention`` (``status --check``) what needs a person, or that
     nothing does; ``every``: list every node (``--all``); ``sites``: ``site_view.sites_dict``
     (``--sites``); ``readers``: ``reader_view.readers_dict``."""
+    holders = holding_back(report, readers)
     if as_json:
-        summary = status_dict(report)
-        extras = {"readers": readers, "needs_attention": attention, "sites": sites}
-        summary.update({name: value for name, value in extras.items() if value is not None})
-        echo_json(summary)
+        echo_status_json(report, holders, {"readers": readers, "needs_attention": attention,
+                                           "sites": sites})
         return
     out = console()
     print_status(report, out, every)
+    if holders is not None:
+        out.print(held_back_line(holders), markup=False)
     if readers is not None:
         print_readers(readers, out)
     if sites is not None:

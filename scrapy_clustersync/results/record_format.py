@@ -188,7 +188,11 @@ def _sorted_members(value: set[Any] | frozenset[Any]) -> list[Any]:
 
 
 def _json_key(key: Any) -> str:
+    """A map key as JSON text has it: a str as it is; None, a bool, a number as ``json.dumps``
+    spells it as a key (``null``, ``true``, ``1.5``); anything else its value's text."""
     if isinstance(key, str):
         return key
+    if key is None or isinstance(key, bool):
+        return "null" if key is None else "true" if key else "false"
     converted = to_json_value(key)
     return converted if isinstance(converted, str) else repr(converted)

@@ -12,6 +12,7 @@ in the ``item`` column.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -21,6 +22,8 @@ from sqlalchemy import JSON, BigInteger, Boolean, Column, DateTime, Double, Stri
 from sqlalchemy.dialects import mysql
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.types import TypeEngine
+
+from ..results.record_format import to_json_value
 
 #: the columns every sink table has
 FIXED = ("id", "kind", "url", "node", "crawled_at", "item")
@@ -36,6 +39,8 @@ KIND_TYPES: dict[str, TypeEngine[Any]] = {
 }
 _NOT_WORD = re.compile(r"[^a-z0-9_]")
 _INT64 = 2**63
+#: compact JSON, as every sink table stores it (non-ASCII as \\u escapes: any charset holds it)
+_dumps = functools.partial(json.dumps, separators=(",", ":"))
 
 
 def fixed_columns() -> list[Column[Any]]:
@@ -51,6 +56,21 @@ def fixed_columns() -> list[Column[Any]]:
             mysql.DATETIME(fsp=3), "mysql", "mariadb")),
         Column("item", JSON().with_variant(JSONB(), "postgresql")),
     ]
+
+
+def json_text(value: Any, nul_free: bool = False) -> str:
+    """The JSON text the ``item`` column stores of ``value`` (an item's map as read, or already
+    in its JSON form): ``json.dumps`` of ``storable(to_json_value(value), nul_free)``. Most
+    items are plain JSON already, so they are dumped as they are first (no walk through every
+    value in Python); only when that fails (a datetime, a set, a non-finite float) or holds a
+    NUL that ``nul_free`` forbids is the value converted first."""
+    try:
+        dumped = _dumps(value, allow_nan=False)
+    except (TypeError, ValueError):
+        dumped = ""
+    if not dumped or nul_free and "\\u0000" in dumped:
+        dumped = _dumps(storable(to_json_value(value), nul_free))
+    return dumped
 
 
 def storable(value: Any, nul_free: bool = False) -> Any:

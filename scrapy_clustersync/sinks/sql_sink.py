@@ -10,6 +10,7 @@ columns); with ``--columns`` it is widened (ALTER TABLE ADD COLUMN) as new item 
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 from datetime import timezone
@@ -26,6 +27,7 @@ from .sql_columns import (
     MAX_ITEM_COLUMNS,
     fit,
     fixed_columns,
+    json_text,
     kind_of_type,
     storable,
     value_kind,
@@ -58,11 +60,13 @@ def engine_url(url: str) -> str:
     return url if driver else f"{DRIVERS[base]}://{rest}"
 
 
-def open_engine(url: str) -> Engine:
-    """An engine for ``url``, its database reached once (DestinationFailed if it cannot be,
+def open_engine(url: str, nul_free: bool = False) -> Engine:
+    """An engine for ``url`` (its JSON written by ``json_text``; ``nul_free``: NUL made
+    U+FFFD, as PostgreSQL needs), its database reached once (DestinationFailed if it cannot be,
     DestinationUnusable for a bad URL or a driver that is not installed)."""
     try:
-        engine = create_engine(engine_url(url), pool_pre_ping=True)
+        engine = create_engine(engine_url(url), pool_pre_ping=True,
+                               json_serializer=functools.partial(json_text, nul_free=nul_free))
         with engine.connect():
             pass
     except (ArgumentError, NoSuchModuleError, ModuleNotFoundError) as exc:
@@ -91,7 +95,7 @@ class SqlSink:
     database fails (nothing of that batch is acknowledged then)."""
 
     def __init__(self, url: str, table: str, item_columns: bool = False) -> None:
-        self.engine = open_engine(url)
+        self.engine = open_engine(url, nul_free=engine_url(url).startswith("postgres"))
         self.dialect = self.engine.dialect.name
         self._nul_free = self.dialect == "postgresql"
         self.item_columns = item_columns
@@ -193,11 +197,12 @@ class SqlSink:
             "id": result.id, "kind": result.kind, "node": result.node,
             "crawled_at": at if self.dialect == "postgresql" else
             at.astimezone(timezone.utc).replace(tzinfo=None),
-            "item": storable(to_json_value(result.data), self._nul_free),
+            "item": result.data,  # made JSON by json_text, the engine's serializer
             "url": storable(result.url, self._nul_free),
         }
         if not self.item_columns:
             return row
+        row["item"] = storable(to_json_value(result.data), self._nul_free)
         row.update(dict.fromkeys(self.columns))
         if result.kind == "item":
             for field, value in row["item"].items():
