@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import json
 import sys
 import tempfile
 import time
@@ -31,7 +32,6 @@ from sqlalchemy import create_engine, text  # noqa: E402
 
 from scrapy_clustersync.cli.sink_command import open_sink, run_sink  # noqa: E402
 from scrapy_clustersync.results.reader import ResultReader  # noqa: E402
-from scrapy_clustersync.sinks.sql_columns import json_text  # noqa: E402
 from scrapy_clustersync.sinks.sql_sink import engine_url  # noqa: E402
 from testkit.redis_server import RedisServer  # noqa: E402
 
@@ -80,9 +80,9 @@ def run_one(name: str, count: int, batch: int, columns: bool, tmp: Path) -> str:
         try:
             reader = ResultReader(None, "bench", "bench", "c1", client=client, kinds=["item"])
             sink = open_sink(url, "bench", None, f"clustersync.bench-{db}", columns)
-            began = time.perf_counter()
+            began, cpu = time.perf_counter(), time.process_time()
             summary = run_sink(reader, sink, batch, follow=False)
-            elapsed = time.perf_counter() - began
+            elapsed, cpu = time.perf_counter() - began, time.process_time() - cpu
             left = client.xlen(make_job(client, "bench").results)
             ceiling = executemany_ceiling(url, count, batch) if kind in CEILING else None
         finally:
@@ -93,7 +93,8 @@ def run_one(name: str, count: int, batch: int, columns: bool, tmp: Path) -> str:
                 delete_queues(url, queue, f"{queue}.dead")
     ok = "ok" if summary["written"] == count and left == 0 else "MISSING RESULTS"
     line = (f"{name:<22} {count:>7,} results in {elapsed:6.2f} s = {count / elapsed:>8,.0f}"
-            f" results/s (batch {batch}{', --columns' if columns else ''}): {ok}")
+            f" results/s (batch {batch}{', --columns' if columns else ''}): {ok}; sink CPU "
+            f"{cpu / count * 1e6:.0f} us/result (one core: {count / cpu:,.0f}/s)")
     if ceiling:
         line += (f"\n{'':<22} executemany ceiling {ceiling:>8,.0f} rows/s (no Redis); "
                  f"sink/ceiling {count / elapsed / ceiling:.2f}")
@@ -115,7 +116,7 @@ def executemany_ceiling(url: str, count: int, batch: int) -> float:
     if engine.dialect.name != "postgresql":
         now = now.replace(tzinfo=None)
     rows = [(f"r{n:05d}", "item", f"http://site.test/{n}", "n1", now,
-             json_text(item(n))) for n in range(count)]
+             json.dumps(item(n), separators=(",", ":"))) for n in range(count)]
     statement = (f"INSERT INTO bench (id, kind, url, node, crawled_at, item) "
                  f"VALUES ({', '.join([mark] * 6)})")
     connection = engine.raw_connection()

@@ -8,7 +8,10 @@ group share the work. docs/results-readers.md.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+import queue
+import threading
+from collections.abc import Iterator
+from typing import Any, Protocol, TypeVar
 
 import click
 
@@ -21,6 +24,7 @@ from .options import job_argument, json_option, settings_option
 from .output import echo_json
 from .result_commands import batch_option, follow_option, group_options, group_reader, kinds_option
 
+T = TypeVar("T")
 SQL_SCHEMES = ("postgresql", "postgres", "mysql", "mariadb", "sqlite")
 AMQP_SCHEMES = ("amqp", "amqps")
 
@@ -115,7 +119,7 @@ def run_sink(reader: Any, destination: Sink, batch_size: int, follow: bool) -> d
     the destination fails (that batch stays unacknowledged: it comes again)."""
     written = batches = 0
     try:
-        for batch in reader.batches(count=batch_size, follow=follow):
+        for batch in read_ahead(reader.batches(count=batch_size, follow=follow)):
             written += destination.write(batch)
             reader.ack(batch)
             batches += 1
@@ -124,3 +128,57 @@ def run_sink(reader: Any, destination: Sink, batch_size: int, follow: bool) -> d
     finally:
         destination.close()
     return {"written": written, "batches": batches}
+
+
+#: batches read ahead of the one being written, at most
+READ_AHEAD = 2
+_DONE = object()
+
+
+def read_ahead(batches: Iterator[T], depth: int = READ_AHEAD) -> Iterator[T]:
+    """``batches``, read in a thread of their own up to ``depth`` ahead: the next batch is
+    read from Redis and decoded while the one before is written (the acknowledgements stay in
+    the caller's thread, each after its write). An exception of the reading is raised here,
+    after the batches read before it. Once the caller stops, the reading stops at its next
+    batch (what it read ahead is not acknowledged: it comes again)."""
+    ahead = _ReadAhead(depth)
+    threading.Thread(target=ahead.read, args=(batches,), name="clustersync-sink-read",
+                     daemon=True).start()
+    try:
+        while True:
+            batch, error = ahead.box.get()
+            if batch is _DONE:
+                if error is not None:
+                    raise error
+                return
+            yield batch
+    finally:
+        ahead.stop.set()
+
+
+class _ReadAhead:
+    """The reading thread's side of ``read_ahead``: a bounded box, and a stop flag."""
+
+    def __init__(self, depth: int) -> None:
+        self.box: queue.Queue[tuple[Any, BaseException | None]] = queue.Queue(maxsize=depth)
+        self.stop = threading.Event()
+
+    def read(self, batches: Iterator[Any]) -> None:
+        try:
+            for batch in batches:
+                if not self._put((batch, None)):
+                    return
+        except BaseException as exc:  # handed to the caller's thread, raised there
+            self._put((_DONE, exc))
+            return
+        self._put((_DONE, None))
+
+    def _put(self, entry: tuple[Any, BaseException | None]) -> bool:
+        """Put ``entry`` in the box once there is room; False if the caller stopped first."""
+        while not self.stop.is_set():
+            try:
+                self.box.put(entry, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False

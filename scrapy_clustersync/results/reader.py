@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import threading
 from collections.abc import Callable, Collection, Iterator
 from typing import TYPE_CHECKING
 
@@ -113,6 +114,10 @@ class ResultReader:
         self.claim_idle_ms = max(0, int(claim_idle_s * 1000))
         self.kinds = check_kinds(kinds)
         self._claim_cursor = "0-0"
+        #: stream ids of the batches yielded and not acknowledged yet (a caller that reads
+        #: ahead in a thread holds some while the reading goes on)
+        self._held: set[str] = set()
+        self._held_lock = threading.Lock()
         if not read_job(client, self.keys).exists:
             raise JobMissing(f"job {job!r} does not exist")
         self.store.register(group)
@@ -122,7 +127,10 @@ class ResultReader:
         """Batches of at most ``count`` results, until the job ended and the group has every
         result acknowledged (``follow``: on and on, waiting ``block_ms`` at a time). First
         what this consumer had pending (it started again), then what consumers that died left
-        pending, then new results. A batch left unacknowledged comes again (see the class)."""
+        pending, then new results. A batch left unacknowledged comes again (see the class). The
+        batches may be read ahead of their acknowledgement (in another thread): the end is
+        reached once the group has nothing left to acknowledge but the batches this reader
+        yielded."""
         block_ms = min(max(block_ms, 1), MAX_BLOCK_MS)
         yield from self._own_pending(count)
         ended = False  # known only after a read found nothing: read once more, then stop
@@ -135,8 +143,8 @@ class ResultReader:
                     yield batch
                 continue
             if ended:
-                if self.store.group(self.group).behind == 0:
-                    return
+                if self.store.group(self.group).behind <= self._held_count():
+                    return  # nothing is left but what this reader's caller holds
                 ended = False  # other consumers still hold results: wait for them, blocking
                 continue
             ended = not follow and job_ended(read_job(self.store.client, self.keys))
@@ -146,7 +154,19 @@ class ResultReader:
         good); answers how many were still pending. Trims what every group acknowledged."""
         if not batch.stream_ids:
             return 0
-        return self.store.ack(self.group, batch.stream_ids)[0]
+        acked = self.store.ack(self.group, batch.stream_ids)[0]
+        with self._held_lock:
+            self._held.difference_update(batch.stream_ids)
+        return acked
+
+    def _held_count(self) -> int:
+        with self._held_lock:
+            return len(self._held)
+
+    def _hold(self, batch: Batch) -> Batch:
+        with self._held_lock:
+            self._held.update(batch.stream_ids)
+        return batch
 
     def _own_pending(self, count: int) -> Iterator[Batch]:
         after = "0"
@@ -171,7 +191,7 @@ class ResultReader:
         acknowledged here."""
         batch = decode_batch(entries, self.kinds)
         if batch:
-            return batch
+            return self._hold(batch)
         self.ack(batch)
         return None
 
