@@ -119,11 +119,17 @@ def decode_record(stream_id: str | bytes, fields: dict[Any, Any]) -> Result:
     """
     sid = stream_id.decode() if isinstance(stream_id, bytes) else str(stream_id)
     try:
+        if fields.keys() >= _BYTES_KEYS:  # as redis-py returns them: no key to convert
+            return _decode(sid, {name: fields[key] for name, key in _FIELD_KEYS})
         return _decode(sid, {_text(key): value for key, value in fields.items()})
     except ValueError as exc:
         raise ValueError(f"result {sid}: {exc}") from None
     except (TypeError, KeyError, AttributeError, IndexError) as exc:
         raise ValueError(f"result {sid}: bad record ({type(exc).__name__}: {exc})") from None
+
+
+_FIELD_KEYS = (("v", b"v"), ("k", b"k"), ("id", b"id"), ("d", b"d"))
+_BYTES_KEYS = frozenset(key for _, key in _FIELD_KEYS)
 
 
 def _decode(sid: str, fields: dict[str, Any]) -> Result:
