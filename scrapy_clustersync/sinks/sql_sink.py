@@ -97,11 +97,6 @@ class SqlSink:
     def __init__(self, url: str, table: str, item_columns: bool = False) -> None:
         self.engine = open_engine(url, nul_free=engine_url(url).startswith("postgres"))
         self.dialect = self.engine.dialect.name
-        if self.dialect in ("postgresql", "mysql", "mariadb"):
-            # a batch as multi-row INSERTs (SQLAlchemy's "insertmanyvalues", at most 32,700
-            # parameters each), not the driver's executemany of a statement per row: a
-            # third less CPU per row, and fewer round trips
-            self.engine.dialect.use_insertmanyvalues_wo_returning = True
         self._nul_free = self.dialect == "postgresql"
         self.item_columns = item_columns
         self.name = table
