@@ -22,6 +22,7 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 
 from ..results.record_format import Result, to_json_value
 from .destination_errors import DestinationFailed, DestinationUnusable
+from .pg_copy import copy_upsert
 from .sql_columns import (
     KIND_TYPES,
     MAX_ITEM_COLUMNS,
@@ -98,6 +99,10 @@ class SqlSink:
         self.engine = open_engine(url, nul_free=engine_url(url).startswith("postgres"))
         self.dialect = self.engine.dialect.name
         self._nul_free = self.dialect == "postgresql"
+        self._copy = self.engine.dialect.driver == "psycopg"  # pg_copy.py
+        #: what the driver raises where SQLAlchemy does not wrap it (pg_copy's raw cursor)
+        self._driver_errors: tuple[type[Exception], ...] = (
+            DBAPIError, getattr(self.engine.dialect.loaded_dbapi, "Error", DBAPIError))
         self.item_columns = item_columns
         self.name = table
         #: item field -> (column, kind), from the table as found and as widened since
@@ -124,7 +129,7 @@ class SqlSink:
     def _guard(self, action: Any) -> Any:
         try:
             return action()
-        except DBAPIError as exc:
+        except self._driver_errors as exc:
             raise DestinationFailed(f"{safe_url(str(self.engine.url))} failed: "
                                     f"{first_line(exc)}") from None
 
@@ -213,7 +218,10 @@ class SqlSink:
 
     def _upsert(self, values: list[dict[str, Any]]) -> None:
         with self.engine.begin() as conn:
-            conn.execute(self._statement(), values)
+            if self._copy:
+                copy_upsert(conn, self.table, values)
+            else:
+                conn.execute(self._statement(), values)
 
     def _statement(self) -> Any:
         names = [c.name for c in self.table.columns if c.name != "id"]
