@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from typing import Any, Protocol, TypeVar
 
 import click
@@ -135,7 +135,7 @@ READ_AHEAD = 2
 _DONE = object()
 
 
-def read_ahead(batches: Iterator[T], depth: int = READ_AHEAD) -> Iterator[T]:
+def read_ahead(batches: Iterator[T], depth: int = READ_AHEAD) -> Generator[T, None, None]:
     """``batches``, read in a thread of their own up to ``depth`` ahead: the next batch is
     read from Redis and decoded while the one before is written (the acknowledgements stay in
     the caller's thread, each after its write). An exception of the reading is raised here,
