@@ -2,8 +2,9 @@
 with SQLAlchemy Core.
 
 Each batch is deduplicated by result id and upserted in one transaction (INSERT ... ON
-CONFLICT DO UPDATE; ON DUPLICATE KEY UPDATE on MySQL/MariaDB): a batch delivered again (its
-sink died after the commit, before the acknowledgement) rewrites the same rows, so the table
+CONFLICT DO UPDATE; ON DUPLICATE KEY UPDATE on MySQL/MariaDB; through COPY on PostgreSQL with
+psycopg 3, pg_copy.py): a batch delivered again (its sink died after the commit, before the
+acknowledgement) rewrites the same rows, so the table
 holds every result exactly once. The table is created if missing (sql_columns.py has its
 columns); with ``--columns`` it is widened (ALTER TABLE ADD COLUMN) as new item fields come.
 """
