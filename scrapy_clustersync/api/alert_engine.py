@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from ..store import StoreError
+from ..store import JobStore, StoreError
 from ..store.alert_state import AlertStateStore, server_ms
 from ..store.consistency import Finding, JobCheck
 from .alert_checks import CHECKS, CheckInput, Sample
@@ -108,9 +108,10 @@ class AlertEngine:
         self._scheduled_check(reading)
         given = CheckInput(reading, dict(self.findings))
         firing = self.state.firing()
+        read_jobs = {report.job for _store, report in reading.jobs}
         sent = []
         for rule in self.rules.rules:
-            sent += self._evaluate_rule(rule, self._samples(rule, given), firing)
+            sent += self._evaluate_rule(rule, self._samples(rule, given), firing, read_jobs)
         return sent
 
     def _scheduled_check(self, reading: ClusterReading) -> None:
@@ -130,7 +131,8 @@ class AlertEngine:
         return [s for s in found if all(s.labels.get(k) == v for k, v in rule.match.items())]
 
     def _evaluate_rule(self, rule: Rule, samples: Iterable[Sample],
-                       firing: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+                       firing: dict[str, dict[str, Any]],
+                       read_jobs: set[str]) -> list[dict[str, Any]]:
         now, sent, seen = self.clock(), [], set()
         warm = now - self.started >= max(rule.for_s, rule.increase_over_s)
         for sample in samples:
@@ -149,9 +151,23 @@ class AlertEngine:
         gone = [key for key, record in firing.items()
                 if record.get("rule") == rule.name and key not in seen]
         for key in gone if warm else ():
+            if not self._vanished(firing[key].get("job"), read_jobs):
+                continue
             self.holding.pop(key, None)
             sent += self._resolve(rule, key, None)
         return sent
+
+    def _vanished(self, job: str | None, read_jobs: set[str]) -> bool:
+        """An alert whose series is gone resolves if its job was read (a node of an earlier
+        run, say) or no longer exists (purged); not for a job this process did not read (its
+        list of jobs is older than the job)."""
+        if job is None or job in read_jobs:
+            return True
+        store = JobStore(self.state.client, job, node_id="cli", writes_seen=None)
+        try:
+            return not store.status().exists
+        except StoreError:
+            return False
 
     def _value(self, rule: Rule, key: str, value: float, now: float) -> float:
         """The value compared: the sample's, or how much it grew over ``increase_over``."""
