@@ -20,9 +20,8 @@ def expressions(node: Any) -> Iterator[str]:
     queries."""
     if isinstance(node, dict):
         for key, value in node.items():
-            if key in ("expr", "definition") and isinstance(value, str):
-                yield value
-            elif key == "query" and isinstance(value, str) and "(" in value:
+            query = key == "query" and "(" in str(value)
+            if isinstance(value, str) and (key in ("expr", "definition") or query):
                 yield value
             else:
                 yield from expressions(value)
