@@ -140,3 +140,40 @@ def test_the_webhook_retries_with_backoff_and_gives_up_after_its_tries() -> None
         assert not hook.deliver({"rule": "r", "state": "firing"})
     finally:
         hook.stop()
+
+
+CONSISTENCY = parse_rules("""
+[[rule]]
+name = "consistency"
+check = "consistency"
+op = ">"
+threshold = 0
+""", "test")
+
+
+def test_the_scheduled_check_runs_at_its_interval_and_its_findings_fire_an_alert(
+    store: JobStore,
+) -> None:
+    # given serve checking every 60 s, and a job whose counters do not add up
+    clock = Clock()
+    alerts = AlertEngine(store.client, lambda: ["shop"], CONSISTENCY, None, clock=clock,
+                         check_every_s=60)
+    store.client.hset(store.keys.stats, "pushed", 5)
+    # then the first evaluation checks and fires, naming what it found
+    sent = alerts.evaluate()
+    assert states(sent) == [("consistency", "firing")]
+    assert "counters" in str(sent[0]["detail"]) and sent[0]["value"] == 1.0
+    # when it is mended, the check runs again only once its interval passed
+    store.client.hset(store.keys.stats, "pushed", 1)
+    clock.now += 30
+    assert alerts.evaluate() == []
+    clock.now += 31
+    assert states(alerts.evaluate()) == [("consistency", "resolved")]
+
+
+def test_without_the_scheduled_check_the_consistency_rule_has_nothing_to_read(
+    store: JobStore,
+) -> None:
+    store.client.hset(store.keys.stats, "pushed", 5)
+    alerts = AlertEngine(store.client, lambda: ["shop"], CONSISTENCY, None, clock=Clock())
+    assert alerts.evaluate() == [] and alerts.findings == {}
