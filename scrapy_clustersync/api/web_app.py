@@ -40,9 +40,9 @@ def create_app(api: ApiContext, alerts: AlertOptions | None = None) -> FastAPI:
     install_error_handlers(app)
     app.include_router(read_routes.router)
     app.include_router(write_routes.router)
-    install_alerts(app, api, alerts)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(ClusterCollector(api.client, api.job_names))
+    install_alerts(app, api, alerts)
     page = dashboard_html()
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
