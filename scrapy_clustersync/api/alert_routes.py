@@ -59,7 +59,10 @@ def install_alerts(app: FastAPI, api: ApiContext, options: AlertOptions | None) 
     @asynccontextmanager
     async def lifespan(app_: FastAPI) -> AsyncIterator[Any]:
         webhook = Webhook(url) if url else None
-        engine = AlertEngine(api.client, api.job_names, rules, webhook, options.every_s,
+        # a list of jobs of its own: the engine's first read (before any job exists) must not
+        # leave the API's list empty for JOB_NAMES_TTL_S
+        own = ApiContext(api.client, api.project, api.loopback)
+        engine = AlertEngine(api.client, own.job_names, rules, webhook, options.every_s,
                              options.check_every_s)
         engine.start()
         try:
