@@ -51,8 +51,10 @@ def access_line(tokens: int, loopback: bool, where: str) -> str:
 @click.option("--alert-webhook", metavar="URL",
               help="POST each alert's firing and resolving here (JSON); overrides the file's.")
 @click.option("--alert-every", type=click.FloatRange(0, 3600), default=5.0, show_default=True,
+              metavar="SECONDS",
               help="Evaluate the alert rules every SECONDS (0: no alerts).")
 @click.option("--check-every", type=click.FloatRange(0), default=0.0, show_default=True,
+              metavar="SECONDS",
               help="Run the consistency check of `clustersync check` on every job every "
                    "SECONDS and alert on its findings (0: never).")
 @settings_option
