@@ -120,7 +120,9 @@ def test_the_dashboard_in_a_browser_shows_the_nodes_a_dead_one_and_pauses_the_cr
         time.sleep(2)
         assert web.hits() == paused_at, "pages were fetched after the pause"
         assert pages_fetched(web) < web.pages
-        # and the dead node's alert is listed, firing
+        # and, the page reloaded (its first poll reads the alerts), the dead node's alert is
+        # listed, firing
+        browser.refresh()
         wait_until(lambda: any("node_dead" in t for t in texts(browser, "#alerts li.firing")),
                    15, "the dead node's alert")
         assert "Busiest sites" in browser.page_source
