@@ -44,7 +44,7 @@ def create_user(server: RedisServer, user: str) -> str:
     admin = server.client()
     for line in documented_lines(user):
         line = line.replace(f">{user.upper()}_PASSWORD", f">{PASSWORDS[user]}")
-        admin.execute_command(*shlex.split(line))
+        admin.execute_command(*shlex.split(line))  # type: ignore[no-untyped-call]
     return f"redis://{user}:{PASSWORDS[user]}@{LOCALHOST}:{server.port}/0"
 
 
