@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from redis.sentinel import SentinelConnectionPool
@@ -81,3 +82,27 @@ def test_a_client_of_its_own_of_a_sentinel_client_follows_the_same_service() -> 
     own = client_of_its_own(client).connection_pool
     assert isinstance(own, SentinelConnectionPool) and own is not client.connection_pool
     assert own.service_name == "svc" and own.connection_kwargs["connection_pool"] is own.proxy
+
+
+def test_a_node_behind_sentinels_reports_the_address_it_reaches_them_from() -> None:
+    from scrapy_clustersync.node.node_record import local_ip
+
+    assert local_ip("redis+sentinel://127.0.0.1:26379,10.0.0.2:26379/svc") == "127.0.0.1"
+
+
+def test_status_shows_the_primary_and_its_failovers() -> None:
+    from scrapy_clustersync.cli.status_view import _primary_line, primary_of
+    from scrapy_clustersync.store import JobStatus
+
+    blank: dict[str, Any] = {"queued": 0, "leased": 0, "seen": 0, "dead_letters": 0, "counters": {},
+             "start_claimed_by": None, "start_done": False, "server_ms": 0}
+    report = JobStatus(job="j", exists=True, **blank, meta={
+        "primary": "10.0.0.6:6379", "primary_before": "10.0.0.5:6379", "primary_changes": "2",
+        "primary_changed_ms": "1748772843000"})
+    primary = primary_of(report)
+    assert primary == {"address": "10.0.0.6:6379", "failovers": 2, "before": "10.0.0.5:6379",
+                       "changed_at": "2025-06-01T10:14:03+00:00"}
+    assert str(_primary_line(primary)[0]) == (
+        "  primary      10.0.0.6:6379 (through Sentinel); failed over 2 time(s), last at "
+        "2025-06-01T10:14:03+00:00 from 10.0.0.5:6379")
+    assert primary_of(JobStatus(job="j", exists=True, **blank)) is None
