@@ -16,6 +16,7 @@ from typing import Any
 import redis
 
 from ._service import Service
+from .proxy import TcpProxy
 from .redis_server import LOCALHOST, RedisServer, redis_server_binary
 from .tls_certs import CertFiles
 
@@ -99,11 +100,14 @@ class SentinelGroup(Service):
 
     ``url``: ``redis+sentinel://127.0.0.1:P1,.../SERVICE/0``. `start` returns once the replica
     is in sync and every sentinel knows the replica and the other sentinels, so a failover can
-    happen from then on."""
+    happen from then on. ``cuttable``: the replica replicates through a proxy, so that
+    `cut_replication` can leave it behind the primary (give a ``failover_timeout_ms`` longer
+    than the test: sentinels point a replica that replicates from another address than the
+    primary's back at the primary once that long has passed)."""
 
     def __init__(self, directory: str | Path, service: str = "crawl", sentinel_count: int = 3,
                  down_after_ms: int = 500, failover_timeout_ms: int = 3000,
-                 extra_args: Sequence[str] = ()) -> None:
+                 extra_args: Sequence[str] = (), cuttable: bool = False) -> None:
         self.directory = Path(directory)
         self.service = service
         args = (*REPLICATION_ARGS, *extra_args)
@@ -115,6 +119,7 @@ class SentinelGroup(Service):
                            down_after_ms, failover_timeout_ms)
             for i in range(sentinel_count)]
         self._sentinel_clients: dict[int, redis.Redis] = {}
+        self.link = TcpProxy(LOCALHOST, self.primary.port) if cuttable else None
 
     @property
     def url(self) -> str:
@@ -123,7 +128,10 @@ class SentinelGroup(Service):
 
     def start(self, timeout_s: float = 30.0) -> SentinelGroup:
         self.primary.start()
-        self.replica.extra_args += ("--replicaof", LOCALHOST, str(self.primary.port))
+        upstream = self.primary.port
+        if self.link is not None:
+            upstream = self.link.start().port
+        self.replica.extra_args += ("--replicaof", LOCALHOST, str(upstream))
         self.replica.start()
         deadline = time.monotonic() + timeout_s
         replica = self.replica.client(socket_timeout=1)
@@ -166,9 +174,17 @@ class SentinelGroup(Service):
               time.monotonic() + timeout_s, "the sentinels to promote the replica")
         return self.current_primary()
 
+    def cut_replication(self) -> None:
+        """Cut the replica from the primary (``cuttable`` only): what the primary confirms from
+        now on never reaches the replica."""
+        assert self.link is not None, "a SentinelGroup(cuttable=True) only"
+        self.link.cut()
+
     def stop(self) -> None:
         for each in [*self.sentinels, *self.servers]:
             each.stop()
+        if self.link is not None:
+            self.link.stop()
 
 
 def _wait(condition: Any, deadline: float, what: str) -> None:

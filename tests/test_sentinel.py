@@ -95,3 +95,28 @@ def test_the_primary_is_not_recorded_for_a_job_that_is_not_there(
     store.client.delete(store.keys.meta)
     assert PrimaryScript(store.client, store.keys).run("10.0.0.9:6379") is None
     assert not store.client.exists(store.keys.meta)
+
+
+def test_writes_the_replica_never_received_are_a_rollback_and_crawled_again(
+    tmp_path: Path, site: SiteFactory,
+) -> None:
+    # given two nodes crawling through Sentinel, with the replica cut from the primary
+    # mid-crawl: what the primary confirms from then on is lost in the failover
+    require_redis_server()
+    group = SentinelGroup(tmp_path / "ha", cuttable=True, failover_timeout_ms=120_000)
+    with group:
+        web = site(PAGES, delay_s=0.02)
+        nodes = start_nodes(2, group.url, web.start_url, tmp_path, {"CONCURRENT_REQUESTS": "4"})
+        wait_until(lambda: pages_fetched(web) >= KILL_AFTER, 60, f"{KILL_AFTER} pages fetched")
+        group.cut_replication()
+        cut_at = pages_fetched(web)
+        wait_until(lambda: pages_fetched(web) >= cut_at + 20, 60, "20 more pages fetched")
+        # when the primary is killed and the lagging replica promoted
+        first = group.primary
+        first.kill()
+        group.wait_for_failover(first.port)
+        wait_all(nodes, timeout_s=90)
+    # then the nodes saw Redis come back older, crawled again what was lost, and finished
+    assert any("came back older than this node saw it" in node.log() for node in nodes)
+    assert missing_pages(web) == []
+    assert [node.process.returncode for node in nodes] == [0, 0]
