@@ -3,7 +3,8 @@ watched by sentinels, all real ``redis-server`` processes on free ports of 127.0
 
 `TlsRedisServer` listens for TLS only (``--port 0``): nothing can reach it in the clear.
 `SentinelGroup` runs a primary, a replica and three sentinels (quorum 2) with short failure
-detection, so a killed primary is replaced within a few seconds.
+detection, so a killed primary is replaced within a few seconds; with certificates, every one of
+them speaks TLS only.
 """
 
 from __future__ import annotations
@@ -27,6 +28,31 @@ REPLICATION_ARGS = ("--repl-diskless-sync-delay", "0")
 _POLL_S = 0.05
 
 
+def tls_args(port: int, certs: CertFiles) -> list[str]:
+    """redis-server options to listen on ``port`` for TLS only, with ``certs``, asking every
+    client for a certificate of the same CA, and replicating over TLS too."""
+    return ["--port", "0", "--tls-port", str(port), "--tls-cert-file", str(certs.cert),
+            "--tls-key-file", str(certs.key), "--tls-ca-cert-file", str(certs.ca),
+            "--tls-auth-clients", "yes", "--tls-replication", "yes"]
+
+
+def tls_kwargs(files: CertFiles) -> dict[str, Any]:
+    """redis-py's TLS keywords for a client holding ``files``."""
+    return {"ssl_ca_certs": str(files.ca), "ssl_certfile": str(files.cert),
+            "ssl_keyfile": str(files.key)}
+
+
+def answering_pid(url: str, **kwargs: Any) -> int | None:
+    """The ``process_id`` the server at ``url`` reports, None if it does not answer."""
+    probe = redis.Redis.from_url(url, socket_timeout=0.5, **kwargs)
+    try:
+        return int(probe.info("server")["process_id"])
+    except (redis.RedisError, OSError, KeyError):
+        return None
+    finally:
+        probe.close()
+
+
 class TlsRedisServer(RedisServer):
     """A ``redis-server`` that speaks TLS only, with ``certs`` (its certificate, key and the CA
     that must have signed every client's certificate: ``--tls-auth-clients yes``)."""
@@ -42,39 +68,26 @@ class TlsRedisServer(RedisServer):
         return "rediss" + super().url[len("redis"):]
 
     def command_line(self) -> list[str]:
-        return super().command_line() + [
-            "--port", "0", "--tls-port", str(self.port),
-            "--tls-cert-file", str(self.certs.cert), "--tls-key-file", str(self.certs.key),
-            "--tls-ca-cert-file", str(self.certs.ca), "--tls-auth-clients", "yes",
-        ]
-
-    def tls_kwargs(self, client: CertFiles | None = None) -> dict[str, Any]:
-        """redis-py's TLS keywords for a client with ``client``'s files (default: the
-        server's own, which the CA signed for both ends)."""
-        files = client or self.certs
-        return {"ssl_ca_certs": str(files.ca), "ssl_certfile": str(files.cert),
-                "ssl_keyfile": str(files.key)}
+        return super().command_line() + tls_args(self.port, self.certs)
 
     def client(self, **kwargs: Any) -> redis.Redis:
-        return super().client(**{**self.tls_kwargs(), **kwargs})
+        """A client holding the server's own files (the CA signed them for both ends)."""
+        return super().client(**{**tls_kwargs(self.certs), **kwargs})
 
     def answering_pid(self) -> int | None:
-        probe = redis.Redis.from_url(self.url, socket_timeout=0.5, **self.tls_kwargs())
-        try:
-            return int(probe.info("server")["process_id"])
-        except (redis.RedisError, OSError):
-            return None
-        finally:
-            probe.close()
+        return answering_pid(self.url, **tls_kwargs(self.certs))
 
 
 class SentinelServer(RedisServer):
     """One sentinel (``redis-server CONF --sentinel``) watching ``service`` on
-    ``primary_port``; it rewrites its config file in ``directory`` as sentinels do."""
+    ``primary_port``; it rewrites its config file in ``directory`` as sentinels do. With
+    ``certs`` it speaks TLS only, to its clients and to the servers."""
 
     def __init__(self, directory: str | Path, service: str, primary_port: int,
-                 down_after_ms: int, failover_timeout_ms: int) -> None:
+                 down_after_ms: int, failover_timeout_ms: int,
+                 certs: CertFiles | None = None) -> None:
         super().__init__(directory)
+        self.certs = certs
         self.config_lines = [
             f"sentinel monitor {service} {LOCALHOST} {primary_port} 2",
             f"sentinel down-after-milliseconds {service} {down_after_ms}",
@@ -90,9 +103,22 @@ class SentinelServer(RedisServer):
         self.directory.mkdir(parents=True, exist_ok=True)
         config = self.directory / "sentinel.conf"
         config.write_text("\n".join(self.config_lines) + "\n")
-        return [binary, str(config), "--sentinel", "--port", str(self.port), "--bind",
+        line = [binary, str(config), "--sentinel", "--port", str(self.port), "--bind",
                 LOCALHOST, "--dir", str(self.directory), "--daemonize", "no",
                 "--logfile", str(self.log_path)]
+        return line + (tls_args(self.port, self.certs) if self.certs else [])
+
+    @property
+    def url(self) -> str:
+        return ("rediss" if self.certs else "redis") + super().url[len("redis"):]
+
+    def client(self, **kwargs: Any) -> redis.Redis:
+        return super().client(**{**(tls_kwargs(self.certs) if self.certs else {}), **kwargs})
+
+    def answering_pid(self) -> int | None:
+        if self.certs is None:
+            return super().answering_pid()
+        return answering_pid(self.url, **tls_kwargs(self.certs))
 
 
 class SentinelGroup(Service):
@@ -107,16 +133,19 @@ class SentinelGroup(Service):
 
     def __init__(self, directory: str | Path, service: str = "crawl", sentinel_count: int = 3,
                  down_after_ms: int = 500, failover_timeout_ms: int = 3000,
-                 extra_args: Sequence[str] = (), cuttable: bool = False) -> None:
+                 extra_args: Sequence[str] = (), cuttable: bool = False,
+                 certs: CertFiles | None = None) -> None:
         self.directory = Path(directory)
         self.service = service
+        self.certs = certs
         args = (*REPLICATION_ARGS, *extra_args)
-        self.primary = RedisServer(self.directory / "primary", extra_args=args)
-        self.replica = RedisServer(self.directory / "replica", extra_args=args)
+        self.primary, self.replica = (
+            TlsRedisServer(self.directory / name, certs, extra_args=args) if certs else
+            RedisServer(self.directory / name, extra_args=args) for name in ("primary", "replica"))
         self.servers = [self.primary, self.replica]
         self.sentinels = [
             SentinelServer(self.directory / f"sentinel-{i}", service, self.primary.port,
-                           down_after_ms, failover_timeout_ms)
+                           down_after_ms, failover_timeout_ms, certs)
             for i in range(sentinel_count)]
         self._sentinel_clients: dict[int, redis.Redis] = {}
         self.link = TcpProxy(LOCALHOST, self.primary.port) if cuttable else None
@@ -124,7 +153,7 @@ class SentinelGroup(Service):
     @property
     def url(self) -> str:
         hosts = ",".join(f"{LOCALHOST}:{each.port}" for each in self.sentinels)
-        return f"redis+sentinel://{hosts}/{self.service}/0"
+        return f"{'rediss' if self.certs else 'redis'}+sentinel://{hosts}/{self.service}/0"
 
     def start(self, timeout_s: float = 30.0) -> SentinelGroup:
         self.primary.start()

@@ -10,12 +10,20 @@ import pytest
 
 from scrapy_clustersync.config import TlsOptions
 from scrapy_clustersync.store import make_client
-from testkit.redis_ha import TlsRedisServer
+from testkit.redis_ha import SentinelGroup, TlsRedisServer
 from testkit.site import TestSite
 from testkit.tls_certs import CertFiles, issue, make_ca
 
 from conftest import SiteFactory, require_redis_server
-from support import clustersync, missing_pages, pages_fetched, start_node, start_nodes, wait_all
+from support import (
+    clustersync,
+    missing_pages,
+    pages_fetched,
+    start_node,
+    start_nodes,
+    wait_all,
+    wait_until,
+)
 
 
 @pytest.fixture
@@ -80,3 +88,24 @@ def test_a_client_without_a_certificate_is_refused_by_the_server(
     client = make_client(tls_redis.url, TlsOptions(ca_certs=str(certs["node"].ca)))
     with pytest.raises(Exception, match="(?i)certificate|closed|reset|ssl"):
         client.ping()
+
+
+def test_nodes_go_on_through_a_failover_with_sentinels_and_servers_speaking_tls_only(
+    certs: dict[str, CertFiles], site: SiteFactory, tmp_path: Path,
+) -> None:
+    # given a primary, a replica and sentinels with no plain-text port, and two nodes on
+    # rediss+sentinel:// holding the CA and a certificate of it
+    require_redis_server()
+    with SentinelGroup(tmp_path / "ha", certs=certs["server"]) as group:
+        web = site(200, delay_s=0.02)
+        nodes = start_nodes(2, group.url, web.start_url, tmp_path,
+                            {"CONCURRENT_REQUESTS": "4", **tls_settings(certs["node"])})
+        wait_until(lambda: pages_fetched(web) >= 40, 60, "40 pages fetched")
+        # when the primary is killed and the replica promoted
+        first = group.primary
+        first.kill()
+        group.wait_for_failover(first.port)
+        wait_all(nodes, timeout_s=90)
+    # then every page was fetched and both nodes finished
+    assert missing_pages(web) == []
+    assert [node.process.returncode for node in nodes] == [0, 0]
