@@ -64,6 +64,9 @@ def test_two_nodes_crawl_through_tls_with_a_client_certificate(
     query = f"?ssl_ca_certs={files.ca}&ssl_certfile={files.cert}&ssl_keyfile={files.key}"
     run = clustersync(tls_redis.url + query, "status", "site")
     assert run.returncode == 0, run.output
+    given = [f"-s{name}={value}" for name, value in tls_settings(files).items()]
+    run = clustersync(tls_redis.url, "status", "site", *given)
+    assert run.returncode == 0, run.output
 
 
 def test_a_node_given_the_wrong_ca_exits_1_with_one_error_line(

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 import click
 
-from ..config import DedupSettings, TlsOptions, redact_url
+from ..config import DedupSettings, redact_url
 from ..store import JobStore, make_client
 from ..store.job_list import job_names
 from .exit_codes import JobNotFound
@@ -54,8 +54,7 @@ class CliContext:
         """The client of that Redis, made on first use (it connects on its first call)."""
         if self._client is None:
             url = self.redis_url()  # TLS files: the project's CLUSTERSYNC_TLS_* (or the URL's)
-            self._client = make_client(url, TlsOptions.from_settings(self.project.settings)
-                                       .check(url))
+            self._client = make_client(url, self.project.tls(url))
         return self._client
 
     def job_name(self, given: str | None) -> str:
