@@ -72,8 +72,8 @@ def app_of_worker() -> FastAPI:
                              settings_module=given["settings_module"],
                              overrides=dict(given["overrides"]))
     alerts = AlertOptions(**given["alerts"]) if given.get("alerts") else None
-    return create_app(ApiContext(make_client(given["redis_url"]), project, given["loopback"]),
-                      alerts)
+    client = make_client(given["redis_url"], project.tls(given["redis_url"]))
+    return create_app(ApiContext(client, project, given["loopback"]), alerts)
 
 
 def run_server(api: ApiContext, redis_url: str, options: ServeOptions) -> None:
