@@ -4,16 +4,24 @@ results into the stream by another road."""
 
 from __future__ import annotations
 
+import signal
+import threading
 import time
+from collections import Counter
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
 
 from test_results_store import blob, stream_ids
 
+from scrapy_clustersync.results import decode_record
 from scrapy_clustersync.store import JobStore, make_client
 from scrapy_clustersync.store.job_store import new_call_id
+from scrapy_clustersync.store.keys import JobKeys
 from scrapy_clustersync.store.write_ops import Ack, AckResults, Push, PushFlags
 from testkit.redis_server import RedisServer
 
-from support import joined, push_op
+from support import joined, project_with_spiders, push_op, start_node, wait_all, wait_until
 
 
 def retry_of(push: Push, replaces: bool = True) -> Push:
@@ -58,3 +66,89 @@ def test_a_retry_of_a_request_still_held_is_queued_with_its_ack(
     # then the retry is queued and the entry acked
     [(retry, _, _)] = store.lease(epoch, 10, 10_000, new_call_id())
     assert retry != entry
+
+
+RETRIED = '''
+    import scrapy
+
+
+    class RetriedSpider(scrapy.Spider):
+        """Twenty pages, two items each."""
+
+        name = "retried"
+
+        async def start(self):
+            for i in range(20):
+                yield scrapy.Request(f"{self.start_url}p/{i}")
+
+        def parse(self, response):
+            yield {"page": response.url, "n": 0}
+            yield {"page": response.url, "n": 1}
+'''
+
+
+class HangingSite:
+    """Pages that answer at once, except the first request of each page from the User-Agent
+    ``hang_for``, which hangs until the site stops (the node times it out and retries)."""
+
+    def __init__(self, hang_for: str) -> None:
+        self.hung: set[str] = set()
+        self.release = threading.Event()
+        site = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 - http.server's name
+                if self.headers.get("User-Agent") == hang_for and self.path not in site.hung:
+                    site.hung.add(self.path)
+                    site.release.wait(60)
+                    return
+                body = b"<html><body>page</body></html>"
+                self.send_response(200)
+                self.send_header("Content-Type", "text/html")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                return None
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/"
+
+    def stop(self) -> None:
+        self.release.set()
+        self.server.shutdown()
+
+
+def test_a_node_frozen_with_downloads_under_way_retries_none_of_the_pages_crawled_meanwhile(
+    redis_server: RedisServer, tmp_path: Path,
+) -> None:
+    # given a node whose downloads hang, frozen (SIGSTOP) while they are under way
+    web = HangingSite(hang_for="frozen")
+    project = project_with_spiders(tmp_path, "retried", RETRIED)
+    settings = {"CLUSTERSYNC_HEARTBEAT_INTERVAL": "0.5", "CLUSTERSYNC_NODE_DEAD_AFTER": "1.5",
+                "CLUSTERSYNC_LEASE_TIMEOUT": "30", "CONCURRENT_REQUESTS": "4",
+                "DOWNLOAD_TIMEOUT": "2", "RETRY_TIMES": "1"}
+    try:
+        frozen = start_node("frozen", redis_server.url, web.url, tmp_path, settings,
+                            project_dir=project, spider="retried")
+        wait_until(lambda: len(web.hung) >= 1, 30, "a download of the node to hang")
+        frozen.process.send_signal(signal.SIGSTOP)
+        hung = set(web.hung)
+        # when another node declares it dead, crawls its pages and ends the job
+        other = start_node("other", redis_server.url, web.url, tmp_path, settings,
+                           project_dir=project, spider="retried")
+        wait_all([other], timeout_s=60)
+        # and the frozen node wakes: its downloads time out, and are retried
+        frozen.process.send_signal(signal.SIGCONT)
+        wait_all([frozen], timeout_s=60)
+    finally:
+        web.stop()
+    assert "'retry/count'" in frozen.log(), frozen.log()[-2000:]  # it did retry
+    # then each page's two items are in the stream once, and no error record was written
+    entries: Any = redis_server.client().xrange(JobKeys("retried").results)
+    ids = Counter(decode_record(sid, fields).id for sid, fields in entries)
+    assert hung and max(ids.values()) == 1, ids
+    assert len(ids) == 40 and not any(rid.endswith(":error") for rid in ids)
