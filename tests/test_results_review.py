@@ -12,6 +12,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import msgpack
+from test_results_crawl import (
+    ITEMS_PER_PAGE,
+    KEYS,
+    expected_item_count,
+    listing_node,
+    result_ids,
+)
 from test_results_store import blob, stream_ids
 
 from scrapy_clustersync.results import decode_record
@@ -21,7 +29,16 @@ from scrapy_clustersync.store.keys import JobKeys
 from scrapy_clustersync.store.write_ops import Ack, AckResults, Push, PushFlags
 from testkit.redis_server import RedisServer
 
-from support import joined, project_with_spiders, push_op, start_node, wait_all, wait_until
+from conftest import SiteFactory
+from support import (
+    joined,
+    missing_pages,
+    project_with_spiders,
+    push_op,
+    start_node,
+    wait_all,
+    wait_until,
+)
 
 
 def retry_of(push: Push, replaces: bool = True) -> Push:
@@ -152,3 +169,33 @@ def test_a_node_frozen_with_downloads_under_way_retries_none_of_the_pages_crawle
     ids = Counter(decode_record(sid, fields).id for sid, fields in entries)
     assert hung and max(ids.values()) == 1, ids
     assert len(ids) == 40 and not any(rid.endswith(":error") for rid in ids)
+
+
+def test_a_node_stopped_while_the_stream_is_full_spools_its_results_and_they_are_written_once(
+    redis_server: RedisServer, site: SiteFactory, tmp_path: Path,
+) -> None:
+    # given a node paused at the cap of the results stream (3 pages of items, of 12); its close
+    # waits for room for 15 s (CLOSE_TIMEOUT_S) before it spools
+    web = site(12, links_per_page=2)
+    cap = 3 * ITEMS_PER_PAGE
+    first = listing_node("first", redis_server.url, web, tmp_path,
+                         CLUSTERSYNC_RESULTS_MAX=str(cap))
+    wait_until(lambda: "is full" in first.log(), 60, "the node to say the stream is full")
+    # when it is stopped (SIGTERM) while the stream is still full
+    first.process.terminate()
+    assert first.wait(60) == 0, first.log()[-3000:]
+    assert "the job's results stream was full at close;" in first.log()  # not "unreachable"
+    [path] = list((tmp_path / "spool").rglob("*.spool"))
+    spooled = msgpack.unpackb(path.read_bytes(), raw=False)
+    assert "R" in {op[0] for _, ops in spooled["batches"] for op in ops}
+    # and a reader reads and trims the stream before the next node starts in the same place
+    client = redis_server.client()
+    seen = result_ids(redis_server)
+    client.xtrim(KEYS.results, maxlen=0)
+    second = listing_node("second", redis_server.url, web, tmp_path)
+    wait_all([second], timeout_s=120)
+    # then the spool was sent, and every item was written once
+    assert "spooled in" in second.log()
+    seen.update(result_ids(redis_server))
+    assert sum(seen.values()) == len(seen) == expected_item_count(web)
+    assert missing_pages(web) == []

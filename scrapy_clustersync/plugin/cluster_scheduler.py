@@ -208,10 +208,11 @@ class ClusterScheduler:
         if undelivered:
             path = self.spool.save(self.config.node_id, self._epoch, undelivered,
                                    self.config.batch_size)
+            why = ("the job's results stream was full at close" if undelivered.results_full
+                   else "Redis was unreachable at close")
             logger.error(
-                "clustersync: Redis was unreachable at close; %d writes are kept in %s and are "
-                "sent by the next node of job %r started in this directory.",
-                len(undelivered), path, self.config.job,
+                "clustersync: %s; %d writes are kept in %s and are sent by the next node of "
+                "job %r started in this directory.", why, len(undelivered), path, self.config.job,
             )
 
     def has_pending_requests(self) -> bool:
