@@ -195,3 +195,33 @@ def test_an_item_processor_without_process_item_async_turns_results_off_with_a_w
         assert open_results(Crawler(), ResultSettings(), "n1", lambda: None, Tracker(),
                             Scraper()) is None
     assert "OldProcessor (ITEM_PROCESSOR) has no process_item_async" in caplog.text
+
+
+def test_items_finishing_out_of_order_and_one_object_yielded_twice_keep_their_ids() -> None:
+    # given a callback yielding five items, the third being the first object again, through an
+    # async pipeline that finishes them in random order, all started before any finished
+    import random
+
+    submitted: list[Op] = []
+    results = collector(submitted)
+    shared = {"n": "shared"}
+    output = [shared, {"n": 1}, shared, Request("http://a/child"), {"n": 3}, {"n": 4}]
+    delays = random.Random(7).sample([0.001 * i for i in range(1, 7)], 6)
+
+    async def chain(item: Any) -> Any:
+        await asyncio.sleep(delays.pop())
+        results.record(item)
+        return item
+
+    process = results.process_with_slot(chain)
+
+    async def run() -> None:
+        tasks = [asyncio.ensure_future(process(each))
+                 for each in results.numbered(output, leased_request(), None)
+                 if not isinstance(each, Request)]
+        await asyncio.gather(*tasks)
+
+    asyncio.run(run())
+    # when the request is acked, then each position is there once, under its own id
+    op = results.attach(Ack("e1"), None)
+    assert sorted(ids_of(op)) == [f"{FP.hex()}:{n}" for n in range(5)]
