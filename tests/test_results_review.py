@@ -199,3 +199,49 @@ def test_a_node_stopped_while_the_stream_is_full_spools_its_results_and_they_are
     seen.update(result_ids(redis_server))
     assert sum(seen.values()) == len(seen) == expected_item_count(web)
     assert missing_pages(web) == []
+
+
+CLOSER = '''
+    import scrapy
+    from scrapy.exceptions import CloseSpider
+
+    from example.spiders.site import SiteSpider
+
+
+    class CloserSpider(SiteSpider):
+        """Two items a page; on node "first", page 3 yields one, then raises CloseSpider."""
+
+        name = "closer"
+
+        def parse(self, response):
+            yield {"page": response.url, "n": 0}
+            if (response.url.endswith("/page/3.html")
+                    and self.settings.get("USER_AGENT") == "first"):
+                raise CloseSpider("enough")
+            yield {"page": response.url, "n": 1}
+            for href in response.css("a::attr(href)").getall():
+                yield response.follow(href, callback=self.parse)
+'''
+
+
+def test_a_page_whose_callback_raised_close_spider_is_written_once_by_the_node_that_redoes_it(
+    redis_server: RedisServer, site: SiteFactory, tmp_path: Path,
+) -> None:
+    # given a node whose callback of page 3 yields an item, then raises CloseSpider
+    web = site(12, links_per_page=2)
+    project = project_with_spiders(tmp_path, "closer", CLOSER)
+    first = start_node("first", redis_server.url, web.start_url, tmp_path,
+                       project_dir=project, spider="closer")
+    wait_all([first], timeout_s=60)
+    assert first.finish_reason() == "enough"
+    # when another node crawls on (its callbacks run to their end)
+    second = start_node("second", redis_server.url, web.start_url, tmp_path,
+                        project_dir=project, spider="closer")
+    wait_all([second], timeout_s=60)
+    # then page 3 was handed back and crawled again, and every page's two items are in the
+    # stream once: the first node's copy of page 3's first item was not written
+    assert web.hits_by_agent()["second"].get("/page/3.html") == 1
+    entries: Any = redis_server.client().xrange(JobKeys("closer").results)
+    results = [decode_record(sid, fields) for sid, fields in entries]
+    ids = Counter(result.id for result in results)
+    assert max(ids.values()) == 1 and len(ids) == 2 * len(web.page_urls())
