@@ -245,3 +245,21 @@ def test_a_page_whose_callback_raised_close_spider_is_written_once_by_the_node_t
     results = [decode_record(sid, fields) for sid, fields in entries]
     ids = Counter(result.id for result in results)
     assert max(ids.values()) == 1 and len(ids) == 2 * len(web.page_urls())
+
+
+def test_redis_killed_and_restarted_from_its_aof_mid_crawl_leaves_every_item_once(
+    redis_factory: Any, site: SiteFactory, tmp_path: Path,
+) -> None:
+    # given a node crawling a listing site into a Redis that fsyncs every write (AOF, always)
+    server: RedisServer = redis_factory(persistence=True)
+    web = site(40, links_per_page=3, delay_s=0.01)
+    node = listing_node("node1", server.url, web, tmp_path, CLUSTERSYNC_SOCKET_TIMEOUT="1")
+    wait_until(lambda: len(web.hits()) >= 12, 60, "12 pages fetched")
+    # when Redis is killed (SIGKILL) mid-crawl and started again from its AOF a second later
+    server.restart(down_s=1.0, crash=True)
+    wait_all([node], timeout_s=120)
+    # then Redis lost nothing it had acknowledged, and every item is in the stream once
+    assert node.finish_reason() == "finished", node.log()[-3000:]
+    assert "reachable again" in node.log()  # it did lose Redis for a while
+    ids = result_ids(server)
+    assert max(ids.values()) == 1 and len(ids) == expected_item_count(web)
