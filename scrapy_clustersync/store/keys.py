@@ -70,6 +70,9 @@ class JobKeys:
     - ``pruned``   hash: what the job keeps of the nodes pruned after CLUSTERSYNC_NODE_RETENTION
       (prelude.lua ``prune_nodes``): nodes, closed, dead (how many) and "stat\t<name>" (their
       summed node stats)
+    - ``meta`` also holds, for nodes that reach Redis through Sentinel (lua/primary.lua):
+      ``primary`` (host:port of the primary they reach), ``primary_before``,
+      ``primary_changes`` (how many times it changed: failovers) and ``primary_changed_ms``
     - ``meta`` also holds the job's run (prelude.lua ``start_run``): ``run`` (its number),
       ``run_started_ms`` and ``run_base`` (JSON: the job's figures when the run started)
     - ``settings`` hash: the job's shared settings, setting name -> canonical JSON of its value
@@ -325,5 +328,19 @@ def api_audit_key() -> str:
     return f"{PREFIX}:api:audit"
 
 
+def api_alerts_key() -> str:
+    """The alerts firing now (``clustersync serve --alerts``): a hash, alert id (the rule and
+    its labels) -> JSON record {rule, job, node, labels, value, detail, since_ms}. A field is
+    made with HSETNX and removed with HDEL, so that of several serve processes exactly one
+    sends each firing and each resolving (api/alert_engine.py)."""
+    return f"{PREFIX}:api:alerts"
+
+
+def api_alert_log_key() -> str:
+    """The newest alert transitions, newest first, bounded: a list of JSON records, the
+    webhook's body (store/alert_state.py)."""
+    return f"{PREFIX}:api:alert_log"
+
+
 #: every function above, for the doc's test
-CLUSTER_KEY_FUNCTIONS = (api_tokens_key, api_audit_key)
+CLUSTER_KEY_FUNCTIONS = (api_tokens_key, api_audit_key, api_alerts_key, api_alert_log_key)
