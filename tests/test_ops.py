@@ -113,7 +113,7 @@ def test_a_push_describes_itself_by_its_url_and_an_unreadable_one_says_so() -> N
     (["S", "extra"], "op 'S' has 1 fields, not 0"),
     (["P", "text, not bytes", 0, b"blob", 0], "field fingerprint is 'text, not bytes'"),
     (["P", FINGERPRINT, 0, b"blob", "2"], "field flags is '2', not of type int"),
-    (["P", FINGERPRINT, 0, b"blob", 8], "not a combination of PushFlags"),
+    (["P", FINGERPRINT, 0, b"blob", 16], "not a combination of PushFlags"),
     (["D", "e1", b"reason as bytes"], "field reason is b'reason as bytes', not of type str"),
 ])
 def test_arguments_that_are_no_op_of_this_version_are_refused_with_the_reason(
@@ -169,7 +169,7 @@ def test_a_batch_with_every_kind_of_op_is_applied_in_order(
     (RawOp("Q", "e1"), "unknown opcode Q"),
     (RawOp("D", "e1"), "missing fields"),
     (RawOp("A", ""), "empty entry id"),
-    (RawOp("P", FINGERPRINT, 0, b"blob", 8, "a"), "flags must be an integer from 0 to 7"),
+    (RawOp("P", FINGERPRINT, 0, b"blob", 16, "a"), "flags must be an integer from 0 to 15"),
     (RawOp("P", FINGERPRINT, "inf", b"blob", 0, "a"), "priority is not a finite number"),
     (RawOp("P", b"short", 0, b"blob", 0, "a"), "fingerprint of 5 bytes, not 20"),
     (RawOp("P", FINGERPRINT, 0, b"blob", 0, "a\tb"), "a site holds no tab and no newline"),

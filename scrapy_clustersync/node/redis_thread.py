@@ -406,7 +406,8 @@ class SyncWorker(TurnPart, HeartbeatPart, LeasingPart, OutagePart, SettingsPart,
             self._flush_and_leave()
             self._follower.settle()
         self._follower.close()
-        undelivered = self._writes.undelivered(self.store.writes_seen or 0)
+        undelivered = dataclasses.replace(self._writes.undelivered(self.store.writes_seen or 0),
+                                          results_full=self._results_full_since is not None)
         logger.info(
             "clustersync: node %s leaves job %r: %d leased requests handed back to the queue "
             "(%d under way, %d prefetched), %d writes sent, %d kept for later",

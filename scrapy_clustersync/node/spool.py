@@ -33,7 +33,15 @@ import psutil
 from ..store import StoreError
 from ..store.errors import BadBatch, RolledBack
 from ..store.job_store import new_call_id
-from ..store.write_ops import Ack, Op, OpDecodeError, dead_letter_for, decode_op
+from ..store.write_ops import (
+    Ack,
+    Op,
+    OpDecodeError,
+    Push,
+    PushFlags,
+    dead_letter_for,
+    decode_op,
+)
 
 if TYPE_CHECKING:
     from ..store import JobStore
@@ -98,9 +106,7 @@ class Spool:
         if undelivered.pending is not None:
             call_id, in_doubt = undelivered.pending
             batches.append((call_id, list(in_doubt)))
-        rest = list(undelivered.ops)
-        for start in range(0, len(rest), batch_size):
-            batches.append((new_call_id(), rest[start:start + batch_size]))
+        batches.extend((new_call_id(), ops) for ops in _cut(list(undelivered.ops), batch_size))
         self.directory.mkdir(parents=True, exist_ok=True)
         path = self.directory / f"{node_id.replace(':', '_')}{SUFFIX}"
         _write(path, SpoolFile(self.job, node_id, epoch, undelivered.writes_seen, batches))
@@ -206,6 +212,22 @@ class Spool:
         path.rename(target)
         logger.error("clustersync: spool file %s of job %r is not replayed: %s. Kept as %s.",
                      path, self.job, reason, target)
+
+
+def _cut(ops: list[Op], batch_size: int) -> list[list[Op]]:
+    """``ops`` in batches of ``batch_size``, a redirect's or retry's push kept with the ack
+    after it (Redis queues the push only if that ack takes effect: write_ops.py
+    ``PushFlags.REPLACES``)."""
+    batches: list[list[Op]] = []
+    start = 0
+    while start < len(ops):
+        end = min(len(ops), start + batch_size)
+        last = ops[end - 1]
+        if end < len(ops) and isinstance(last, Push) and last.flags & PushFlags.REPLACES:
+            end += 1
+        batches.append(ops[start:end])
+        start = end
+    return batches
 
 
 def _retire(store: JobStore) -> None:

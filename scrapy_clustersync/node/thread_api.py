@@ -57,6 +57,9 @@ class Undelivered:
     ops: Sequence[Op] = field(default_factory=list)
     #: the node's write counter as Redis last confirmed it (checked again on replay)
     writes_seen: int = 0
+    #: why they were not sent: Redis refused them, its results stream being full (else it
+    #: was unreachable, or the job was lost)
+    results_full: bool = False
 
     def __bool__(self) -> bool:
         return bool(self.pending or self.ops)

@@ -21,7 +21,7 @@ from collections.abc import Iterable
 
 from ..store import Op
 from ..store.job_store import new_call_id
-from ..store.write_ops import Ack, Push, Release, StatsCounts, dead_letter_for
+from ..store.write_ops import Ack, Push, PushFlags, Release, StatsCounts, dead_letter_for
 from .thread_api import Undelivered
 
 #: how long a batch that is not full waits for more ops, unless the node starves
@@ -112,8 +112,9 @@ class WriteStream:
             batch: list[Op] = []
             pushes = self._pushes_settled
             results = 0  # bytes of results in the batch
-            while (self._ops and len(batch) < self._batch_limit
-                   and results < RESULT_BYTES_PER_CALL):
+            while self._ops and (len(batch) < self._batch_limit
+                                 and results < RESULT_BYTES_PER_CALL
+                                 or self._replacement_last(batch)):
                 if (pushes_until is not None and pushes >= pushes_until
                         and isinstance(self._ops[0], Push)):
                     self._releases_ahead(batch)
@@ -127,6 +128,14 @@ class WriteStream:
             self._oldest_at = time.monotonic() if self._ops else None
             self._pending = (new_call_id(), batch)
         return self._pending
+
+    def _replacement_last(self, batch: list[Op]) -> bool:
+        """``batch`` ends with a redirect's or retry's push, which Redis queues only if the
+        ack after it (of the lease it replaces) takes effect: that ack goes in the same batch,
+        unless a refused op is being looked for (then the push goes alone, queued as any)."""
+        last = batch[-1] if batch else None
+        return (isinstance(last, Push) and bool(last.flags & PushFlags.REPLACES)
+                and self._batch_limit == self.batch_size)
 
     def _releases_ahead(self, batch: list[Op]) -> None:
         """Move the buffered releases into ``batch`` (as room allows), keeping their order."""

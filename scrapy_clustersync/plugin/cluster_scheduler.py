@@ -208,10 +208,11 @@ class ClusterScheduler:
         if undelivered:
             path = self.spool.save(self.config.node_id, self._epoch, undelivered,
                                    self.config.batch_size)
+            why = ("the job's results stream was full at close" if undelivered.results_full
+                   else "Redis was unreachable at close")
             logger.error(
-                "clustersync: Redis was unreachable at close; %d writes are kept in %s and are "
-                "sent by the next node of job %r started in this directory.",
-                len(undelivered), path, self.config.job,
+                "clustersync: %s; %d writes are kept in %s and are sent by the next node of "
+                "job %r started in this directory.", why, len(undelivered), path, self.config.job,
             )
 
     def has_pending_requests(self) -> bool:
@@ -235,13 +236,14 @@ class ClusterScheduler:
         "Dedup"); or, if it cannot be encoded, that this node crawls it itself (see
         ``_keep_here``), as Scrapy keeps requests it cannot serialize in memory.
         """
-        accepted, refusal = self._buffer(request)
         replaced = self.leases.replaced_in_downloader(request)  # by a redirect or retry
+        accepted, refusal = self._buffer(request, replaced is not None)
         if refusal is not None:
             self._keep_here(request, refusal, replaced is not None)
             return True
         if replaced is not None:
-            self.leases.ack(replaced)  # the replacement was buffered first
+            # right behind the replacement, which Redis queues only if this ack takes effect
+            self.leases.ack(replaced)
         return accepted
 
     def _keep_here(self, request: Request, refusal: UnencodableRequest, replaces: bool) -> None:
@@ -251,8 +253,10 @@ class ClusterScheduler:
         self._count("enqueued", "memory")
         self.counts["scheduler/unserializable"] += 1
 
-    def _buffer(self, request: Request) -> tuple[bool, UnencodableRequest | None]:
-        """Buffer ``request``; returns (buffered, why it cannot be encoded, if so)."""
+    def _buffer(self, request: Request,
+                replaces: bool = False) -> tuple[bool, UnencodableRequest | None]:
+        """Buffer ``request`` (``replaces``: a redirect or retry of a leased request, whose ack
+        follows it); returns (buffered, why it cannot be encoded, if so)."""
         io = self._io()
         if io.rollbacks != self._rollbacks_seen:
             # Redis came back older: fingerprints this node sent may be gone with it
@@ -273,14 +277,22 @@ class ClusterScheduler:
         # int(): Scrapy accepts any int-like priority (True, numpy ints), Redis takes a number;
         # a push without a fingerprint (dont_filter, read for its truth, or no dedup) skips
         # the job's dedup check
-        flags = self.order.flags(bool(request.meta.get("is_start_request")))
-        if not fingerprint:
-            flags |= PushFlags.DONT_FILTER
+        flags = self._push_flags(request, bool(fingerprint), replaces)
         io.submit(push_of(request, fingerprint, int(request.priority), blob, flags))
         io.mark_busy()
         self.counts["clustersync/enqueued"] += 1
         self._count("enqueued", "redis")
         return True, None
+
+    def _push_flags(self, request: Request, filtered: bool, replaces: bool) -> int:
+        """The ``PushFlags`` of ``request``'s push: its order; ``DONT_FILTER`` unless it is
+        ``filtered``; ``REPLACES`` if it ``replaces`` a leased request (its ack follows)."""
+        flags = self.order.flags(bool(request.meta.get("is_start_request")))
+        if not filtered:
+            flags |= PushFlags.DONT_FILTER
+        if replaces:
+            flags |= PushFlags.REPLACES
+        return int(flags)
 
     def _count(self, event: str, where: str) -> None:
         """Scrapy's ``scheduler/<event>`` stats, total and ``/<where>`` (``redis``, ``memory``)."""

@@ -85,7 +85,8 @@ class ResultCollector:
 
     def watch(self, scraper: Any) -> bool:
         """Number the output Scrapy's ``scraper`` hands on and run its item pipelines under
-        slots; False (and results stay off) if it has neither hook (a test's fake)."""
+        slots; False (and results stay off) if it lacks a hook: a test's fake, or an
+        ``ITEM_PROCESSOR`` of the project's with no ``process_item_async``."""
         # looked up on the classes: a Mock's attributes are made up on the instance
         itemproc: Any = getattr(scraper, "itemproc", None)
         if not (callable(getattr(type(scraper), "handle_spider_output_async", None))
@@ -337,7 +338,12 @@ def open_results(crawler: Any, settings: ResultSettings, node: str,
     collector = ResultCollector(settings, spider, node, submit, tracker.scraping.__contains__,
                                 fingerprint, tracker.counts)
     if not collector.watch(scraper):
-        logger.debug("clustersync: no Scrapy scraper to watch; no results are written")
+        if callable(getattr(type(scraper), "handle_spider_output_async", None)):
+            logger.warning("clustersync: the item processor %s (ITEM_PROCESSOR) has no "
+                           "process_item_async: no item is written to the results stream",
+                           type(getattr(scraper, "itemproc", None)).__qualname__)
+        else:
+            logger.debug("clustersync: no Scrapy scraper to watch; no results are written")
         return None
     tracker.attach = collector.attach
     return collector

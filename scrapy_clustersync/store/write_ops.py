@@ -55,9 +55,14 @@ class PushFlags(enum.IntFlag):
     START = 2
     #: newest first among the requests of its priority and kind (Scrapy's LIFO queues)
     LIFO = 4
+    #: a request a redirect or retry made of a leased one, pushed right before the ack of that
+    #: lease: queued only if that ack takes effect (a node whose lease ended, and whose request
+    #: another node crawled and acked meanwhile, must not have its retry crawled again)
+    REPLACES = 8
 
 
-ALL_PUSH_FLAGS = int(PushFlags.DONT_FILTER | PushFlags.START | PushFlags.LIFO)
+ALL_PUSH_FLAGS = int(PushFlags.DONT_FILTER | PushFlags.START | PushFlags.LIFO
+                     | PushFlags.REPLACES)
 
 
 @dataclass(frozen=True)

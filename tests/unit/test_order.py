@@ -67,7 +67,7 @@ def test_the_scheduler_marks_start_requests_and_dont_filter_in_the_push(tmp_path
 
 def test_push_flags_outside_the_known_bits_are_refused_where_the_op_is_made() -> None:
     with pytest.raises(ValueError, match="not a combination of PushFlags"):
-        Push(b"\x01" * 20, 0, b"", flags=8)
+        Push(b"\x01" * 20, 0, b"", flags=16)
 
 
 def test_recent_pushes_give_the_highest_priority_after_a_lease() -> None:

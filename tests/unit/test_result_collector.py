@@ -16,7 +16,7 @@ from scrapy.exceptions import DropItem
 
 from scrapy_clustersync.codec import LEASE_META_KEY
 from scrapy_clustersync.config import ResultSettings
-from scrapy_clustersync.plugin.result_collector import ResultCollector
+from scrapy_clustersync.plugin.result_collector import ResultCollector, open_results
 from scrapy_clustersync.results.record_format import unpack_data
 from scrapy_clustersync.store.write_ops import (
     Ack,
@@ -165,3 +165,63 @@ def test_output_that_is_no_item_passes_through_unwritten_with_one_warning_per_ty
     assert results.counts["clustersync/results/not_an_item"] == 3
     op = results.attach(Ack("e1"), None)
     assert isinstance(op, AckResults) and ids_of(op) == [f"{FP.hex()}:2"]
+
+
+def test_an_item_processor_without_process_item_async_turns_results_off_with_a_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # given Scrapy's scraper with a project's ITEM_PROCESSOR of the older kind (process_item
+    # only, which Scrapy calls: the results cannot follow its items)
+    class OldProcessor:
+        def process_item(self, item: Any, spider: Any) -> Any:
+            return item
+
+    class Scraper:
+        itemproc = OldProcessor()
+
+        async def handle_spider_output_async(self, *args: Any) -> None:
+            return None
+
+    class Tracker:
+        scraping: set[str] = set()
+        counts: Counter[str] = Counter()
+
+    class Crawler:
+        class spidercls:
+            name = "spider"
+
+    # when the node opens its results, then they are off and the log says so
+    with caplog.at_level(logging.WARNING):
+        assert open_results(Crawler(), ResultSettings(), "n1", lambda: None, Tracker(),
+                            Scraper()) is None
+    assert "OldProcessor (ITEM_PROCESSOR) has no process_item_async" in caplog.text
+
+
+def test_items_finishing_out_of_order_and_one_object_yielded_twice_keep_their_ids() -> None:
+    # given a callback yielding five items, the third being the first object again, through an
+    # async pipeline that finishes them in random order, all started before any finished
+    import random
+
+    submitted: list[Op] = []
+    results = collector(submitted)
+    shared = {"n": "shared"}
+    output = [shared, {"n": 1}, shared, Request("http://a/child"), {"n": 3}, {"n": 4}]
+    delays = random.Random(7).sample([0.001 * i for i in range(1, 7)], 6)
+
+    async def chain(item: Any) -> Any:
+        await asyncio.sleep(delays.pop())
+        results.record(item)
+        return item
+
+    process = results.process_with_slot(chain)
+
+    async def run() -> None:
+        tasks = [asyncio.ensure_future(process(each))
+                 for each in results.numbered(output, leased_request(), None)
+                 if not isinstance(each, Request)]
+        await asyncio.gather(*tasks)
+
+    asyncio.run(run())
+    # when the request is acked, then each position is there once, under its own id
+    op = results.attach(Ack("e1"), None)
+    assert sorted(ids_of(op)) == [f"{FP.hex()}:{n}" for n in range(5)]

@@ -12,6 +12,7 @@ from twisted.python.failure import Failure
 from scrapy_clustersync.codec import LEASE_META_KEY
 from scrapy_clustersync.plugin.cluster_scheduler import NO_ENGINE_WAIT_S, ClusterScheduler
 from scrapy_clustersync.store import Ack, DeadLetterEntry, Push, Release
+from scrapy_clustersync.store.write_ops import PushFlags
 
 from .node_fakes import FakeRedisThread, fake_engine, make_scheduler
 
@@ -140,6 +141,8 @@ def test_a_redirect_acks_the_leased_request_after_its_replacement_is_pushed(
     # then the replacement is pushed first and the original acked after it
     assert thread.kinds() == ["Push", "Ack"]
     assert thread.submitted[1] == Ack("e1")
+    # flagged as a replacement: Redis queues it only if that ack takes effect
+    assert thread.ops(Push)[0].flags & PushFlags.REPLACES
 
 
 def test_a_retry_acks_the_leased_request_after_its_copy_is_pushed(tmp_path: Path) -> None:
@@ -148,6 +151,14 @@ def test_a_retry_acks_the_leased_request_after_its_copy_is_pushed(tmp_path: Path
     assert scheduler.enqueue_request(retry) is True
     assert thread.kinds() == ["Push", "Ack"]
     assert thread.ops(Push)[0].dont_filter
+    assert thread.ops(Push)[0].flags & PushFlags.REPLACES
+
+
+def test_a_child_a_callback_yields_is_no_replacement(tmp_path: Path) -> None:
+    scheduler, thread, request = leased_request(tmp_path)
+    fake_engine(scheduler).scraper.enqueue_scrape(None, request)
+    scheduler.enqueue_request(request.replace(url="http://a/child"))
+    assert not thread.ops(Push)[0].flags & PushFlags.REPLACES
 
 
 def test_a_replacement_that_cannot_travel_is_crawled_here_under_the_lease(tmp_path: Path) -> None:

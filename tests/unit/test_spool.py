@@ -114,3 +114,17 @@ def test_a_spool_redis_cannot_take_now_is_handed_back_for_the_next_node(tmp_path
     assert Spool(tmp_path, JOB).replay(epoch, unreachable) == 0
     assert path.exists()
     assert Spool(tmp_path, JOB).replay(epoch, store.as_node) == 2
+
+
+def test_a_spooled_redirect_push_stays_in_one_batch_with_the_ack_after_it(tmp_path: Path) -> None:
+    # given writes whose second op is a retry's push (a replacement) followed by its ack
+    from scrapy_clustersync.store import Ack
+    from scrapy_clustersync.store.write_ops import PushFlags
+
+    retry = Push(b"", 0, b"retry", PushFlags.DONT_FILTER | PushFlags.REPLACES)
+    first = Push(b"\x01" * 20, 0, b"first")
+    path = Spool(tmp_path, JOB).save("n1", "e", Undelivered(ops=[first, retry, Ack("e1"),
+                                                                  first]), batch_size=2)
+    # when they are spooled in batches of 2, then the ack goes with its replacement
+    batches = msgpack.unpackb(path.read_bytes(), raw=False)["batches"]
+    assert [[op[0] for op in ops] for _, ops in batches] == [["P", "P", "A"], ["P"]]

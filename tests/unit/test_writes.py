@@ -7,6 +7,7 @@ import time
 from scrapy_clustersync.node.reactor_link import Channel
 from scrapy_clustersync.node.write_stream import WriteStream
 from scrapy_clustersync.store import Ack, DeadLetterWrite, Op, Push, Release
+from scrapy_clustersync.store.write_ops import PushFlags
 
 
 def pushes(count: int, start: int = 0) -> list[Op]:
@@ -200,3 +201,22 @@ def test_hand_backs_count_as_settled_once_redis_applied_their_releases_only() ->
     stream.confirmed()
     # then both hand-backs, and only they, are counted
     assert stream.returns_settled == 2
+
+
+def test_a_replacement_push_and_the_ack_after_it_go_in_one_batch_unless_a_refusal_is_sought(
+) -> None:
+    # given a batch size of 4 and a retry's push (flagged as a replacement) as its 4th op,
+    # followed by the ack of the lease it replaces
+    retry = Push(b"", 0, b"retry", PushFlags.DONT_FILTER | PushFlags.REPLACES)
+    stream, _ = stream_of([*pushes(3), retry, Ack("e1"), *pushes(2, 3)])
+    # when the batches are taken, then the ack goes with its replacement (Redis queues the
+    # replacement only if that ack takes effect)
+    _, first = stream.batch()
+    assert first[-2:] == [retry, Ack("e1")]
+    stream.confirmed()
+    assert stream.batch()[1] == pushes(2, 3)
+    # and while a refused op is looked for (smaller batches), the push may go alone
+    stream, _ = stream_of([retry, Ack("e1")])
+    stream.batch()
+    stream.refused()
+    assert stream.batch()[1] == [retry]

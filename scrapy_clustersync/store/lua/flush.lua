@@ -46,8 +46,11 @@
 -- ARGV[11 + 5 * described] ops msgpack every op of the batch in one array, each an opcode followed
 --                               by its fields, every value a string (OP_FIELDS below counts the
 --                               fields; store/write_ops.py has a record for each opcode):
---   P fingerprint priority blob flags(0..7) site   push unless the fingerprint was seen (flags:
---                                                  1 no dedup, 2 start request, 4 LIFO), into
+--   P fingerprint priority blob flags(0..15) site  push unless the fingerprint was seen (flags:
+--                                                  1 no dedup, 2 start request, 4 LIFO, 8
+--                                                  replaces: followed by the ack (A, R, F) of
+--                                                  the lease it replaces, it is queued only if
+--                                                  that ack takes effect), into
 --                                                  the frontier list of `site` (its download
 --                                                  slot key); "" for the legacy queue
 --   T fingerprint priority blob flags site task    a push of a request of task `task`
@@ -338,8 +341,8 @@ local function check_op(op, f, number)
   if op == 'P' or op == 'T' then
     local prio = tonumber(OPS[f + 1])
     local flags = tonumber(OPS[f + 3])
-    if not flags or flags ~= math.floor(flags) or flags < 0 or flags > 7 then
-      return bad_op(number, 'flags must be an integer from 0 to 7')
+    if not flags or flags ~= math.floor(flags) or flags < 0 or flags > 15 then
+      return bad_op(number, 'flags must be an integer from 0 to 15')
     end
     if flags % 2 == 0 and #OPS[f] ~= 20 then
       return bad_op(number, 'fingerprint of ' .. #OPS[f] .. ' bytes, not 20')
@@ -421,35 +424,58 @@ local function settle(id, failure)
   return true
 end
 
+-- push op `op` (P or T) whose fields start at OPS[f]; `dropped`: counted filtered, not queued
+local function push(op, f, dropped)
+  local fp, prio, blob, flags = OPS[f], OPS[f + 1], OPS[f + 2], tonumber(OPS[f + 3])
+  local site = OPS[f + 4]
+  local id = nil
+  if not dropped and (flags % 2 == 1 or is_new(fp)) then
+    local seq = next_seq()
+    if site == '' then
+      id = legacy_id(flags, seq)
+      redis.call('HSET', entries_key, id, blob)
+      redis.call('ZADD', queue_key, -tonumber(prio), id)
+    else
+      local kind = math.floor(flags / 2) % 2
+      id = kind .. string.format('%x', seq) .. id_tail
+      frontier_queue(id, blob, kind, tostring(tonumber(prio)), site,
+                     math.floor(flags / 4) % 2 == 1)
+    end
+    pushed = pushed + 1
+  else
+    filtered = filtered + 1
+  end
+  if op == 'T' then task_pushed(OPS[f + 5], id) end
+end
+-- A replacement (flag 8: a redirect or retry of a leased request) waits for the ack right after
+-- it, and is pushed only if that ack takes effect: a node whose lease ended and whose request
+-- another node crawled and acked meanwhile must not have the request crawled again (its results
+-- would be written twice). With no ack after it (a batch cut there) it is pushed as any push.
+local ACKS = {A = true, R = true, F = true}
+local replacement = nil  -- OPS index of the first field of the replacement waiting, or nil
+local function acked_with_replacement(took)
+  if replacement then
+    push(OPS[replacement - 1], replacement, not took)
+    replacement = nil
+  end
+  return took
+end
 local function apply_op(op, f)
   if op == 'P' or op == 'T' then
-    local fp, prio, blob, flags = OPS[f], OPS[f + 1], OPS[f + 2], tonumber(OPS[f + 3])
-    local site = OPS[f + 4]
-    local id = nil
-    if flags % 2 == 1 or is_new(fp) then
-      local seq = next_seq()
-      if site == '' then
-        id = legacy_id(flags, seq)
-        redis.call('HSET', entries_key, id, blob)
-        redis.call('ZADD', queue_key, -tonumber(prio), id)
-      else
-        local kind = math.floor(flags / 2) % 2
-        id = kind .. string.format('%x', seq) .. id_tail
-        frontier_queue(id, blob, kind, tostring(tonumber(prio)), site,
-                       math.floor(flags / 4) % 2 == 1)
-      end
-      pushed = pushed + 1
+    if math.floor(tonumber(OPS[f + 3]) / 8) % 2 == 1 and ACKS[OPS[f + OP_FIELDS[op]]] then
+      replacement = f
     else
-      filtered = filtered + 1
+      push(op, f, false)
     end
-    if op == 'T' then task_pushed(OPS[f + 5], id) end
   elseif op == 'A' then
-    settle(OPS[f], nil)
+    acked_with_replacement(settle(OPS[f], nil))
   elseif op == 'R' then
-    if settle(OPS[f], nil) then append_results(f + 1, false) end
+    if acked_with_replacement(settle(OPS[f], nil)) then append_results(f + 1, false) end
   elseif op == 'F' then
     local failure = failure_of(OPS[f + 1], OPS[f + 2], OPS[f + 3], OPS[f + 4], OPS[f + 5])
-    if settle(OPS[f], failure) then append_results(f + 6, false) end
+    if acked_with_replacement(settle(OPS[f], failure)) then
+      append_results(f + 6, false)
+    end
   elseif op == 'W' then
     append_results(f, true)
   elseif op == 'N' then
