@@ -20,6 +20,18 @@ if TYPE_CHECKING:
 DEFAULT_JOB = "default"
 
 
+def node_client(config: ClusterConfig) -> Any:
+    """The node's Redis client: redis-py's, or with CLUSTERSYNC_URL the one that reaches the
+    job through ``clustersync serve`` (store/http_client.py; the same store on top)."""
+    if not config.over_http:
+        return make_client(config.redis_url, config.tls, config.socket_timeout_s)
+    from ..store.http_client import HttpRedis
+
+    verify: bool | str = config.tls.ca_certs or config.tls.verify
+    return HttpRedis(config.redis_url, config.http_token, config.job, config.node_id,
+                     timeout_s=config.socket_timeout_s, verify=verify)
+
+
 def scheduler_parts(crawler: Crawler) -> dict[str, Any]:
     """The keyword arguments of ``ClusterScheduler`` (but ``crawler``) for ``crawler``: its
     config, store, codec, the cluster's dupefilter and the project's, the spool, the order."""
@@ -29,7 +41,7 @@ def scheduler_parts(crawler: Crawler) -> dict[str, Any]:
     # (a crawler of the base Spider): such a job is "default" unless CLUSTERSYNC_JOB says
     config = ClusterConfig.from_settings(
         settings, getattr(crawler.spidercls, "name", None) or DEFAULT_JOB)
-    client = make_client(config.redis_url, config.tls, config.socket_timeout_s)
+    client = node_client(config)
     codec = RequestCodec(
         crawler.spider,  # None until the spider exists: open() sets it
         config.max_request_bytes,
