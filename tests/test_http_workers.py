@@ -22,7 +22,10 @@ from support import (
 )
 
 JOB = "site"
-SLOW = {"CONCURRENT_REQUESTS_PER_DOMAIN": "4", "CONCURRENT_REQUESTS": "4"}
+#: leases outlast NODE_DEAD_AFTER (3 s) by far: what brings a dead node's leases back is its
+#: death, declared by the other node's heartbeat, not their deadlines
+SLOW = {"CONCURRENT_REQUESTS_PER_DOMAIN": "4", "CONCURRENT_REQUESTS": "4",
+        "CLUSTERSYNC_LEASE_TIMEOUT": "30"}
 
 
 def http_settings(serve: ServeProcess, token: str = "") -> dict[str, str]:
@@ -57,6 +60,11 @@ def test_a_node_over_http_and_one_over_redis_crawl_one_job_and_the_http_one_dies
                    20, "the dead node's leases to come back")
         back_s = time.monotonic() - killed_at
         death = json.loads(next(iter(client.hvals(f"clustersync:{{{JOB}}}:dead_nodes"))))
+        dead_id = death["record"]["node"].encode()
+        wait_until(lambda: not any(v.endswith(b"|" + dead_id) for v in
+                                   client.hvals(f"clustersync:{{{JOB}}}:leased")),
+                   5, "every lease of the dead node to be back in the queue")
+        back_s = time.monotonic() - killed_at
         # and the Redis node fetches every page
         wait_all([over_redis], timeout_s=60)
     hits = len(web.agent_hits("httpnode").times)
