@@ -4,18 +4,27 @@ redis-server, serve as a subprocess, `scrapy crawl` nodes over Redis and over HT
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 from api_serve import ServeProcess
 
+from scrapy_clustersync.store import JobStore
+from scrapy_clustersync.store.http_client import http_client
+from scrapy_clustersync.store.records import as_text
+from scrapy_clustersync.store.write_ops import Ack, Op
 from testkit.redis_server import RedisServer
 
 from conftest import SiteFactory
 from support import (
+    EXAMPLE_PROJECT,
     clustersync,
     missing_pages,
     pages_fetched,
+    pages_fetched_twice,
+    push_op,
     start_node,
     wait_all,
     wait_until,
@@ -73,3 +82,67 @@ def test_a_node_over_http_and_one_over_redis_crawl_one_job_and_the_http_one_dies
     assert pages_fetched(web) == web.pages, missing_pages(web)[:10]
     # (NODE_DEAD_AFTER is 3 s: declared dead by the Redis node's heartbeat, with margin)
     assert death["leases_returned"] > 0 and back_s < 3.0 * 3
+
+
+def job_stats(server: RedisServer, job: str = JOB) -> dict[str, int]:
+    raw = server.client().hgetall(f"clustersync:{{{job}}}:stats")
+    return {as_text(k): int(v) for k, v in raw.items()}
+
+
+def test_the_example_client_crawls_part_of_a_job_and_a_scrapy_node_finishes_it(
+    redis_server: RedisServer, site: SiteFactory, tmp_path: Path
+) -> None:
+    # given a job seeded through serve
+    web = site(60)
+    token = add_token(redis_server.url)
+    with ServeProcess(redis_server.url, tmp_path) as serve:
+        auth = {"Authorization": f"Bearer {token}"}
+        seeded = serve.http.post(f"/api/jobs/{JOB}/seed", headers=auth,
+                                 json={"urls": [web.start_url], "create": True})
+        assert seeded.status_code == 200, seeded.text
+        # when the example client crawls 12 of its pages
+        ran = subprocess.run(
+            [sys.executable, str(EXAMPLE_PROJECT / "http_worker.py"), serve.base_url, JOB,
+             token, "12"], capture_output=True, text=True, timeout=60)
+        assert ran.returncode == 0, ran.stderr
+        # then those 12 pages are fetched once and marked done, their links queued
+        assert pages_fetched(web) == 12 and not pages_fetched_twice(web)
+        stats = job_stats(redis_server)
+        assert stats["acked"] == 12 and stats["pushed"] > 12
+        # and a Scrapy node over HTTP finishes the job: every page once
+        node = start_node("httpnode", "", web.start_url, tmp_path, http_settings(serve, token))
+        wait_all([node], timeout_s=60)
+    assert node.process.returncode == 0, node.log()[-3000:]
+    assert pages_fetched(web) == web.pages and not pages_fetched_twice(web)
+
+
+def test_a_flush_sent_again_with_its_call_id_is_applied_once_over_both_forms(
+    redis_server: RedisServer, site: SiteFactory, tmp_path: Path
+) -> None:
+    # given a job with two queued URLs and a worker that leased them
+    web = site(5)
+    with ServeProcess(redis_server.url, tmp_path) as serve:
+        path = f"/api/v1/jobs/{JOB}/nodes/w1"
+        epoch = serve.http.post(f"{path}/join", json={}).json()["epoch"]
+        seed = {"epoch": epoch, "call_id": "seed", "push": [
+            {"url": web.start_url}, {"url": web.start_url + "?b"}]}
+        assert serve.http.post(f"{path}/flush", json=seed).json()["pushed"] == 2
+        leased = serve.http.post(f"{path}/lease", json={
+            "epoch": epoch, "call_id": "l1", "count": 2}).json()["entries"]
+        first, second = (entry["id"] for entry in leased)
+        # when a JSON flush (a push and an ack) is sent twice with one call id
+        flush = {"epoch": epoch, "call_id": "f1", "push": [{"url": web.start_url + "?c"}],
+                 "ack": [first]}
+        answers = [serve.http.post(f"{path}/flush", json=flush).json() for _ in range(2)]
+        # then the second answer is the first one's, and nothing changed twice
+        assert answers[0] == answers[1] == {"pushed": 1, "filtered": 0, "acked": 1,
+                                            "released": 0, "dead": 0}
+        assert job_stats(redis_server)["pushed"] == 3
+        # and likewise a Scrapy node's flush over calls (msgpack), sent twice
+        store = JobStore(http_client(serve.base_url, "", JOB, "w1"), JOB, "w1")
+        store.join_node(ttl_ms=0, claim=False, recrawl="join")
+        ops: list[Op] = [push_op(web.start_url + "?d"), Ack(second)]
+        results = [store.flush(epoch, ops, "f2") for _ in range(2)]
+        assert results[0] == results[1] and (results[0].pushed, results[0].acked) == (1, 1)
+    stats = job_stats(redis_server)
+    assert (stats["pushed"], stats["acked"]) == (4, 2)

@@ -14,21 +14,22 @@ from .crawl_order import QueueOrder
 from .crawler_parts import CrawlerFingerprinter
 
 if TYPE_CHECKING:
+    import redis
     from scrapy.crawler import Crawler
 
 #: the job of a crawler whose spider has no name, unless CLUSTERSYNC_JOB says otherwise
 DEFAULT_JOB = "default"
 
 
-def node_client(config: ClusterConfig) -> Any:
+def node_client(config: ClusterConfig) -> redis.Redis:
     """The node's Redis client: redis-py's, or with CLUSTERSYNC_URL the one that reaches the
     job through ``clustersync serve`` (store/http_client.py; the same store on top)."""
     if not config.over_http:
         return make_client(config.redis_url, config.tls, config.socket_timeout_s)
-    from ..store.http_client import HttpRedis
+    from ..store.http_client import http_client
 
     verify: bool | str = config.tls.ca_certs or config.tls.verify
-    return HttpRedis(config.redis_url, config.http_token, config.job, config.node_id,
+    return http_client(config.redis_url, config.http_token, config.job, config.node_id,
                      timeout_s=config.socket_timeout_s, verify=verify)
 
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 from urllib.parse import quote
 
 import msgpack
@@ -269,6 +269,13 @@ def _plain(arg: Any) -> Any:
     if isinstance(arg, memoryview):
         return bytes(arg)
     raise redis.DataError(f"Invalid input of type: {type(arg).__name__!r}")
+
+
+def http_client(url: str, token: str, job: str, node_id: str, timeout_s: float = 10.0,
+                verify: bool | str = True) -> redis.Redis:
+    """An ``HttpRedis``, typed as the client the store takes (it offers the subset the store
+    uses of one)."""
+    return cast(redis.Redis, HttpRedis(url, token, job, node_id, timeout_s, verify))
 
 
 def script_sha(text: str | bytes) -> str:
