@@ -79,7 +79,9 @@ def test_a_node_over_http_and_one_over_redis_crawl_one_job_and_the_http_one_dies
     hits = len(web.agent_hits("httpnode").times)
     print(f"\nhttp node: {hits} pages before its kill; its leases back {back_s:.1f}s after")
     assert over_redis.process.returncode == 0, over_redis.log()[-3000:]
-    assert pages_fetched(web) == web.pages, missing_pages(web)[:10]
+    # (at least once: a page the killed node fetched but had not acked is fetched again)
+    assert not missing_pages(web)
+    assert sum(pages_fetched_twice(web).values()) <= 2 * death["leases_returned"]
     # (NODE_DEAD_AFTER is 3 s: declared dead by the Redis node's heartbeat, with margin)
     assert death["leases_returned"] > 0 and back_s < 3.0 * 3
 
