@@ -89,7 +89,9 @@ class HttpRedis:
     """The subset of ``redis.Redis`` the node's store uses, over serve (see the module doc)."""
 
     def __init__(self, url: str, token: str, job: str, node_id: str,
-                 timeout_s: float = 10.0, verify: bool | str = True) -> None:
+                 timeout_s: float = 10.0, verify: bool | str = True,
+                 transport: Any = None) -> None:
+        """``transport``: httpx's (a test's ``httpx.MockTransport``); None: HTTP itself."""
         import httpx
 
         self._base = url.rstrip("/")
@@ -97,7 +99,8 @@ class HttpRedis:
         self._headers = {"content-type": MSGPACK, "accept": MSGPACK}
         if token:
             self._headers["authorization"] = f"Bearer {token}"
-        self._options: dict[str, Any] = {"timeout": timeout_s, "verify": verify}
+        self._options: dict[str, Any] = {"timeout": timeout_s, "verify": verify,
+                                         "transport": transport}
         self._lock = threading.Lock()
         self._http = httpx.Client(base_url=self._base, **self._options)
         self.connection_pool = _Pool(password=token, http_client=self)
