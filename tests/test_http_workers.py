@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+import httpx
 from api_serve import ServeProcess
 
 from scrapy_clustersync.store import JobStore
@@ -52,7 +53,7 @@ def test_a_node_over_http_and_one_over_redis_crawl_one_job_and_the_http_one_dies
     redis_server: RedisServer, site: SiteFactory, tmp_path: Path
 ) -> None:
     # given serve with a token, one node over Redis and one over HTTP on a slow site
-    web = site(200, delay_s=0.05)
+    web = site(120, delay_s=0.05)
     token = add_token(redis_server.url)
     with ServeProcess(redis_server.url, tmp_path) as serve:
         over_http = start_node("httpnode", "", web.start_url, tmp_path,
@@ -95,7 +96,7 @@ def test_the_example_client_crawls_part_of_a_job_and_a_scrapy_node_finishes_it(
     redis_server: RedisServer, site: SiteFactory, tmp_path: Path
 ) -> None:
     # given a job seeded through serve
-    web = site(60)
+    web = site(40)
     token = add_token(redis_server.url)
     with ServeProcess(redis_server.url, tmp_path) as serve:
         auth = {"Authorization": f"Bearer {token}"}
@@ -148,3 +149,36 @@ def test_a_flush_sent_again_with_its_call_id_is_applied_once_over_both_forms(
         assert results[0] == results[1] and (results[0].pushed, results[0].acked) == (1, 1)
     stats = job_stats(redis_server)
     assert (stats["pushed"], stats["acked"]) == (4, 2)
+
+
+def serve_again(redis_url: str, workdir: Path, gone: ServeProcess) -> ServeProcess:
+    """serve started again on the port of ``gone`` (stopped), where the nodes look for it."""
+    again = ServeProcess(redis_url, workdir, "--port", str(gone.port))  # (the last --port wins)
+    again.http.close()
+    again.port, again.base_url = gone.port, gone.base_url
+    again.http = httpx.Client(base_url=gone.base_url, timeout=10.0)
+    return again.wait_ready()
+
+
+def test_serve_away_mid_crawl_is_an_outage_the_http_node_rides_out(
+    redis_server: RedisServer, site: SiteFactory, tmp_path: Path
+) -> None:
+    # given a node over HTTP crawling a slow site
+    web = site(80, delay_s=0.05)
+    serve = ServeProcess(redis_server.url, tmp_path).wait_ready()
+    node = start_node("httpnode", "", web.start_url, tmp_path, http_settings(serve))
+    try:
+        wait_until(lambda: len(web.agent_hits("httpnode").times) > 20, 30, "the HTTP node")
+        # when serve is away for longer than the node's NODE_DEAD_AFTER (3 s), then back
+        serve.stop()
+        time.sleep(4)
+        assert node.process.poll() is None, node.log()[-3000:]
+        serve = serve_again(redis_server.url, tmp_path, serve)
+        # then the node finishes the crawl: every page fetched, its writes all applied
+        wait_all([node], timeout_s=60)
+    finally:
+        serve.stop()
+    assert node.process.returncode == 0, node.log()[-3000:]
+    assert not missing_pages(web)
+    assert job_stats(redis_server)["acked"] == web.pages
+    assert node.finish_reason() == "finished"

@@ -40,8 +40,8 @@ READS = frozenset({"HGET", "HMGET", "HGETALL", "HKEYS", "LRANGE", "GET", "EXISTS
                    "ZCARD", "ZSCORE", "XLEN"})
 #: commands sent with no key
 NO_KEY = frozenset({"PING", "TIME"})
-#: commands in one request at most (a round trip holds a handful)
-MAX_CALLS = 64
+#: commands in one request at most (a round trip of a node holds a handful)
+MAX_CALLS = 256
 
 
 class Refused(ValueError):
