@@ -33,7 +33,7 @@ def call(api: httpx.Client, path: str, body: dict[str, Any]) -> Any:
 def crawl(serve: str, job: str, token: str, max_pages: int) -> int:
     node = f"httpx-{uuid.uuid4().hex[:8]}"
     api = httpx.Client(base_url=f"{serve}/api/v1/jobs/{job}/nodes/{node}", timeout=30,
-                       headers={"Authorization": f"Bearer {token}"})
+                       headers={"Authorization": f"Bearer {token}"} if token else {})
     web = httpx.Client(timeout=30, follow_redirects=True)
     epoch = call(api, "/join", {"ttl_ms": 30_000})["epoch"]
     done = 0
