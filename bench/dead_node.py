@@ -33,7 +33,7 @@ from typing import Any
 # testkit, the dev and test kit, is not installed: it is imported from the repository root
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from loadgen import JOB, SCRIPTS
+from loadgen import JOB, SCRIPTS, script_times
 
 from scrapy_clustersync.store import Ack, JobStore, Push, PushFlags, make_client
 from scrapy_clustersync.store.job_store import new_call_id
@@ -175,18 +175,6 @@ def shown(ms: float) -> str:
     return f"{ms:.2f} ms" if ms else f"<{LOGGED_US / 1000:.2f} ms"
 
 
-def script_times(logged: list[dict[str, Any]]) -> dict[str, list[float]]:
-    """Each script's run times (ms) from a slow log that logged every command."""
-    times: dict[str, list[float]] = {}
-    for entry in logged:
-        command = entry["command"]
-        words = (command.decode(errors="replace") if isinstance(command, bytes)
-                 else str(command)).split()
-        if len(words) > 1 and words[0].upper() in ("EVALSHA", "EVAL"):
-            times.setdefault(SCRIPTS.get(words[1], "other"), []).append(entry["duration"] / 1000)
-    return times
-
-
 def main() -> None:
     args = parse_args()
     with tempfile.TemporaryDirectory() as tmp:
@@ -221,7 +209,7 @@ def run(server: RedisServer, args: argparse.Namespace) -> None:
               if as_text(entry.get("client_name") or "") != BENCH_CLIENT]
     back += still_queued(client, alive, args.sites)
     status = alive.status()
-    times = script_times(logged)
+    times = {name: [s * 1000 for s in each] for name, each in script_times(logged).items()}  # ms
     slow = [entry for entry in logged if entry["duration"] >= SLOW_MS * 1000]
     for name, count in calls.items():  # the calls the log left out: below LOGGED_US
         logged_ms = times.setdefault(name, [])

@@ -68,8 +68,8 @@ def crawl(site: TestSite, redis_url: str, workdir: Path) -> None:
     console.print(f"[red]kill -9 {VICTIM}[/red] after {sum(site.hits().values())} pages; "
                   f"after about {DEAD_AFTER_S:g}s without its heartbeat "
                   "(CLUSTERSYNC_NODE_DEAD_AFTER: three heartbeats) the other nodes declare it "
-                  "dead, and its leased requests go back to the queue in that same step, "
-                  f"long before their {LEASE_TIMEOUT_S:g}s leases would run out")
+                  "dead, and its leased requests go back to the queue from that step on, in "
+                  f"their order, long before their {LEASE_TIMEOUT_S:g}s leases would run out")
     for process in processes.values():
         process.wait(600)
 
@@ -95,7 +95,7 @@ def summarize(site: TestSite, redis_url: str) -> bool:
     for dead in status.dead_nodes:
         console.print(f"node {dead.node} was declared dead by {dead.by} after "
                       f"{dead.silent_ms / 1000:.1f}s without a heartbeat; its "
-                      f"{dead.leases_returned} leased requests went back to the queue then",
+                      f"{dead.leases_returned} leased requests went back to the queue from then",
                       markup=False)
     console.print("Pages fetched twice are the ones the killed node had fetched but not yet "
                   "acked: the delivery guarantee is at-least-once, never lost.")

@@ -12,8 +12,8 @@ import socket
 import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
-from urllib.parse import urlsplit
 
+from .redis_urls import UrlError, check_tls_files, check_url
 from .url_secrets import redact_url as _redact_url
 
 if TYPE_CHECKING:
@@ -87,7 +87,6 @@ POLITENESS_MODES = ("cluster", "node")
 #: the most entries CLUSTERSYNC_RESULTS_MAX may allow the results stream
 RESULTS_MAX_LIMIT = 1_000_000_000
 
-URL_SCHEMES = ("redis", "rediss", "unix")
 JOB_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,199}$")
 
 _Number = TypeVar("_Number", int, float)
@@ -99,12 +98,32 @@ class ConfigError(ValueError):
 
 @dataclass(frozen=True)
 class TlsOptions:
-    """The ``CLUSTERSYNC_TLS_*`` settings: used for a ``rediss://`` URL only."""
+    """The ``CLUSTERSYNC_TLS_*`` settings: used for a ``rediss://`` or ``rediss+sentinel://``
+    URL only (``check`` refuses them with any other)."""
 
     ca_certs: str = ""
     certfile: str = ""
     keyfile: str = ""
     verify: bool = True
+
+    @classmethod
+    def from_settings(cls, settings: BaseSettings) -> TlsOptions:
+        return cls(ca_certs=settings.get("CLUSTERSYNC_TLS_CA_CERTS") or "",
+                   certfile=settings.get("CLUSTERSYNC_TLS_CERTFILE") or "",
+                   keyfile=settings.get("CLUSTERSYNC_TLS_KEYFILE") or "",
+                   verify=settings.getbool("CLUSTERSYNC_TLS_VERIFY", True))
+
+    def check(self, url: str) -> TlsOptions:
+        """Self, if every file named exists and ``url`` is a TLS URL; else ConfigError."""
+        files = {"CLUSTERSYNC_TLS_CA_CERTS": self.ca_certs,
+                 "CLUSTERSYNC_TLS_CERTFILE": self.certfile,
+                 "CLUSTERSYNC_TLS_KEYFILE": self.keyfile}
+        try:
+            check_tls_files({name: path for name, path in files.items() if path}, url,
+                            "CLUSTERSYNC_REDIS_URL")
+        except UrlError as exc:
+            raise ConfigError(str(exc)) from None
+        return self
 
 
 @dataclass(frozen=True)
@@ -242,12 +261,7 @@ class ClusterConfig:
             max_request_bytes=_number(settings, "CLUSTERSYNC_MAX_REQUEST_BYTES", int, minimum=1024),
             local_seen_cache=_number(settings, "CLUSTERSYNC_LOCAL_SEEN_CACHE", int, minimum=0),
             socket_timeout_s=_number(settings, "CLUSTERSYNC_SOCKET_TIMEOUT", float, minimum=0.1),
-            tls=TlsOptions(
-                ca_certs=settings.get("CLUSTERSYNC_TLS_CA_CERTS") or "",
-                certfile=settings.get("CLUSTERSYNC_TLS_CERTFILE") or "",
-                keyfile=settings.get("CLUSTERSYNC_TLS_KEYFILE") or "",
-                verify=settings.getbool("CLUSTERSYNC_TLS_VERIFY", True),
-            ),
+            tls=TlsOptions.from_settings(settings).check(url),
             dedup=DedupSettings(
                 mode=str(settings.get("CLUSTERSYNC_DEDUP", DEFAULTS["CLUSTERSYNC_DEDUP"])),
                 bloom_capacity=_number(settings, "CLUSTERSYNC_BLOOM_CAPACITY", int),
@@ -332,12 +346,10 @@ def validate_redis_url(url: str, given_as: str = "CLUSTERSYNC_REDIS_URL") -> str
             f"{given_as} is not set. Point every node at the same Redis, e.g. "
             'CLUSTERSYNC_REDIS_URL = "redis://:password@10.0.0.5:6379/0".'
         )
-    scheme = urlsplit(url).scheme
-    if scheme not in URL_SCHEMES:
-        raise ConfigError(
-            f"{given_as} {redact_url(url)!r} has scheme {scheme!r}; accepted: "
-            "redis://host:port/db, rediss://host:port/db (TLS) or unix:///path/to/redis.sock."
-        )
+    try:
+        check_url(url, given_as)  # the forms: redis_urls.py
+    except UrlError as exc:
+        raise ConfigError(str(exc)) from None
     return url
 
 

@@ -260,15 +260,23 @@ class RedisServer(Service, RedisClients):
         while time.monotonic() < deadline:
             if self._process.poll() is not None:
                 return False
-            if ping(self.port, self.password, timeout_s=0.5):
+            answering = self.answering_pid()
+            if answering is not None:
                 # Something answers; make sure it is ours and not a server already on the port.
-                if server_pid(self.port, self.password) == self._process.pid:
+                if answering == self._process.pid:
                     return True
                 self.kill()
                 return False
             time.sleep(_POLL_INTERVAL_S)
         self.kill()
         return False
+
+    def answering_pid(self) -> int | None:
+        """The process id of the server that answers on ``port``, None while none answers
+        (a subclass that speaks TLS or is a sentinel asks its own way)."""
+        if not ping(self.port, self.password, timeout_s=0.5):
+            return None
+        return server_pid(self.port, self.password)
 
     def stop(self) -> None:
         """Graceful shutdown: SIGTERM and wait (with persistence the AOF is flushed). Idempotent.

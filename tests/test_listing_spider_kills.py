@@ -23,11 +23,15 @@ from __future__ import annotations
 
 import random
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from scrapy_clustersync.results import decode_record
+from scrapy_clustersync.store.keys import JobKeys
 from testkit.redis_server import RedisServer
 from testkit.site import TestSite
 
@@ -135,6 +139,15 @@ def items_never_processed(web: TestSite, workdir: Path) -> int:
     return len(expected - done)
 
 
+def items_in_stream_not_once(server: RedisServer, web: TestSite) -> list[tuple[str, int]]:
+    """The items of the site that the job's results stream holds other than exactly once."""
+    entries: Any = server.client().xrange(JobKeys("listing").results)
+    found = Counter((record.data["page"], record.data["position"])
+                    for record in (decode_record(sid, fields) for sid, fields in entries))
+    expected = {(url, position) for url in web.page_urls() for position in range(ITEMS_PER_PAGE)}
+    return sorted(item for item in expected | set(found) if found.get(item) != 1)
+
+
 @pytest.mark.chaos
 @pytest.mark.parametrize("run", range(RUNS), ids=lambda run: f"run{run + 1}")
 @pytest.mark.parametrize("reactor", sorted(REACTORS))
@@ -180,6 +193,9 @@ def test_listing_spider_loses_no_page_when_nodes_are_killed_at_random(
     assert SOAK or kills == MAX_KILLS, f"{summary}: a quick run kills {MAX_KILLS} times mid-crawl"
     assert missing == [], f"{summary}; first missing: {missing[:10]}"
     assert items_never_processed(web, tmp_path) == 0, summary
+    # and the job's results stream holds every item exactly once, however often its page was
+    # fetched
+    assert items_in_stream_not_once(redis_server, web) == [], summary
     # (a node restarted just as the other finished the job finds it finished: it says so, has
     # fetched nothing and closes with clustersync_job_finished, as any node started then does)
     late = [node for node in survivors if node.finish_reason() == "clustersync_job_finished"

@@ -145,15 +145,17 @@ def test_amqp_has_every_result_in_the_queue_once_confirmed(redis_server: RedisSe
         delete_queues(AMQP_URL, queue, f"{queue}.dead")
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def vhost() -> Iterator[str]:
+    """One vhost for this module's tests (rabbitmqctl takes seconds a call); each test uses
+    queues of its own in it."""
     yield from rabbitmq_vhost()
 
 
 def test_messages_the_broker_nacks_go_to_the_dead_letter_queue(redis_server: RedisServer,
                                                                vhost: str) -> None:
     # Given a queue the broker caps at 5 messages, refusing (nacking) publishes beyond
-    rabbitmqctl("set_policy", "-p", vhost, "cap", "^shop$",
+    rabbitmqctl("set_policy", "-p", vhost, "cap", "^capped$",
                 '{"max-length": 5, "overflow": "reject-publish"}', "--apply-to", "queues")
     client = redis_server.client()
     make_job(client, "shop")
@@ -161,12 +163,12 @@ def test_messages_the_broker_nacks_go_to_the_dead_letter_queue(redis_server: Red
     finish_job(client, "shop")
     url = f"amqp://guest:guest@127.0.0.1:5672/{vhost}"
     # When the sink publishes 20 results to it
-    run = run_cli(redis_server.url, "sink", "shop", "--to", url, "--queue", "shop", "--json")
+    run = run_cli(redis_server.url, "sink", "shop", "--to", url, "--queue", "capped", "--json")
     # Then 5 are in the queue, the 15 the broker nacked in its dead-letter queue, each once,
     # and every one was acknowledged (the broker confirmed it into one or the other)
     assert run.returncode == 0, run.output
     assert json.loads(run.stdout)["written"] == 5
-    queued, dead = drain_queue(url, "shop"), drain_queue(url, "shop.dead")
+    queued, dead = drain_queue(url, "capped"), drain_queue(url, "capped.dead")
     assert len(queued) == 5
     assert sorted(str(m["id"]) for m in queued + dead) == ids
     assert client.xlen(make_job(client, "shop").results) == 0
@@ -175,11 +177,11 @@ def test_messages_the_broker_nacks_go_to_the_dead_letter_queue(redis_server: Red
 def test_a_queue_declared_with_other_arguments_is_one_clear_error(redis_server: RedisServer,
                                                                   vhost: str) -> None:
     url = f"amqp://guest:guest@127.0.0.1:5672/{vhost}"
-    asyncio.run(declare_plain_queue(url, "shop"))
+    asyncio.run(declare_plain_queue(url, "plain"))
     client = redis_server.client()
     make_job(client, "shop")
     add_results(client, "shop", 3)
-    run = run_cli(redis_server.url, "sink", "shop", "--to", url, "--queue", "shop")
+    run = run_cli(redis_server.url, "sink", "shop", "--to", url, "--queue", "plain")
     assert run.returncode == 5, run.output
     assert "PRECONDITION_FAILED" in run.stderr and "Traceback" not in run.stderr
 
@@ -219,3 +221,21 @@ def test_two_sinks_of_one_group_share_the_results(redis_server: RedisServer,
         for sink in locals().get("sinks", []):
             sink.kill()
         urls.close()
+
+
+def test_text_a_database_is_picky_about_goes_in_all_the_same(redis_server: RedisServer,
+                                                             db_url: str) -> None:
+    # NUL (PostgreSQL refuses it), 4-byte characters (MySQL's old utf8), 100 KiB (MySQL TEXT),
+    # NaN and infinity (no JSON, no MySQL double)
+    client = redis_server.client()
+    make_job(client, "shop")
+    add_results(client, "shop", 3, item=lambda n: {
+        "title": ["a\x00b", "emoji \U0001f600", "x" * 100_000][n], "n": n,
+        "price": [float("nan"), 1.5, float("inf")][n]})
+    finish_job(client, "shop")
+    run = run_cli(redis_server.url, "sink", "shop", "--to", db_url, "--columns")
+    assert run.returncode == 0, run.output
+    titles = [row[0] for row in rows_of(db_url, "shop", "title")]
+    assert [row[0] for row in rows_of(db_url, "shop", "price")] == [None, 1.5, None]
+    assert titles[1:] == ["emoji \U0001f600", "x" * 100_000]
+    assert titles[0] in ("a\x00b", "a\ufffdb")  # PostgreSQL: NUL made U+FFFD

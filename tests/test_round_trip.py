@@ -97,24 +97,24 @@ def test_a_batch_redis_refuses_in_a_round_trip_leaves_the_other_calls_answered(
     assert store.status().counters.get("pushed") == 1
 
 
-def test_a_round_trip_redis_py_cannot_encode_is_sent_call_by_call(
+def test_a_batch_that_cannot_be_encoded_is_refused_before_its_round_trip_and_the_rest_goes(
     redis_server: RedisServer,
 ) -> None:
-    # given a job with one request queued, and a push whose priority redis-py does not send
+    # given a job with one request queued, and a push whose priority Redis takes no string of
     store, epoch = joined(redis_server.url)
     store.flush(epoch, [push("http://a/queued")], new_call_id())
     request = Request("http://a/bool")
     unsendable = Push(FINGERPRINTER.fingerprint(request), True, CODEC.encode(request))
-    # when it goes in a round trip with a lease and a control read
+    # when it is added to a round trip with a lease and a control read
     trip = store.round_trip()
-    refused = store.flush_in(trip, epoch, [unsendable], new_call_id())
+    # then the batch alone is refused, at once: nothing of it goes to Redis
+    with pytest.raises(BadBatch, match="a bool value cannot be sent"):
+        store.flush_in(trip, epoch, [unsendable], new_call_id())
     leased = store.lease_in(trip, epoch, 10, LEASE_MS, new_call_id())
     control = store.control.read_in(trip)
     trip.send()
-    # then the batch alone is refused; the calls after it were sent on their own and answered
-    with pytest.raises(BadBatch):
-        refused.result()
-    assert urls(leased.result()) == {"http://a/queued"} and leased.late
+    # and the calls after it were sent and answered
+    assert urls(leased.result()) == {"http://a/queued"}
     assert control.result().state == "running"
 
 

@@ -69,7 +69,8 @@ def app_of_worker() -> FastAPI:
     project = ProjectContext(redis_url_flag=given["redis_url"],
                              settings_module=given["settings_module"],
                              overrides=dict(given["overrides"]))
-    return create_app(ApiContext(make_client(given["redis_url"]), project, given["loopback"]))
+    client = make_client(given["redis_url"], project.tls(given["redis_url"]))
+    return create_app(ApiContext(client, project, given["loopback"]))
 
 
 def run_server(api: ApiContext, redis_url: str, options: ServeOptions) -> None:

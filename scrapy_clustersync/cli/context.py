@@ -53,7 +53,8 @@ class CliContext:
     def client(self) -> redis.Redis:
         """The client of that Redis, made on first use (it connects on its first call)."""
         if self._client is None:
-            self._client = make_client(self.redis_url())
+            url = self.redis_url()  # TLS files: the project's CLUSTERSYNC_TLS_* (or the URL's)
+            self._client = make_client(url, self.project.tls(url))
         return self._client
 
     def job_name(self, given: str | None) -> str:

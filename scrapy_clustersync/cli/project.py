@@ -16,7 +16,14 @@ from typing import TYPE_CHECKING, Any
 from scrapy.settings import Settings
 from scrapy.utils.project import get_project_settings, inside_project
 
-from ..config import DEFAULTS, ConfigError, DedupSettings, validate_job_name, validate_redis_url
+from ..config import (
+    DEFAULTS,
+    ConfigError,
+    DedupSettings,
+    TlsOptions,
+    validate_job_name,
+    validate_redis_url,
+)
 from ..setting_names import PREFIX, check_setting_names, check_settings_object
 
 if TYPE_CHECKING:
@@ -105,6 +112,11 @@ class ProjectContext:
             '"redis://:password@10.0.0.5:6379/0" (or -s CLUSTERSYNC_REDIS_URL=URL); '
             f"looked in {self.describe_project()}"
         )
+
+    def tls(self, url: str) -> TlsOptions:
+        """The project's CLUSTERSYNC_TLS_* settings for ``url``; ConfigError if a file they
+        name is missing or ``url`` is not a TLS URL (the files may also be in its query)."""
+        return TlsOptions.from_settings(self.settings).check(url)
 
     def job(self, given: str | None) -> str | None:
         """``given`` (the JOB argument), else the project's ``CLUSTERSYNC_JOB``, checked; None

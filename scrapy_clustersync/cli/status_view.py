@@ -99,8 +99,32 @@ def status_dict(report: JobStatus) -> dict[str, Any]:
         finished_reason=run["finished_reason"],
         start_run_by=report.start_claimed_by, control=control_of(report),
         stop_reason=stop_reason_of(report), run=run, totals=totals_summary(report),
+        primary=primary_of(report),
     )
     return summary
+
+
+def primary_of(report: JobStatus) -> dict[str, Any] | None:
+    """Through Sentinel, the Redis primary the job's nodes last recorded (``address``), how
+    many times it changed (``failovers``), the one before and when (None: not recorded, the
+    nodes reach one Redis directly)."""
+    meta = report.meta
+    if not meta.get("primary"):
+        return None
+    changed_ms = meta.get("primary_changed_ms")
+    return {"address": meta["primary"], "failovers": int(meta.get("primary_changes") or 0),
+            "before": meta.get("primary_before"),
+            "changed_at": when_iso(int(changed_ms)) if changed_ms else None}
+
+
+def _primary_line(primary: dict[str, Any] | None) -> list[Text]:
+    if primary is None:
+        return []
+    text = f"  primary      {primary['address']} (through Sentinel)"
+    if primary["failovers"]:
+        text += (f"; failed over {primary['failovers']} time(s), last at "
+                 f"{primary['changed_at']} from {primary['before']}")
+    return [Text(text)]
 
 
 def stop_reason_of(report: JobStatus) -> str | None:
@@ -144,6 +168,7 @@ def summary_lines(report: JobStatus, summary: dict[str, Any]) -> list[Text]:
     if report.start_claimed_by:
         done = "done" if report.start_done else "running"
         lines.append(Text(f"  start()      run by {report.start_claimed_by} ({done})"))
+    lines += _primary_line(summary["primary"])
     lines += [Text(line) for line in figure_lines(report, summary)]
     for name in ("queued", "leased", "dead_letters"):
         lines.append(Text(f"  {name:<13}{summary[name]:>12,}"))

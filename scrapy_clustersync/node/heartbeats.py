@@ -19,7 +19,9 @@ from typing import TYPE_CHECKING, Any
 
 from ..config import ClusterConfig
 from ..store import JobStore
+from ..store.errors import StoreError
 from ..store.job_store import beat_of
+from ..store.primary_note import PrimaryScript, primary_address
 from ..store.round_trip import Answer, RoundTrip
 from ..store.script_results import DeadNode, Heartbeat
 from .liveness import heartbeat_ttl_ms
@@ -87,6 +89,9 @@ class HeartbeatPart:
         #: before its join (liveness.py)
         self._round_trip_s = 0.0
         self._beat_calls: deque[float] = deque(maxlen=BEAT_CALLS_KEPT)
+        #: the Redis primary (through Sentinel) this node last recorded in the job's meta
+        self._primary_noted: str | None = None
+        self._primary_script: PrimaryScript | None = None
 
     def _ping(self, now: float) -> None:
         """Ask the reactor to say it runs, every PING_INTERVAL_S while it answers."""
@@ -140,6 +145,27 @@ class HeartbeatPart:
         self._heard(beat, call.idle, call.leaving)
         if not call.leaving and beat.finish_wait_ms > 0:
             self._next_heartbeat = min(self._next_heartbeat, call.at + beat.finish_wait_ms / 1000)
+        if not call.leaving:
+            self._note_primary()
+
+    def _note_primary(self) -> None:
+        """Through Sentinel: record the primary this node's connections reach in the job's meta
+        when it is not the one recorded last (primary.lua counts a change: a failover), and log
+        a change once. Best effort: a failed call is tried again at the next heartbeat (an
+        outage is met by the step's own calls)."""
+        address = primary_address(self.store.client)
+        if address is None or address == self._primary_noted:
+            return
+        if self._primary_script is None:
+            self._primary_script = PrimaryScript(self.store.client, self.store.keys)
+        try:
+            before = self._primary_script.run(address)
+        except StoreError:
+            return
+        self._primary_noted = address
+        if before:
+            logger.warning("clustersync: job %r is on the Redis primary at %s now, no longer %s "
+                           "(Sentinel failed over)", self.config.job, address, before)
 
     def _heard(self, beat: Heartbeat, idle: bool, leaving: bool) -> None:
         for dead in beat.declared_dead:

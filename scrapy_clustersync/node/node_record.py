@@ -28,6 +28,7 @@ from urllib.parse import urlsplit
 import psutil
 import scrapy
 
+from ..redis_urls import is_sentinel_url, parse_sentinel_url
 from .project_digest import project_digests
 
 if TYPE_CHECKING:
@@ -163,15 +164,19 @@ def versions() -> dict[str, str]:
 def local_ip(redis_url: str) -> str:
     """The address this machine reaches Redis from (what the other nodes would see), found
     without sending a packet; 127.0.0.1 for a Unix socket, "" if unknown."""
-    parts = urlsplit(redis_url)
-    if parts.scheme == "unix" or not parts.hostname:
-        return "127.0.0.1" if parts.scheme == "unix" else ""
-    if parts.hostname == "localhost" or _is_loopback(parts.hostname):
+    if is_sentinel_url(redis_url):  # the first sentinel's address: on the way to the servers
+        host, port = parse_sentinel_url(redis_url).sentinels[0]
+    else:
+        parts = urlsplit(redis_url)
+        if parts.scheme == "unix" or not parts.hostname:
+            return "127.0.0.1" if parts.scheme == "unix" else ""
+        host, port = parts.hostname, parts.port or 6379
+    if host == "localhost" or _is_loopback(host):
         return "127.0.0.1"
     try:
-        family = socket.AF_INET6 if ":" in parts.hostname else socket.AF_INET
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
         with socket.socket(family, socket.SOCK_DGRAM) as probe:
-            probe.connect((parts.hostname, parts.port or 6379))
+            probe.connect((host, port))
             return str(probe.getsockname()[0])
     except (OSError, ValueError):
         return ""

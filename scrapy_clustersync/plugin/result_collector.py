@@ -81,6 +81,7 @@ class ResultCollector:
         #: its first yield was processed
         self._again: dict[int, list[Slot]] = {}
         self._pending: dict[str, list[Record]] = {}  # lease token -> its records
+        self._warned_types: set[str] = set()  # the types of output warned of as no item
 
     def watch(self, scraper: Any) -> bool:
         """Number the output Scrapy's ``scraper`` hands on and run its item pipelines under
@@ -174,6 +175,9 @@ class ResultCollector:
         slot = SLOT.get()
         if slot is None:
             return
+        if type(item) is not dict and not isinstance(item, Item) and not ItemAdapter.is_item(item):
+            self._not_an_item(item, slot.url)
+            return
         fields: dict[str, Any] = item if type(item) is dict else dict(item) if isinstance(
             item, Item) else ItemAdapter(item).asdict()
         try:
@@ -197,6 +201,18 @@ class ResultCollector:
                          _largest_fields(fields, len(d) - self.settings.item_max_bytes))
             return
         slot.record = (slot.result_id, "item", d)
+
+    def _not_an_item(self, value: Any, url: str | None) -> None:
+        """Scrapy hands any output that is not a request to the pipelines as an item and lets
+        it fail only where a pipeline uses it as one: it passes through here untouched, is not
+        written to the results, and is counted, with one warning per type."""
+        self.counts["clustersync/results/not_an_item"] += 1
+        kind = type(value).__qualname__
+        if kind not in self._warned_types:
+            self._warned_types.add(kind)
+            logger.warning("clustersync: spider %r yielded a %s (from %s), which is no item "
+                           "(itemadapter does not know it): it is not written to the results",
+                           self.spider, kind, url or "start()")
 
     def _kept(self, slot: Slot) -> None:
         assert slot.record is not None
@@ -312,8 +328,14 @@ def open_results(crawler: Any, settings: ResultSettings, node: str,
     if not settings.enabled:
         return None
     spider = getattr(crawler.spidercls, "name", None) or "spider"
+
+    def fingerprint(request: Request) -> bytes:
+        # looked up when an item needs it: a crawler opened by hand (Scrapy's scheduler tests)
+        # has none, and a newer Scrapy raises when it is read before the crawl starts
+        return bytes(crawler.request_fingerprinter.fingerprint(request))
+
     collector = ResultCollector(settings, spider, node, submit, tracker.scraping.__contains__,
-                                crawler.request_fingerprinter.fingerprint, tracker.counts)
+                                fingerprint, tracker.counts)
     if not collector.watch(scraper):
         logger.debug("clustersync: no Scrapy scraper to watch; no results are written")
         return None

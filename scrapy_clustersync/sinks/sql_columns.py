@@ -13,6 +13,7 @@ in the ``item`` column.
 from __future__ import annotations
 
 import json
+import math
 import re
 from typing import Any
 
@@ -28,8 +29,10 @@ MAX_ITEM_COLUMNS = 200
 MAX_NAME_CHARS = 60
 #: a result id's most characters (``<fingerprint hex>:<n>``: about 45)
 ID_CHARS = 255
+#: text of any length (TEXT holds 64 KiB on MySQL/MariaDB)
+LONG_TEXT = Text().with_variant(mysql.LONGTEXT(), "mysql", "mariadb")
 KIND_TYPES: dict[str, TypeEngine[Any]] = {
-    "bool": Boolean(), "int": BigInteger(), "float": Double(), "text": Text(),
+    "bool": Boolean(), "int": BigInteger(), "float": Double(), "text": LONG_TEXT,
 }
 _NOT_WORD = re.compile(r"[^a-z0-9_]")
 _INT64 = 2**63
@@ -42,12 +45,29 @@ def fixed_columns() -> list[Column[Any]]:
     return [
         Column("id", String(ID_CHARS), primary_key=True),
         Column("kind", String(16), nullable=False),
-        Column("url", Text),
+        Column("url", LONG_TEXT),
         Column("node", String(255)),
         Column("crawled_at", DateTime(timezone=True).with_variant(
             mysql.DATETIME(fsp=3), "mysql", "mariadb")),
         Column("item", JSON().with_variant(JSONB(), "postgresql")),
     ]
+
+
+def storable(value: Any, nul_free: bool = False) -> Any:
+    """``value`` (in its JSON form) as every database takes it: a float that is not finite
+    (NaN, infinity: no JSON, and no MySQL double holds one) made None, and with ``nul_free``
+    (PostgreSQL, which refuses NUL in text and jsonb) every NUL of its strings, keys too, made
+    U+FFFD; one such item would otherwise stop the sink for good."""
+    if isinstance(value, str):
+        return value.replace("\x00", "\ufffd") if nul_free else value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {storable(key, nul_free): storable(item, nul_free)
+                for key, item in value.items()}
+    if isinstance(value, list):
+        return [storable(item, nul_free) for item in value]
+    return value
 
 
 def column_name(field: str) -> str:

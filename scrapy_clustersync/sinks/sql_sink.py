@@ -27,6 +27,7 @@ from .sql_columns import (
     fit,
     fixed_columns,
     kind_of_type,
+    storable,
     value_kind,
 )
 from .sql_columns import column_name as field_column
@@ -92,6 +93,7 @@ class SqlSink:
     def __init__(self, url: str, table: str, item_columns: bool = False) -> None:
         self.engine = open_engine(url)
         self.dialect = self.engine.dialect.name
+        self._nul_free = self.dialect == "postgresql"
         self.item_columns = item_columns
         self.name = table
         #: item field -> (column, kind), from the table as found and as widened since
@@ -188,10 +190,11 @@ class SqlSink:
     def _row(self, result: Result) -> dict[str, Any]:
         at = result.crawled_at
         row: dict[str, Any] = {
-            "id": result.id, "kind": result.kind, "url": result.url, "node": result.node,
+            "id": result.id, "kind": result.kind, "node": result.node,
             "crawled_at": at if self.dialect == "postgresql" else
             at.astimezone(timezone.utc).replace(tzinfo=None),
-            "item": to_json_value(result.data),
+            "item": storable(to_json_value(result.data), self._nul_free),
+            "url": storable(result.url, self._nul_free),
         }
         if not self.item_columns:
             return row

@@ -22,7 +22,7 @@ import redis
 
 from .errors import translate_errors
 from .keys import api_audit_key, api_tokens_key
-from .records import as_text
+from .records import as_text, json_objects
 
 #: the roles, each allowed what the ones before it are
 ROLES = ("read", "operator", "admin")
@@ -124,12 +124,4 @@ class TokenStore:
         """The newest ``limit`` audit records, newest first."""
         with translate_errors(self.client):
             raw = self.client.lrange(api_audit_key(), 0, max(1, limit) - 1)
-        records = []
-        for each in raw:
-            try:
-                record = json.loads(each)
-            except ValueError:
-                continue
-            if isinstance(record, dict):
-                records.append(record)
-        return records
+        return json_objects(raw)

@@ -7,17 +7,24 @@ import ssl
 import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
+from redis.sentinel import Sentinel, SentinelConnectionPool
 
 from ..config import TlsOptions, validate_redis_url
+from ..redis_urls import SentinelUrl, is_sentinel_url, is_tls_url, parse_sentinel_url
 
 
 def make_client(
     url: str, tls: TlsOptions | None = None, socket_timeout_s: float = 10.0
 ) -> redis.Redis:
-    """A client for ``url`` (redis://, rediss:// or unix://; user:password work with ACLs).
+    """A client for ``url`` (redis://, rediss://, unix://, or redis+sentinel:// and
+    rediss+sentinel:// through Sentinel; user:password work with ACLs). ``tls``: the
+    CLUSTERSYNC_TLS_* files, for a TLS URL only.
 
     redis-py's own retries are off: the caller retries with backoff, and every script call is
-    safe to run twice, so a retry never doubles a change.
+    safe to run twice, so a retry never doubles a change. Through Sentinel, each new connection
+    asks the sentinels where the primary is, and a pooled connection to a server that is no
+    longer the primary is dropped (READONLY, or the address the sentinels give changed): the
+    call that found it fails as an outage, and its retry reaches the new primary.
     """
     validate_redis_url(url)
     options: dict[str, object] = {
@@ -27,17 +34,43 @@ def make_client(
         "health_check_interval": 30,
         **short_handshake(),
     }
-    if url.startswith("rediss://") and tls is not None:
-        if tls.ca_certs:
-            options["ssl_ca_certs"] = tls.ca_certs
-        if tls.certfile:
-            options["ssl_certfile"] = tls.certfile
-        if tls.keyfile:
-            options["ssl_keyfile"] = tls.keyfile
-        options["ssl_cert_reqs"] = ssl.CERT_REQUIRED if tls.verify else ssl.CERT_NONE
+    if is_tls_url(url):
+        options.update(tls_options(tls))
     if url.startswith("unix://"):
         options.pop("socket_connect_timeout")
+    if is_sentinel_url(url):
+        return sentinel_client(parse_sentinel_url(url), options)
     return redis.Redis.from_url(url, **options)
+
+
+def tls_options(tls: TlsOptions | None) -> dict[str, object]:
+    """redis-py's TLS keywords for the CLUSTERSYNC_TLS_* settings (none: its defaults, the
+    system's CAs and a verified certificate)."""
+    if tls is None:
+        return {}
+    options: dict[str, object] = {
+        "ssl_cert_reqs": ssl.CERT_REQUIRED if tls.verify else ssl.CERT_NONE}
+    if not tls.verify:
+        options["ssl_check_hostname"] = False
+    for name, value in (("ssl_ca_certs", tls.ca_certs), ("ssl_certfile", tls.certfile),
+                        ("ssl_keyfile", tls.keyfile)):
+        if value:
+            options[name] = value
+    return options
+
+
+def sentinel_client(url: SentinelUrl, options: dict[str, object]) -> redis.Redis:
+    """A client of the primary the sentinels of ``url`` name for its service. The sentinels
+    are reached with the same timeouts and TLS as the primary, and their own credentials."""
+    tls = {"ssl": True, **url.tls_files} if url.tls else {}
+    own = {**options, **tls}
+    sentinel_kwargs = {name: value for name, value in own.items()
+                       if name.startswith(("socket_", "ssl"))}
+    auth = {name.removeprefix("sentinel_"): value for name, value in url.sentinel_auth.items()}
+    sentinels = Sentinel(list(url.sentinels), sentinel_kwargs={**sentinel_kwargs, **auth})
+    own.update(db=url.db, username=url.username, password=url.password)
+    client: redis.Redis = sentinels.master_for(url.service, **own)  # type: ignore[arg-type]
+    return client
 
 
 def short_handshake() -> dict[str, object]:
@@ -69,5 +102,11 @@ def client_of_its_own(client: redis.Redis) -> redis.Redis:
     took one of ``client``'s pooled connections would leave ``client`` to open another on its
     next call, paying that connection's handshake where the caller waits for an answer."""
     pool = client.connection_pool
+    if isinstance(pool, SentinelConnectionPool):  # its own pool, asking the same sentinels
+        kwargs = {name: value for name, value in pool.connection_kwargs.items()
+                  if name != "connection_pool"}
+        return redis.Redis(connection_pool=SentinelConnectionPool(  # type: ignore[no-untyped-call]
+            pool.service_name, pool.sentinel_manager, connection_class=pool.connection_class,
+            is_master=pool.is_master, check_connection=pool.check_connection, **kwargs))
     own = pool.__class__(connection_class=pool.connection_class, **pool.connection_kwargs)
     return redis.Redis(connection_pool=own)

@@ -110,7 +110,7 @@ def _translated(exc: redis.RedisError, client: redis.Redis) -> StoreError:
         drop_connections(client)
         return StoreUnavailable(reason)
     if isinstance(exc, (redis.ConnectionError, redis.TimeoutError)):
-        return StoreUnavailable(str(exc) or type(exc).__name__)
+        return StoreUnavailable(tls_hint(str(exc)) or str(exc) or type(exc).__name__)
     text = str(exc)
     if isinstance(exc, redis.DataError):
         # redis-py cannot encode an argument (a bool or None priority): nothing was sent, and
@@ -121,6 +121,33 @@ def _translated(exc: redis.RedisError, client: redis.Redis) -> StoreError:
             if marker in text:
                 return kind(_WRONG_TYPE_HINT.format(text) if kind is StoreError else text)
     return StoreError(text)
+
+
+def tls_hint(text: str) -> str | None:
+    """A plain statement of a TLS handshake failure in ``text`` (a redis-py connection error),
+    with the setting to check; None if it is not one."""
+    for marker, hint in _TLS_FAILURES.items():
+        if marker in text:
+            detail = text.split("] ", 1)[-1].split(" (_ssl.c")[0]
+            return f"TLS: {hint} ({detail})"
+    return None
+
+
+#: what an OpenSSL error in a connection error means, and what to check
+_TLS_FAILURES = {
+    "CERTIFICATE_VERIFY_FAILED": (
+        "the certificate of Redis was not verified: CLUSTERSYNC_TLS_CA_CERTS (or ssl_ca_certs in "
+        "the URL) must name the CA that signed it, for the host name in the URL"),
+    "CERTIFICATE_REQUIRED": (
+        "Redis wants a client certificate: set CLUSTERSYNC_TLS_CERTFILE and "
+        "CLUSTERSYNC_TLS_KEYFILE (or ssl_certfile and ssl_keyfile in the URL)"),
+    "ALERT_UNKNOWN_CA": (
+        "Redis refused this client's certificate (not signed by a CA it trusts): check "
+        "CLUSTERSYNC_TLS_CERTFILE and CLUSTERSYNC_TLS_KEYFILE"),
+    "WRONG_VERSION_NUMBER": (
+        "the server does not speak TLS on this port: use redis:// for a plain-text port, or "
+        "the server's TLS port"),
+}
 
 
 def _access_refused(exc: redis.RedisError) -> bool:

@@ -70,6 +70,9 @@ class JobKeys:
     - ``pruned``   hash: what the job keeps of the nodes pruned after CLUSTERSYNC_NODE_RETENTION
       (prelude.lua ``prune_nodes``): nodes, closed, dead (how many) and "stat\t<name>" (their
       summed node stats)
+    - ``meta`` also holds, for nodes that reach Redis through Sentinel (lua/primary.lua):
+      ``primary`` (host:port of the primary they reach), ``primary_before``,
+      ``primary_changes`` (how many times it changed: failovers) and ``primary_changed_ms``
     - ``meta`` also holds the job's run (prelude.lua ``start_run``): ``run`` (its number),
       ``run_started_ms`` and ``run_base`` (JSON: the job's figures when the run started)
     - ``settings`` hash: the job's shared settings, setting name -> canonical JSON of its value

@@ -19,7 +19,7 @@ No Redis here: values come in as redis-py returns them (bytes) or as text.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -179,3 +179,17 @@ def as_text(value: Any) -> str:
 def as_bytes(value: Any) -> bytes:
     """A Redis reply as bytes."""
     return value if isinstance(value, bytes) else str(value).encode()
+
+
+def json_objects(raw: Iterable[bytes | str]) -> list[dict[str, Any]]:
+    """The JSON objects among ``raw`` (a list's values), in order: a value that is no JSON
+    object (another program wrote it) is left out."""
+    records = []
+    for each in raw:
+        try:
+            record = json.loads(each)
+        except ValueError:
+            continue
+        if isinstance(record, dict):
+            records.append(record)
+    return records

@@ -1,12 +1,12 @@
 """What every script class of the job shares: loading its Lua file, calling it, its header.
 
 Each script of ``lua/`` has one class (flush_script.py, lease_script.py, heartbeat_script.py,
-join_scripts.py, bloom_scripts.py, check_script.py, control_state.py, dead_requeue.py) that
-builds the script's KEYS and ARGV from the job's keys and its typed arguments, and parses its
-reply into the types of script_results.py. ``KEYS`` and ``ARGV`` name the fixed entries, in
-order, exactly as the script's header lists them and its first lines bind them to locals;
-``KEYS_TAIL`` and ``ARGV_TAIL`` name the variable rest (``KEYS[n..]``) when the script takes one
-(tests/unit/test_lua_scripts.py keeps the three in step).
+join_scripts.py, bloom_scripts.py, check_script.py, control_state.py, dead_requeue.py,
+primary_note.py, ...) that builds the script's KEYS and ARGV from the job's keys and its typed
+arguments, and parses its reply into the types of script_results.py. ``KEYS`` and ``ARGV`` name
+the fixed entries, in order, exactly as the script's header lists them and its first lines bind
+them to locals; ``KEYS_TAIL`` and ``ARGV_TAIL`` name the variable rest (``KEYS[n..]``) when the
+script takes one (tests/unit/test_lua_scripts.py keeps the three in step).
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ import redis
 from ..live_settings import UNSET, Unset, canonical_json
 from .errors import translate_errors
 from .keys import JobKeys
-from .records import as_text
+from .records import as_text, json_objects
 from .round_trip import Answer, RoundTrip
 from .script_base import JobScript, new_call_id
 
@@ -162,15 +162,7 @@ class SharedSettingsStore:
         (another program wrote it) is left out."""
         with translate_errors(self.client):
             raw = self.client.lrange(self.keys.settings_log, -max(1, limit), -1)
-        records = []
-        for each in raw:
-            try:
-                record = json.loads(each)
-            except ValueError:
-                continue
-            if isinstance(record, dict):
-                records.append(record)
-        return records
+        return json_objects(raw)
 
     def names(self) -> set[str]:
         """The keys the job shares now (one HKEYS)."""

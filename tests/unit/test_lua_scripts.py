@@ -37,6 +37,7 @@ from scrapy_clustersync.store.join_scripts import (
 )
 from scrapy_clustersync.store.keys import JobKeys
 from scrapy_clustersync.store.lease_script import LeaseScript
+from scrapy_clustersync.store.primary_note import PrimaryScript
 from scrapy_clustersync.store.results_store import ResultsAckScript
 from scrapy_clustersync.store.script_base import JobScript
 from scrapy_clustersync.store.shared_settings import UNSET, SettingsScript
@@ -79,6 +80,7 @@ def sample_calls() -> list[Call]:
     join_ask = JoinRequest(NODE, "e", 1, True, "exact", DedupSettings(), "forget-seen")
     closespider = CloseSpiderScript(CLIENT, KEYS, NODE)
     results_ack = ResultsAckScript(CLIENT, KEYS)
+    primary = PrimaryScript(CLIENT, KEYS)
     return [
         (flush, flush.call("e", "c", 0, FlushDedup("set-then-bloom", 9, TWO_LAYERS),
                            [Push(b"f" * 20, 0, b"r"), Ack("id")]), 3, 10 + 1),
@@ -97,6 +99,7 @@ def sample_calls() -> list[Call]:
         (slow_down, slow_down.call("a.com", 3.0, 0.5), 0, 0),
         (closespider, closespider.call("c", SpiderCounts(1, 2, 3), CloseLimits(50), 4, 0), 0, 0),
         (results_ack, results_ack.call("g", ["1-0", "1-1"]), 0, 2),
+        (primary, primary.call("10.0.0.5:6379"), 0, 0),
     ]
 
 

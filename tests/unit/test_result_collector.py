@@ -147,3 +147,21 @@ def test_with_pages_on_a_leased_page_is_kept_compressed_and_cut_at_its_cap() -> 
     assert zlib.decompress(page["body"]) == (b"<html>" + b"x" * 5000)[:1024]
     assert page["truncated"] is True and page["status"] == 200
     assert page["headers"] == {"Content-Type": ["text/html"]}
+
+
+def test_output_that_is_no_item_passes_through_unwritten_with_one_warning_per_type(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # given a callback whose output holds values Scrapy passes on as items but are none
+    results = collector([])
+    output = ["text", 3, {"n": 0}, "more text"]
+    # when they go through the pipelines
+    with caplog.at_level(logging.WARNING, logger="scrapy_clustersync.plugin.result_collector"):
+        done = through_pipelines(results, output, leased_request())
+    # then each passes through untouched, no error is logged, and only the item is written
+    assert done == output
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert [r.getMessage().count("yielded a") for r in caplog.records] == [1, 1]
+    assert results.counts["clustersync/results/not_an_item"] == 3
+    op = results.attach(Ack("e1"), None)
+    assert isinstance(op, AckResults) and ids_of(op) == [f"{FP.hex()}:2"]

@@ -70,10 +70,13 @@ def _urls_of_every_kind() -> list[str]:
              "/a%2fb", "/a b", "/ä", "/a;p=1", "/a:b", "/a+b", "/a'b"]
     queries = ["", "?", "?a=1", "?a=", "?a", "?b=1&a=2", "?a=2&a=1", "?a=1&a=2", "?a=1&b=",
                "?a=b=c", "?a=1+2", "?a=%20", "?A=1&a=1", "?a.b=1&a_b=2", "?a=1&&b=2"]
-    tails = ["", "#frag"]
-    return [f"{scheme}://{host}{path}{query}{tail}"
-            for scheme in ("http", "https", "HTTP")
-            for host in hosts for path in paths for query in queries for tail in tails]
+    every = [f"https://{host}{path}{query}" for host in hosts for path in paths
+             for query in queries]
+    # the other schemes and a fragment on a sample: each part is judged on its own
+    others = [f"{scheme}://{host}{path}{query}{tail}"
+              for scheme in ("http", "HTTP") for host in hosts[:3] for path in paths[:6]
+              for query in queries[:6] for tail in ("", "#frag")]
+    return every + others
 
 
 def test_the_plain_path_agrees_with_scrapy_on_urls_of_every_kind() -> None:
@@ -90,7 +93,7 @@ def test_the_plain_path_agrees_with_scrapy_on_urls_of_every_kind() -> None:
         assert codec.decode(op.request).url == request.url, url
         assert op.site == (urlsplit(request.url).hostname or ""), url
     # and the plain path took the plain ones (it is there for speed)
-    assert sum(plain_host(url) is not None for url in urls) > 300
+    assert sum(plain_host(url) is not None for url in urls) > 100
     assert plain_host("https://a-b.example:8080/a//b/~x_y-z?a.b=1&a_b=2") == "a-b.example"
 
 

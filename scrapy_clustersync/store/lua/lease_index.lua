@@ -192,7 +192,8 @@ end
 -- Return at most `max` leases whose deadline passed by `now_ms`, the latest deadlines first
 -- (each call's go to the heads of their lists before those of the call before, as
 -- reclaim_dead_leases does), and in a call each node's in the order it leased them (those with
--- no index entry first, so they come after). Returns how many went back.
+-- no index entry first, so they come after); leases of one deadline (ties sort by id) may
+-- change places across calls. Returns how many went back.
 local function reclaim_expired_leases(now_ms, max)
   if max <= 0 then return 0 end
   local expired = redis.call('ZREVRANGEBYSCORE', LEASE_INDEX.deadlines, now_ms, '-inf',
