@@ -12,6 +12,7 @@ import socket
 import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
+from urllib.parse import urlsplit
 
 from .redis_urls import UrlError, check_tls_files, check_url
 from .url_secrets import redact_url as _redact_url
