@@ -182,3 +182,24 @@ def test_serve_away_mid_crawl_is_an_outage_the_http_node_rides_out(
     assert not missing_pages(web)
     assert job_stats(redis_server)["acked"] == web.pages
     assert node.finish_reason() == "finished"
+
+
+def test_a_pause_reaches_the_http_node_within_a_second_or_two_and_a_resume_finishes_it(
+    redis_server: RedisServer, site: SiteFactory, tmp_path: Path
+) -> None:
+    # given a node over HTTP crawling a slow site
+    web = site(80, delay_s=0.1)
+    with ServeProcess(redis_server.url, tmp_path) as serve:
+        node = start_node("httpnode", "", web.start_url, tmp_path, http_settings(serve))
+        wait_until(lambda: len(web.agent_hits("httpnode").times) > 10, 30, "the HTTP node")
+        # when the job is paused over the API
+        assert serve.http.post(f"/api/jobs/{JOB}/pause").status_code == 200
+        paused_at = time.monotonic()
+        time.sleep(3)
+        # then the node fetches nothing more once it read the state (it polls: no pub/sub)
+        late = [t for t in web.agent_hits("httpnode").times if t > paused_at + 1.5]
+        assert late == [] and node.process.poll() is None
+        # and once resumed it finishes the crawl
+        assert serve.http.post(f"/api/jobs/{JOB}/resume").status_code == 200
+        wait_all([node], timeout_s=60)
+    assert node.process.returncode == 0 and not missing_pages(web)
