@@ -184,7 +184,7 @@ def test_serve_away_mid_crawl_is_an_outage_the_http_node_rides_out(
     assert node.finish_reason() == "finished"
 
 
-def test_a_pause_reaches_the_http_node_within_a_second_or_two_and_a_resume_finishes_it(
+def test_a_pause_and_a_settings_change_reach_the_http_node_and_a_resume_finishes_it(
     redis_server: RedisServer, site: SiteFactory, tmp_path: Path
 ) -> None:
     # given a node over HTTP crawling a slow site
@@ -199,6 +199,12 @@ def test_a_pause_reaches_the_http_node_within_a_second_or_two_and_a_resume_finis
         # then the node fetches nothing more once it read the state (it polls: no pub/sub)
         late = [t for t in web.agent_hits("httpnode").times if t > paused_at + 1.5]
         assert late == [] and node.process.poll() is None
+        # and a shared settings change made meanwhile is applied by it, live
+        changed = serve.http.put(f"/api/jobs/{JOB}/settings",
+                                 json={"set": {"DOWNLOAD_DELAY": 0.01}})
+        assert changed.status_code == 200, changed.text
+        wait_until(lambda: "shared settings version 1 applied" in node.log(), 10,
+                   "the HTTP node to apply the shared settings")
         # and once resumed it finishes the crawl
         assert serve.http.post(f"/api/jobs/{JOB}/resume").status_code == 200
         wait_all([node], timeout_s=60)

@@ -3,6 +3,8 @@ serve's answers into the store's errors (store/http_client.py)."""
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 from collections.abc import Callable
 
 import httpx
@@ -20,8 +22,8 @@ from scrapy_clustersync.store.http_client import HttpRedis, error_of, script_sha
 from scrapy_clustersync.store.join_scripts import RestartScript
 from scrapy_clustersync.store.keys import JobKeys
 from scrapy_clustersync.store.lease_script import LeaseScript
-from scrapy_clustersync.store.node_calls import Refused, check_call
-from scrapy_clustersync.store.script_base import load_lua
+from scrapy_clustersync.store.node_calls import NODE_SCRIPTS, Refused, check_call
+from scrapy_clustersync.store.script_base import JobScript, load_lua
 
 KEYS = JobKeys("job")
 LEASE = load_lua(LeaseScript.FILE, *LeaseScript.HELPERS)
@@ -102,3 +104,25 @@ def test_a_value_redis_py_would_not_send_fails_the_round_trip_before_it_is_sent(
     pipe.evalsha(script_sha(LEASE), 1, KEYS.meta, None)
     with pytest.raises(redis.DataError):
         pipe.execute()
+
+
+def all_script_classes() -> set[type[JobScript]]:
+    import scrapy_clustersync.store as store_package
+
+    for module in pkgutil.iter_modules(store_package.__path__):
+        importlib.import_module(f"scrapy_clustersync.store.{module.name}")
+    found: set[type[JobScript]] = set()
+    todo = list(JobScript.__subclasses__())
+    while todo:
+        kind = todo.pop()
+        found.add(kind)
+        todo.extend(kind.__subclasses__())
+    return found
+
+
+def test_every_script_of_the_package_is_either_a_nodes_or_refused_on_purpose() -> None:
+    # a new script a node runs must be added to NODE_SCRIPTS, or nodes over HTTP are refused it
+    not_a_nodes = {"RestartScript", "SettingsScript", "CheckScript", "RequeueScript",
+                   "ResultsAckScript", "PrimaryScript"}  # (Sentinel only: none over HTTP)
+    names = {kind.__name__ for kind in all_script_classes()}
+    assert names - not_a_nodes == {kind.__name__ for kind in NODE_SCRIPTS}
