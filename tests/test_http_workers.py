@@ -14,6 +14,7 @@ from api_serve import ServeProcess
 
 from scrapy_clustersync.store import JobStore
 from scrapy_clustersync.store.http_client import http_client
+from scrapy_clustersync.store.keys import JobKeys
 from scrapy_clustersync.store.records import as_text
 from scrapy_clustersync.store.write_ops import Ack, Op
 from testkit.redis_server import RedisServer
@@ -181,6 +182,8 @@ def test_serve_away_mid_crawl_is_an_outage_the_http_node_rides_out(
     assert node.process.returncode == 0, node.log()[-3000:]
     assert not missing_pages(web)
     assert job_stats(redis_server)["acked"] == web.pages
+    # and each page's item is in the job's results once, written with its ack
+    assert redis_server.client().xlen(JobKeys(JOB).results) == web.pages
     assert node.finish_reason() == "finished"
 
 
