@@ -114,14 +114,19 @@ class TlsOptions:
                    keyfile=settings.get("CLUSTERSYNC_TLS_KEYFILE") or "",
                    verify=settings.getbool("CLUSTERSYNC_TLS_VERIFY", True))
 
-    def check(self, url: str) -> TlsOptions:
-        """Self, if every file named exists and ``url`` is a TLS URL; else ConfigError."""
+    def check(self, url: str, over_http: bool = False) -> TlsOptions:
+        """Self, if every file named exists and ``url`` is a TLS URL (https:// for serve's,
+        ``over_http``); else ConfigError."""
         files = {"CLUSTERSYNC_TLS_CA_CERTS": self.ca_certs,
                  "CLUSTERSYNC_TLS_CERTFILE": self.certfile,
                  "CLUSTERSYNC_TLS_KEYFILE": self.keyfile}
+        named = {name: path for name, path in files.items() if path}
         try:
-            check_tls_files({name: path for name, path in files.items() if path}, url,
-                            "CLUSTERSYNC_REDIS_URL")
+            if over_http and named and not url.startswith("https://"):
+                raise UrlError(f"{', '.join(named)} given, but CLUSTERSYNC_URL "
+                               f"{redact_url(url)!r} is not https://")
+            # (serve's https:// URL checked above: the files are checked as for rediss://)
+            check_tls_files(named, "rediss://" if over_http else url, "CLUSTERSYNC_REDIS_URL")
         except UrlError as exc:
             raise ConfigError(str(exc)) from None
         return self
@@ -262,7 +267,7 @@ class ClusterConfig:
             max_request_bytes=_number(settings, "CLUSTERSYNC_MAX_REQUEST_BYTES", int, minimum=1024),
             local_seen_cache=_number(settings, "CLUSTERSYNC_LOCAL_SEEN_CACHE", int, minimum=0),
             socket_timeout_s=_number(settings, "CLUSTERSYNC_SOCKET_TIMEOUT", float, minimum=0.1),
-            tls=TlsOptions.from_settings(settings).check(url),
+            tls=TlsOptions.from_settings(settings).check(url, over_http),
             dedup=DedupSettings(
                 mode=str(settings.get("CLUSTERSYNC_DEDUP", DEFAULTS["CLUSTERSYNC_DEDUP"])),
                 bloom_capacity=_number(settings, "CLUSTERSYNC_BLOOM_CAPACITY", int),

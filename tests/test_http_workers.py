@@ -4,6 +4,7 @@ redis-server, serve as a subprocess, `scrapy crawl` nodes over Redis and over HT
 from __future__ import annotations
 
 import json
+import ssl
 import subprocess
 import sys
 import time
@@ -18,6 +19,7 @@ from scrapy_clustersync.store.keys import JobKeys
 from scrapy_clustersync.store.records import as_text
 from scrapy_clustersync.store.write_ops import Ack, Op
 from testkit.redis_server import RedisServer
+from testkit.tls_certs import issue, make_ca
 
 from conftest import SiteFactory
 from support import (
@@ -212,3 +214,27 @@ def test_a_pause_and_a_settings_change_reach_the_http_node_and_a_resume_finishes
         assert serve.http.post(f"/api/jobs/{JOB}/resume").status_code == 200
         wait_all([node], timeout_s=60)
     assert node.process.returncode == 0 and not missing_pages(web)
+
+
+def test_a_node_reaches_serve_over_https_checking_its_certificate_with_the_ca_given(
+    redis_server: RedisServer, site: SiteFactory, tmp_path: Path
+) -> None:
+    # given serve over HTTPS with a certificate of a CA of the test's own
+    web = site(20)
+    ca = make_ca(tmp_path / "tls")
+    served = issue(ca, tmp_path / "tls", "serve")
+    with ServeProcess(redis_server.url, tmp_path, "--ssl-certfile", str(served.cert),
+                      "--ssl-keyfile", str(served.key),
+                      verify=ssl.create_default_context(cafile=str(ca.cert))) as serve:
+        # when a node is given serve's https:// URL and the CA
+        settings = {**http_settings(serve), "CLUSTERSYNC_TLS_CA_CERTS": str(ca.cert)}
+        node = start_node("httpsnode", "", web.start_url, tmp_path, settings)
+        wait_all([node], timeout_s=60)
+        # and a node without the CA is refused by its own check of serve's certificate
+        stranger = start_node("stranger", "", web.start_url, tmp_path, http_settings(serve))
+        wait_all([stranger], timeout_s=60)
+    # then the first crawls the site, the second fetches nothing and says why
+    assert serve.base_url.startswith("https://")
+    assert node.process.returncode == 0 and not missing_pages(web), node.log()[-3000:]
+    assert not web.agent_hits("stranger").times
+    assert "certificate verify failed" in stranger.log()

@@ -23,6 +23,7 @@ without SUBSCRIBE is, and the node follows the control state by its re-reads
 from __future__ import annotations
 
 import hashlib
+import ssl
 import threading
 from collections.abc import Sequence
 from typing import Any, cast
@@ -90,8 +91,10 @@ class HttpRedis:
 
     def __init__(self, url: str, token: str, job: str, node_id: str,
                  timeout_s: float = 10.0, verify: bool | str = True,
-                 transport: Any = None) -> None:
-        """``transport``: httpx's (a test's ``httpx.MockTransport``); None: HTTP itself."""
+                 transport: Any = None, cert: tuple[str, str] | None = None) -> None:
+        """``verify``: check serve's certificate (with this CA file, if a path); ``cert``: the
+        client certificate and key files to show serve's TLS, if any; ``transport``: httpx's
+        (a test's ``httpx.MockTransport``); None: HTTP itself."""
         import httpx
 
         self._base = url.rstrip("/")
@@ -99,8 +102,8 @@ class HttpRedis:
         self._headers = {"content-type": MSGPACK, "accept": MSGPACK}
         if token:
             self._headers["authorization"] = f"Bearer {token}"
-        self._options: dict[str, Any] = {"timeout": timeout_s, "verify": verify,
-                                         "transport": transport}
+        self._options: dict[str, Any] = {"timeout": timeout_s, "transport": transport,
+                                         "verify": tls_context(verify, cert)}
         self._lock = threading.Lock()
         self._http = httpx.Client(base_url=self._base, **self._options)
         self.connection_pool = _Pool(password=token, http_client=self)
@@ -217,6 +220,19 @@ def _reply_of(answer: list[Any]) -> Any:
     return error_of(answer[1].decode(), answer[2].decode())
 
 
+def tls_context(verify: bool | str, cert: tuple[str, str] | None) -> ssl.SSLContext:
+    """How serve's certificate is checked: against the system's CAs, the CA file ``verify``
+    names, or not at all (``verify`` False); ``cert``: the certificate and key files the node
+    shows serve, if any."""
+    context = ssl.create_default_context(cafile=verify if isinstance(verify, str) else None)
+    if verify is False:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    if cert is not None:
+        context.load_cert_chain(cert[0], cert[1] or None)
+    return context
+
+
 class HttpPipeline:
     """Commands queued and sent in one HTTP request (``redis.client.Pipeline``'s subset)."""
 
@@ -275,10 +291,11 @@ def _plain(arg: Any) -> Any:
 
 
 def http_client(url: str, token: str, job: str, node_id: str, timeout_s: float = 10.0,
-                verify: bool | str = True) -> redis.Redis:
+                verify: bool | str = True, cert: tuple[str, str] | None = None) -> redis.Redis:
     """An ``HttpRedis``, typed as the client the store takes (it offers the subset the store
     uses of one)."""
-    return cast(redis.Redis, HttpRedis(url, token, job, node_id, timeout_s, verify))
+    return cast(redis.Redis, HttpRedis(url, token, job, node_id, timeout_s, verify,
+                                       cert=cert))
 
 
 def script_sha(text: str | bytes) -> str:
