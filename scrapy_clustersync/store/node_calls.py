@@ -36,8 +36,7 @@ NODE_SCRIPTS: tuple[type[JobScript], ...] = (
     FlushScript, LeaseScript, HeartbeatScript, JoinScript, ControlScript, BloomPrepareScript,
     DedupMigrateScript, CloseSpiderScript, SiteTurnsScript, SiteSlowDownScript)
 #: reads of one key (the first argument) a node makes
-READS = frozenset({"HGET", "HMGET", "HGETALL", "HKEYS", "LRANGE", "GET", "EXISTS", "HLEN", "LLEN",
-                   "ZCARD", "ZSCORE", "XLEN"})
+READS = frozenset({"HGET", "HMGET", "HGETALL", "HKEYS", "LRANGE", "XLEN"})
 #: commands sent with no key
 NO_KEY = frozenset({"PING", "TIME"})
 #: commands in one request at most (a round trip of a node holds a handful)
