@@ -29,6 +29,7 @@ lint: $(BIN)/.installed
 test: $(BIN)/.installed lint
 	./scripts/ensure-redis-server.sh
 	./scripts/ensure-tmux.sh
+	./scripts/ensure-chromium.sh
 	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=15
 
 unit: $(BIN)/.installed

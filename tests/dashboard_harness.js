@@ -27,7 +27,7 @@ class Element {
 }
 
 const byId = {};
-for (const id of ["token", "save", "who", "error", "details", "alerts"]) byId[id] = new Element(id);
+for (const id of ["token", "save", "who", "error", "details", "alerts", "alertlog"]) byId[id] = new Element(id);
 const jobsBody = new Element("tbody");
 const stored = {"clustersync-token": token};
 const document = {

@@ -10,6 +10,7 @@ its size.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -19,6 +20,7 @@ from ..cli.check_commands import needs_a_person
 from ..cli.node_view import group_nodes
 from ..cli.status_view import pages_per_min, state_of
 from ..store import JobStatus, JobStore, StoreError, StoreUnavailable
+from ..store.errors import translate_errors
 from ..store.frontier_status import read_frontier
 from ..store.job_list import round_trip_s
 
@@ -125,6 +127,38 @@ def _number(value: Any) -> float:
         return 0.0
 
 
+@dataclass
+class ClusterReading:
+    """What one read of the Redis found: the families /metrics answers with, and the store
+    and status of each job they were made from (the alerts evaluate both: alert_engine.py).
+    ``up`` is False when Redis failed during the read (``families`` then holds only
+    clustersync_redis_up, 0)."""
+
+    up: bool
+    families: list[Metric]
+    jobs: list[tuple[JobStore, JobStatus]] = field(default_factory=list)
+    #: Redis's INFO memory: used_memory and maxmemory (0: no limit), bytes
+    memory: dict[str, int] = field(default_factory=dict)
+
+
+def redis_families() -> dict[str, GaugeMetricFamily]:
+    """The families of the Redis itself, empty."""
+    return {
+        "up": _gauge("redis_up", "1 if Redis answered this scrape", []),
+        "rtt": _gauge("redis_round_trip_seconds", "One PING to Redis, as serve measured it",
+                      []),
+        "used": _gauge("redis_used_memory_bytes", "Memory Redis uses (INFO used_memory)", []),
+        "max": _gauge("redis_maxmemory_bytes", "Redis's maxmemory (0: no limit)", []),
+    }
+
+
+def sample_names() -> set[str]:
+    """Every sample name /metrics may answer with (a counter's with its ``_total``)."""
+    families = [*redis_families().values(), *JobFamilies().families.values()]
+    return {f.name + "_total" if isinstance(f, CounterMetricFamily) else f.name
+            for f in families}
+
+
 class ClusterCollector(Collector):
     """Reads the jobs of one Redis at every scrape (see the module doc)."""
 
@@ -134,22 +168,37 @@ class ClusterCollector(Collector):
         self.job_names = job_names
 
     def collect(self) -> Iterator[Metric]:
-        up = _gauge("redis_up", "1 if Redis answered this scrape", [])
-        rtt = _gauge("redis_round_trip_seconds", "One PING to Redis, as serve measured it", [])
-        try:
-            rtt.add_metric([], round_trip_s(self.client))
-            families = self._jobs()
-        except StoreError:
-            up.add_metric([], 0.0)
-            yield up
-            return
-        up.add_metric([], 1.0)
-        yield up
-        yield rtt
-        yield from families.families.values()
+        yield from self.read().families
 
-    def _jobs(self) -> JobFamilies:
-        families = JobFamilies()
+    def read(self) -> ClusterReading:
+        """One read of the Redis: its figures, and every job's (at most MAX_JOBS)."""
+        redis_side = redis_families()
+        try:
+            redis_side["rtt"].add_metric([], round_trip_s(self.client))
+            memory = self._memory()
+            families, jobs = self._jobs()
+        except StoreError:
+            redis_side["up"].add_metric([], 0.0)
+            return ClusterReading(False, [redis_side["up"]])
+        redis_side["up"].add_metric([], 1.0)
+        redis_side["used"].add_metric([], memory["used_memory"])
+        redis_side["max"].add_metric([], memory["maxmemory"])
+        return ClusterReading(True, [*redis_side.values(), *families.families.values()], jobs,
+                              memory)
+
+    def _memory(self) -> dict[str, int]:
+        """INFO memory's figures; zeros where the ACL refuses INFO."""
+        try:
+            with translate_errors(self.client):
+                info = self.client.info("memory")
+        except StoreUnavailable:
+            raise
+        except StoreError:
+            info = {}
+        return {name: int(info.get(name) or 0) for name in ("used_memory", "maxmemory")}
+
+    def _jobs(self) -> tuple[JobFamilies, list[tuple[JobStore, JobStatus]]]:
+        families, jobs = JobFamilies(), []
         for name in self.job_names()[:MAX_JOBS]:
             store = JobStore(self.client, name, node_id="cli", writes_seen=None)
             try:
@@ -160,4 +209,5 @@ class ClusterCollector(Collector):
                 continue
             if report.exists:
                 families.add_job(store, report)
-        return families
+                jobs.append((store, report))
+        return families, jobs

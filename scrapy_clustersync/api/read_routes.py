@@ -14,7 +14,6 @@ from ..cli.node_view import group_nodes
 from ..cli.site_view import sites_dict
 from ..cli.status_view import job_rows, status_dict
 from ..live_settings import masked
-from ..store import JobStore, StoreError, StoreUnavailable
 from ..store.frontier_status import read_frontier
 from ..store.shared_settings import SharedSettingsStore
 from ..store.site_scripts import SITES_SHOWN, read_sites
@@ -23,8 +22,6 @@ from .api_errors import ApiError
 from .auth import Caller, api_of, need
 
 router = APIRouter(prefix="/api")
-#: jobs whose alerts are looked for at most (as many as the metrics read)
-ALERT_JOBS = 50
 Reader = Annotated[Caller, Depends(need("read"))]
 Limit = Annotated[int, Query(ge=1, le=1000, description="how many, newest first")]
 
@@ -125,24 +122,6 @@ def settings_history(request: Request, job: str, _caller: Reader,
                      limit: Limit = 50) -> list[dict[str, Any]]:
     store = api_of(request).store(job)
     return shown_history(SharedSettingsStore(store.client, store.keys), limit)
-
-
-@router.get("/alerts", summary="What needs a person, job by job (status --check of every job)")
-def alerts(request: Request, _caller: Reader) -> list[dict[str, str]]:
-    api = api_of(request)
-    found = []
-    for name in api.job_names()[:ALERT_JOBS]:
-        store = JobStore(api.client, name, node_id="cli", writes_seen=None)
-        try:
-            report = store.status()
-        except StoreUnavailable:
-            raise
-        except StoreError as exc:  # keys this version cannot read: that needs a person too
-            found.append({"job": name, "alert": f"the job cannot be read: {exc}"})
-            continue
-        if report.exists:
-            found += [{"job": name, "alert": line} for line in needs_a_person(store, report)]
-    return found
 
 
 @router.get("/audit", summary="The newest writes made through this API, and who made them")

@@ -16,6 +16,7 @@ from scrapy.settings import SETTINGS_PRIORITIES
 
 from .. import __version__
 from . import node_routes, read_routes, write_routes
+from .alert_routes import AlertOptions, install_alerts
 from .api_context import ApiContext
 from .api_errors import install_error_handlers
 from .auth import Caller, need
@@ -28,8 +29,9 @@ def dashboard_html() -> str:
     return resources.files(__package__).joinpath("dashboard.html").read_text("utf-8")
 
 
-def create_app(api: ApiContext) -> FastAPI:
-    """The application serving ``api``'s Redis."""
+def create_app(api: ApiContext, alerts: AlertOptions | None = None) -> FastAPI:
+    """The application serving ``api``'s Redis; with ``alerts``, evaluating those alert rules
+    while it runs (alert_routes.py)."""
     app = FastAPI(title="scrapy-clustersync", version=__version__,
                   description="See and steer the jobs of a scrapy-clustersync cluster "
                               "(docs/api.md).",
@@ -41,6 +43,7 @@ def create_app(api: ApiContext) -> FastAPI:
     app.include_router(node_routes.router)  # the HTTP workers' protocol
     registry = CollectorRegistry(auto_describe=False)
     registry.register(ClusterCollector(api.client, api.job_names))
+    install_alerts(app, api, alerts)
     page = dashboard_html()
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
@@ -69,8 +72,9 @@ def app_of_worker() -> FastAPI:
     project = ProjectContext(redis_url_flag=given["redis_url"],
                              settings_module=given["settings_module"],
                              overrides=dict(given["overrides"]))
+    alerts = AlertOptions(**given["alerts"]) if given.get("alerts") else None
     client = make_client(given["redis_url"], project.tls(given["redis_url"]))
-    return create_app(ApiContext(client, project, given["loopback"]))
+    return create_app(ApiContext(client, project, given["loopback"]), alerts)
 
 
 def run_server(api: ApiContext, redis_url: str, options: ServeOptions) -> None:
@@ -79,13 +83,14 @@ def run_server(api: ApiContext, redis_url: str, options: ServeOptions) -> None:
     import uvicorn
 
     if options.workers <= 1:
-        uvicorn.run(create_app(api), host=options.host, port=options.port,
+        uvicorn.run(create_app(api, options.alerts), host=options.host, port=options.port,
                     log_level=options.log_level, ssl_certfile=options.ssl_certfile,
                     ssl_keyfile=options.ssl_keyfile)
         return
     os.environ[WORKER_ENV] = json.dumps({
         "redis_url": redis_url, "settings_module": api.project.settings_module,
-        "overrides": given_settings(api), "loopback": api.loopback}, default=str)
+        "overrides": given_settings(api), "loopback": api.loopback,
+        "alerts": options.alerts.to_dict() if options.alerts else None}, default=str)
     uvicorn.run(f"{__name__}:app_of_worker", factory=True, workers=options.workers,
                 host=options.host, port=options.port, log_level=options.log_level,
                 ssl_certfile=options.ssl_certfile, ssl_keyfile=options.ssl_keyfile)
@@ -113,3 +118,5 @@ class ServeOptions:
     ssl_certfile: str | None = None
     ssl_keyfile: str | None = None
     workers: int = 1
+    #: the alert rules evaluated, and how (None: none)
+    alerts: AlertOptions | None = None

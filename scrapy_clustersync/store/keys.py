@@ -328,5 +328,19 @@ def api_audit_key() -> str:
     return f"{PREFIX}:api:audit"
 
 
+def api_alerts_key() -> str:
+    """The alerts firing now (``clustersync serve --alerts``): a hash, alert id (the rule and
+    its labels) -> JSON record {rule, job, node, labels, value, detail, since_ms}. A field is
+    made with HSETNX and removed with HDEL, so that of several serve processes exactly one
+    sends each firing and each resolving (api/alert_engine.py)."""
+    return f"{PREFIX}:api:alerts"
+
+
+def api_alert_log_key() -> str:
+    """The newest alert transitions, newest first, bounded: a list of JSON records, the
+    webhook's body (store/alert_state.py)."""
+    return f"{PREFIX}:api:alert_log"
+
+
 #: every function above, for the doc's test
-CLUSTER_KEY_FUNCTIONS = (api_tokens_key, api_audit_key)
+CLUSTER_KEY_FUNCTIONS = (api_tokens_key, api_audit_key, api_alerts_key, api_alert_log_key)
