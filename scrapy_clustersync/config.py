@@ -12,6 +12,7 @@ import socket
 import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
+from urllib.parse import urlsplit
 
 from .redis_urls import UrlError, check_tls_files, check_url
 from .url_secrets import redact_url as _redact_url
@@ -24,6 +25,9 @@ if TYPE_CHECKING:
 #: unit test checks that table against this one).
 DEFAULTS: dict[str, str | int | float | bool] = {
     "CLUSTERSYNC_REDIS_URL": "",
+    # a node that cannot reach Redis: `clustersync serve`'s URL and a token (docs/http-workers.md)
+    "CLUSTERSYNC_URL": "",
+    "CLUSTERSYNC_TOKEN": "",
     "CLUSTERSYNC_JOB": "",
     "CLUSTERSYNC_IDLE_CLOSE_AFTER": 0.5,
     "CLUSTERSYNC_LEASE_TIMEOUT": 60.0,
@@ -110,14 +114,19 @@ class TlsOptions:
                    keyfile=settings.get("CLUSTERSYNC_TLS_KEYFILE") or "",
                    verify=settings.getbool("CLUSTERSYNC_TLS_VERIFY", True))
 
-    def check(self, url: str) -> TlsOptions:
-        """Self, if every file named exists and ``url`` is a TLS URL; else ConfigError."""
+    def check(self, url: str, over_http: bool = False) -> TlsOptions:
+        """Self, if every file named exists and ``url`` is a TLS URL (https:// for serve's,
+        ``over_http``); else ConfigError."""
         files = {"CLUSTERSYNC_TLS_CA_CERTS": self.ca_certs,
                  "CLUSTERSYNC_TLS_CERTFILE": self.certfile,
                  "CLUSTERSYNC_TLS_KEYFILE": self.keyfile}
+        named = {name: path for name, path in files.items() if path}
         try:
-            check_tls_files({name: path for name, path in files.items() if path}, url,
-                            "CLUSTERSYNC_REDIS_URL")
+            if over_http and named and not url.startswith("https://"):
+                raise UrlError(f"{', '.join(named)} given, but CLUSTERSYNC_URL "
+                               f"{redact_url(url)!r} is not https://")
+            # (serve's https:// URL checked above: the files are checked as for rediss://)
+            check_tls_files(named, "rediss://" if over_http else url, "CLUSTERSYNC_REDIS_URL")
         except UrlError as exc:
             raise ConfigError(str(exc)) from None
         return self
@@ -188,6 +197,8 @@ def new_site_room(settings: BaseSettings) -> int:
 class ClusterConfig:
     """The validated settings of one node."""
 
+    #: Redis's URL; with ``over_http``, the URL of the ``clustersync serve`` the node reaches
+    #: its job through (CLUSTERSYNC_URL) instead
     redis_url: str
     job: str
     node_id: str
@@ -218,11 +229,15 @@ class ClusterConfig:
     politeness: str = "cluster"
     #: the results stream: on or off, its cap, the largest item, raw pages
     results: ResultSettings = ResultSettings()
+    #: the node reaches its job through ``clustersync serve`` (CLUSTERSYNC_URL), not Redis
+    over_http: bool = False
+    #: the token it sends serve (CLUSTERSYNC_TOKEN; "" for none)
+    http_token: str = ""
 
     @classmethod
     def from_settings(cls, settings: BaseSettings, spider_name: str) -> ClusterConfig:
         """Read and check every setting; raise :class:`ConfigError` naming the bad one."""
-        url = validate_redis_url(settings.get("CLUSTERSYNC_REDIS_URL") or "")
+        url, over_http = store_url(settings)
         job = validate_job_name(settings.get("CLUSTERSYNC_JOB") or spider_name)
         lease = _number(settings, "CLUSTERSYNC_LEASE_TIMEOUT", float, minimum=1.0)
         heartbeat = _number(settings, "CLUSTERSYNC_HEARTBEAT_INTERVAL", float, minimum=0.05)
@@ -252,7 +267,7 @@ class ClusterConfig:
             max_request_bytes=_number(settings, "CLUSTERSYNC_MAX_REQUEST_BYTES", int, minimum=1024),
             local_seen_cache=_number(settings, "CLUSTERSYNC_LOCAL_SEEN_CACHE", int, minimum=0),
             socket_timeout_s=_number(settings, "CLUSTERSYNC_SOCKET_TIMEOUT", float, minimum=0.1),
-            tls=TlsOptions.from_settings(settings).check(url),
+            tls=TlsOptions.from_settings(settings).check(url, over_http),
             dedup=DedupSettings(
                 mode=str(settings.get("CLUSTERSYNC_DEDUP", DEFAULTS["CLUSTERSYNC_DEDUP"])),
                 bloom_capacity=_number(settings, "CLUSTERSYNC_BLOOM_CAPACITY", int),
@@ -265,6 +280,8 @@ class ClusterConfig:
             node_dead_after_s=dead_after,
             node_retention_s=validate_node_retention(
                 _number(settings, "CLUSTERSYNC_NODE_RETENTION", float, minimum=0.0), dead_after),
+            over_http=over_http,
+            http_token=str(settings.get("CLUSTERSYNC_TOKEN") or ""),
         )
 
 
@@ -297,6 +314,32 @@ def validate_node_retention(retention_s: float, dead_after_s: float) -> float:
             f"is {DEFAULTS['CLUSTERSYNC_NODE_RETENTION']:g}s (a day)."
         )
     return retention_s
+
+
+def store_url(settings: BaseSettings) -> tuple[str, bool]:
+    """The node's way to its job: (CLUSTERSYNC_REDIS_URL, False) or (CLUSTERSYNC_URL, True);
+    ConfigError unless exactly one of the two is set, or if the one set is no URL of its kind."""
+    redis_url = str(settings.get("CLUSTERSYNC_REDIS_URL") or "")
+    serve_url = str(settings.get("CLUSTERSYNC_URL") or "")
+    if redis_url and serve_url:
+        raise ConfigError(
+            "CLUSTERSYNC_REDIS_URL and CLUSTERSYNC_URL are both set: a node reaches its job "
+            "either through Redis (CLUSTERSYNC_REDIS_URL) or through `clustersync serve` "
+            "(CLUSTERSYNC_URL, with CLUSTERSYNC_TOKEN), not both; unset one of them.")
+    if not serve_url:
+        if not redis_url:
+            raise ConfigError(
+                "neither CLUSTERSYNC_REDIS_URL nor CLUSTERSYNC_URL is set. Point every node at "
+                'the same Redis, e.g. CLUSTERSYNC_REDIS_URL = "redis://:password@10.0.0.5:6379/0"'
+                ', or a node that cannot reach Redis at `clustersync serve`, e.g. '
+                'CLUSTERSYNC_URL = "https://10.0.0.5:8500" with CLUSTERSYNC_TOKEN.')
+        return validate_redis_url(redis_url), False
+    parts = urlsplit(serve_url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(
+            f"CLUSTERSYNC_URL {redact_url(serve_url)!r} is no http(s) URL of `clustersync "
+            'serve`; e.g. CLUSTERSYNC_URL = "https://10.0.0.5:8500".')
+    return serve_url.rstrip("/"), True
 
 
 def validate_redis_url(url: str, given_as: str = "CLUSTERSYNC_REDIS_URL") -> str:

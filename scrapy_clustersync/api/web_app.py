@@ -15,7 +15,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from scrapy.settings import SETTINGS_PRIORITIES
 
 from .. import __version__
-from . import read_routes, write_routes
+from . import node_routes, read_routes, write_routes
 from .alert_routes import AlertOptions, install_alerts
 from .api_context import ApiContext
 from .api_errors import install_error_handlers
@@ -40,6 +40,7 @@ def create_app(api: ApiContext, alerts: AlertOptions | None = None) -> FastAPI:
     install_error_handlers(app)
     app.include_router(read_routes.router)
     app.include_router(write_routes.router)
+    app.include_router(node_routes.router)  # the HTTP workers' protocol
     registry = CollectorRegistry(auto_describe=False)
     registry.register(ClusterCollector(api.client, api.job_names))
     install_alerts(app, api, alerts)

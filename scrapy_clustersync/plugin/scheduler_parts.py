@@ -14,10 +14,23 @@ from .crawl_order import QueueOrder
 from .crawler_parts import CrawlerFingerprinter
 
 if TYPE_CHECKING:
+    import redis
     from scrapy.crawler import Crawler
 
 #: the job of a crawler whose spider has no name, unless CLUSTERSYNC_JOB says otherwise
 DEFAULT_JOB = "default"
+
+
+def node_client(config: ClusterConfig) -> redis.Redis:
+    """The node's Redis client: redis-py's, or with CLUSTERSYNC_URL the one that reaches the
+    job through ``clustersync serve`` (store/http_client.py; the same store on top)."""
+    if not config.over_http:
+        return make_client(config.redis_url, config.tls, config.socket_timeout_s)
+    from ..store.http_client import http_client
+
+    verify: bool | str = config.tls.ca_certs or config.tls.verify
+    return http_client(config.redis_url, config.http_token, config.job, config.node_id,
+                     timeout_s=config.socket_timeout_s, verify=verify)
 
 
 def scheduler_parts(crawler: Crawler) -> dict[str, Any]:
@@ -29,7 +42,7 @@ def scheduler_parts(crawler: Crawler) -> dict[str, Any]:
     # (a crawler of the base Spider): such a job is "default" unless CLUSTERSYNC_JOB says
     config = ClusterConfig.from_settings(
         settings, getattr(crawler.spidercls, "name", None) or DEFAULT_JOB)
-    client = make_client(config.redis_url, config.tls, config.socket_timeout_s)
+    client = node_client(config)
     codec = RequestCodec(
         crawler.spider,  # None until the spider exists: open() sets it
         config.max_request_bytes,

@@ -29,11 +29,19 @@ def test_defaults_need_no_tuning() -> None:
         CLUSTERSYNC_NODE_RETENTION="0").node_retention_s == 0
 
 
+def test_a_node_with_clustersync_url_and_no_redis_url_goes_through_serve() -> None:
+    cfg = config(CLUSTERSYNC_REDIS_URL="", CLUSTERSYNC_URL="https://h:8500/",
+                 CLUSTERSYNC_TOKEN="csk_x")
+    assert (cfg.over_http, cfg.redis_url, cfg.http_token) == (True, "https://h:8500", "csk_x")
+
+
 @pytest.mark.parametrize(
     ("settings", "message"),
     [
-        ({"CLUSTERSYNC_REDIS_URL": ""}, "CLUSTERSYNC_REDIS_URL is not set"),
+        ({"CLUSTERSYNC_REDIS_URL": ""}, "neither CLUSTERSYNC_REDIS_URL nor CLUSTERSYNC_URL is set"),
         ({"CLUSTERSYNC_REDIS_URL": "http://h:6379"}, "accepted: redis://"),
+        ({"CLUSTERSYNC_URL": "https://h:8500"}, "URL and CLUSTERSYNC_URL are both"),
+        ({"CLUSTERSYNC_REDIS_URL": "", "CLUSTERSYNC_URL": "redis://h"}, "is no http"),
         ({"CLUSTERSYNC_JOB": "bad{tag}"}, "CLUSTERSYNC_JOB 'bad{tag}' is not a valid job name"),
         ({"CLUSTERSYNC_IDLE_CLOSE_AFTER": "soon"}, "CLUSTERSYNC_IDLE_CLOSE_AFTER = 'soon' is not"),
         ({"CLUSTERSYNC_LEASE_TIMEOUT": 0}, "CLUSTERSYNC_LEASE_TIMEOUT = 0 is too small"),
