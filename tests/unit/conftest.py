@@ -11,7 +11,11 @@ import subprocess
 from pathlib import Path
 from typing import NoReturn
 
+import fakeredis
 import pytest
+
+from scrapy_clustersync.store import JobStore, Push
+from scrapy_clustersync.store.job_store import new_call_id
 
 UNIT_TESTS = Path(__file__).parent
 #: a unit test that takes longer than this is stuck, or is not a unit test
@@ -36,3 +40,13 @@ def no_process_and_no_network(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(subprocess.Popen, "__init__", refuse)
     monkeypatch.setattr(socket.socket, "connect", refuse)
     monkeypatch.setattr(socket.socket, "connect_ex", refuse)
+
+
+@pytest.fixture
+def store() -> JobStore:
+    """Job "shop" on a fakeredis, with one request queued (the API's and the alerts' tests; a
+    module may define a ``store`` of its own)."""
+    job = JobStore(fakeredis.FakeRedis(), "shop", node_id="cli", writes_seen=None)
+    epoch = job.ensure_job()
+    job.flush(epoch, [Push(b"f" * 20, 0, b"request", 0, "example.com")], new_call_id())
+    return job

@@ -4,22 +4,10 @@ travel to its worker processes whole."""
 
 from __future__ import annotations
 
-import fakeredis
-import pytest
-
 from scrapy_clustersync.api.alert_checks import CheckInput, job_stalled, node_dead, redis_memory
 from scrapy_clustersync.api.alert_routes import AlertOptions
 from scrapy_clustersync.api.metrics import ClusterCollector, ClusterReading
-from scrapy_clustersync.store import JobStore, Push
-from scrapy_clustersync.store.job_store import new_call_id
-
-
-@pytest.fixture
-def store() -> JobStore:
-    job = JobStore(fakeredis.FakeRedis(), "shop", node_id="cli", writes_seen=None)
-    epoch = job.ensure_job()
-    job.flush(epoch, [Push(b"f" * 20, 0, b"request", 0, "example.com")], new_call_id())
-    return job
+from scrapy_clustersync.store import JobStore
 
 
 def read(store: JobStore) -> CheckInput:

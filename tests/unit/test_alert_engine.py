@@ -4,13 +4,10 @@ much a metric grew; the webhook retries with backoff."""
 
 from __future__ import annotations
 
-import fakeredis
-import pytest
-
 from scrapy_clustersync.api.alert_engine import AlertEngine
 from scrapy_clustersync.api.alert_rules import parse_rules
 from scrapy_clustersync.api.webhook import Webhook
-from scrapy_clustersync.store import DeadLetterWrite, JobStore, Push
+from scrapy_clustersync.store import DeadLetterWrite, JobStore
 from scrapy_clustersync.store.alert_state import AlertStateStore
 from scrapy_clustersync.store.job_store import new_call_id
 
@@ -46,13 +43,6 @@ class Clock:
     def __call__(self) -> float:
         return self.now
 
-
-@pytest.fixture
-def store() -> JobStore:
-    job = JobStore(fakeredis.FakeRedis(), "shop", node_id="cli", writes_seen=None)
-    epoch = job.ensure_job()
-    job.flush(epoch, [Push(b"f" * 20, 0, b"request", 0, "example.com")], new_call_id())
-    return job
 
 
 def engine(store: JobStore, clock: Clock) -> AlertEngine:

@@ -6,28 +6,19 @@ from __future__ import annotations
 
 import warnings
 
-import fakeredis
 import pytest
 
 from scrapy_clustersync.api.api_context import ApiContext
 from scrapy_clustersync.api.web_app import create_app
 from scrapy_clustersync.cli.project import ProjectContext
 from scrapy_clustersync.cli.status_view import status_dict
-from scrapy_clustersync.store import DeadLetterWrite, JobStore, Push
+from scrapy_clustersync.store import DeadLetterWrite, JobStore
 from scrapy_clustersync.store.job_store import new_call_id
 
 with warnings.catch_warnings():  # Starlette would rather have httpx2; httpx does the same here
     warnings.filterwarnings("ignore", message="Using `httpx`")
     from fastapi.testclient import TestClient
 
-
-@pytest.fixture
-def store() -> JobStore:
-    """Job "shop" with one request queued."""
-    job = JobStore(fakeredis.FakeRedis(), "shop", node_id="cli", writes_seen=None)
-    epoch = job.ensure_job()
-    job.flush(epoch, [Push(b"f" * 20, 0, b"request", 0, "example.com")], new_call_id())
-    return job
 
 
 @pytest.fixture
