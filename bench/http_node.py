@@ -29,7 +29,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 from api_serve import ServeProcess  # noqa: E402
 from runner import BENCH_DIR, EXAMPLE_PROJECT, steady_rate  # noqa: E402
 
-from testkit.nodes import start_node  # noqa: E402
+from testkit.nodes import start_node, wait_or_kill  # noqa: E402
 from testkit.redis_server import RedisServer  # noqa: E402
 from testkit.site_process import SiteProcess  # noqa: E402
 
@@ -73,12 +73,7 @@ def run_once(variant: str, site: SiteProcess, run_dir: Path,
                           spider_args={"start_url": site.start_url}, settings=settings,
                           env={"SCRAPY_SETTINGS_MODULE": "benchproj.settings_clustersync"},
                           pythonpath=[BENCH_DIR, EXAMPLE_PROJECT])
-        try:
-            node.wait(timeout=CAP_S)
-        except Exception:
-            node.kill()
-            node.wait()
-            raise
+        wait_or_kill(node, CAP_S)
         node_cpu_s = children_cpu_s() - cpu_before  # (serve and Redis are not reaped yet)
     finally:
         if serve is not None:

@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from runner import steady_rate
 
 from scrapy_clustersync import config
-from testkit.nodes import start_node
+from testkit.nodes import start_node, wait_or_kill
 from testkit.redis_server import RedisServer
 from testkit.site_process import SiteProcess
 
@@ -87,12 +87,7 @@ def run_once(variant: ListingVariant, site: SiteProcess, run_dir: Path, args: ar
                           spider_args={"start_url": site.start_url}, settings=settings,
                           options=options, env={"SCRAPY_SETTINGS_MODULE": "listing.settings"},
                           pythonpath=[LISTING_PROJECT])
-        try:
-            node.wait(timeout=CAP_S)
-        except Exception:
-            node.kill()
-            node.wait()
-            raise
+        wait_or_kill(node, CAP_S)
     finally:
         if redis is not None:
             redis.stop()

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
-__all__ = ["NodeProcess", "crawl_arguments", "node_environment", "start_node"]
+__all__ = ["NodeProcess", "crawl_arguments", "node_environment", "start_node", "wait_or_kill"]
 
 
 class NodeProcess(Protocol):
@@ -90,3 +90,14 @@ def node_environment(env: Mapping[str, str] | None, pythonpath: Sequence[Path]) 
         inherited = [node_env["PYTHONPATH"]] if node_env.get("PYTHONPATH") else []
         node_env["PYTHONPATH"] = os.pathsep.join([*map(str, pythonpath), *inherited])
     return node_env
+
+
+def wait_or_kill(node: NodeProcess, timeout_s: float) -> int:
+    """Wait for ``node`` to exit; one still running after ``timeout_s`` (or whose wait
+    fails otherwise) is killed and reaped before the error goes on."""
+    try:
+        return node.wait(timeout=timeout_s)
+    except Exception:
+        node.kill()
+        node.wait()
+        raise
