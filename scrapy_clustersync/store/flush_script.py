@@ -6,7 +6,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import msgpack
 import redis
 
 from .dedup import LayersDescribed
@@ -15,7 +14,7 @@ from .keys import JobKeys
 from .records import as_text
 from .script_base import JobScript
 from .script_results import FlushResult
-from .write_ops import Op
+from .write_ops import Op, packed_strings
 
 #: how many dead letters the job keeps, newest first
 DEAD_LETTERS_KEPT = 10_000
@@ -104,15 +103,13 @@ def packed_ops(ops: Sequence[Op]) -> bytes:
     """Every op's ``args()`` in one msgpack array, each value a string as redis-py would send
     it (an int as its digits): one argument for the whole batch, which costs redis-py and Redis
     a fraction of one argument per field (six per push). TypeError for a value Redis takes
-    no string of (None, a bool, a list). Bytes go as msgpack's raw strings, not its bin type,
-    which Redis's cmsgpack does not read."""
+    no string of (None, a bool, a list)."""
     flat: list[Any] = []
     for op in ops:
         flat.extend(op.args())
-    packed: bytes = msgpack.packb([value if (kind := type(value)) is bytes or kind is str
-                                   else str(value) if kind is int else _as_text(value)
-                                   for value in flat], use_bin_type=False)
-    return packed
+    return packed_strings([value if (kind := type(value)) is bytes or kind is str
+                           else str(value) if kind is int else _as_text(value)
+                           for value in flat])
 
 
 def _as_text(value: object) -> str | bytes:

@@ -239,7 +239,13 @@ def results_blob(records: Sequence[tuple[str, str, bytes]]) -> bytes:
     flat: list[str | bytes] = []
     for record in records:
         flat.extend(record)
-    packed: bytes = msgpack.packb(flat, use_bin_type=False)
+    return packed_strings(flat)
+
+
+def packed_strings(values: list[str | bytes]) -> bytes:
+    """``values`` as the msgpack array of strings flush.lua reads (its ops, a results field):
+    bytes as msgpack's raw strings, not its bin type, which Redis's cmsgpack does not read."""
+    packed: bytes = msgpack.packb(values, use_bin_type=False)
     return packed
 
 
