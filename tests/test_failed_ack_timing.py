@@ -50,8 +50,14 @@ REACTORS = {"asyncio": {},
 
 
 def failing_entry_in_redis(server: RedisServer, marker: bytes) -> bool:
-    """Some entry of the job (queued or leased) is the failing request or one of its retries."""
-    return any(marker in blob for blob in server.client().hvals("clustersync:{failing}:entries"))
+    """Some entry of the job (queued or leased) is the failing request or one of its retries:
+    a leased request is in the entries hash, a queued one in its site's list of the frontier
+    (a retry waits there between two of its attempts)."""
+    client = server.client()
+    if any(marker in blob for blob in client.hvals("clustersync:{failing}:entries")):
+        return True
+    return any(marker in item for key in client.scan_iter(match="clustersync:{failing}:f:q:*")
+               for item in client.lrange(key, 0, -1))
 
 
 @pytest.mark.timing
