@@ -99,8 +99,8 @@ class ConfigError(ValueError):
 
 @dataclass(frozen=True)
 class TlsOptions:
-    """The ``CLUSTERSYNC_TLS_*`` settings: used for a ``rediss://`` or ``rediss+sentinel://``
-    URL only (``check`` refuses them with any other)."""
+    """The ``CLUSTERSYNC_TLS_*`` settings: used for a ``rediss://``, ``rediss+sentinel://`` or
+    ``rediss+cluster://`` URL only (``check`` refuses them with any other)."""
 
     ca_certs: str = ""
     certfile: str = ""

@@ -28,7 +28,7 @@ from urllib.parse import urlsplit
 import psutil
 import scrapy
 
-from ..redis_urls import is_sentinel_url, parse_sentinel_url
+from ..redis_urls import is_cluster_url, is_sentinel_url, parse_cluster_url, parse_sentinel_url
 from .project_digest import project_digests
 
 if TYPE_CHECKING:
@@ -166,6 +166,8 @@ def local_ip(redis_url: str) -> str:
     without sending a packet; 127.0.0.1 for a Unix socket, "" if unknown."""
     if is_sentinel_url(redis_url):  # the first sentinel's address: on the way to the servers
         host, port = parse_sentinel_url(redis_url).sentinels[0]
+    elif is_cluster_url(redis_url):  # the first node named: one of the cluster's
+        host, port = parse_cluster_url(redis_url).nodes[0]
     else:
         parts = urlsplit(redis_url)
         if parts.scheme == "unix" or not parts.hostname:

@@ -10,14 +10,28 @@ from redis.retry import Retry
 from redis.sentinel import Sentinel, SentinelConnectionPool
 
 from ..config import TlsOptions, validate_redis_url
-from ..redis_urls import SentinelUrl, is_sentinel_url, is_tls_url, parse_sentinel_url
+from ..redis_urls import (
+    ClusterUrl,
+    SentinelUrl,
+    is_cluster_url,
+    is_sentinel_url,
+    is_tls_url,
+    parse_cluster_url,
+    parse_sentinel_url,
+)
+from .cluster_client import LazyRedisCluster
+
+#: how often a cluster client follows MOVED/ASK (or retries a node it lost) within one call:
+#: a failover or a resharding moves slots, and the client learns where they went
+CLUSTER_RETRIES = 3
 
 
 def make_client(
     url: str, tls: TlsOptions | None = None, socket_timeout_s: float = 10.0
 ) -> redis.Redis:
-    """A client for ``url`` (redis://, rediss://, unix://, or redis+sentinel:// and
-    rediss+sentinel:// through Sentinel; user:password work with ACLs). ``tls``: the
+    """A client for ``url`` (redis://, rediss://, unix://, redis+sentinel:// and
+    rediss+sentinel:// through Sentinel, or redis+cluster:// and rediss+cluster:// for a Redis
+    Cluster: cluster_client.py; user:password work with ACLs). ``tls``: the
     CLUSTERSYNC_TLS_* files, for a TLS URL only.
 
     redis-py's own retries are off: the caller retries with backoff, and every script call is
@@ -40,6 +54,8 @@ def make_client(
         options.pop("socket_connect_timeout")
     if is_sentinel_url(url):
         return sentinel_client(parse_sentinel_url(url), options)
+    if is_cluster_url(url):
+        return cluster_client(parse_cluster_url(url), options)
     return redis.Redis.from_url(url, **options)
 
 
@@ -73,6 +89,18 @@ def sentinel_client(url: SentinelUrl, options: dict[str, object]) -> redis.Redis
     return client
 
 
+def cluster_client(url: ClusterUrl, options: dict[str, object]) -> redis.Redis:
+    """A client of the Redis Cluster that the nodes of ``url`` belong to (built on its first
+    command: cluster_client.py). Every node is reached with the same credentials, timeouts and
+    TLS. A call follows up to CLUSTER_RETRIES redirections (every script call is safe to run
+    twice); beyond that it fails as an outage and the caller retries with backoff."""
+    own = {**options, **({"ssl": True, **url.tls_files} if url.tls else {})}
+    own.update(username=url.username, password=url.password,
+               retry=Retry(NoBackoff(), CLUSTER_RETRIES))
+    own.pop("health_check_interval", None)  # not a cluster client's option
+    return LazyRedisCluster(url.nodes, **own)  # type: ignore[return-value]
+
+
 def short_handshake() -> dict[str, object]:
     """Options that keep what a new connection sends before its first command to HELLO and its
     health check. Each command of the handshake is a round trip, and a node far from Redis waits
@@ -101,6 +129,8 @@ def client_of_its_own(client: redis.Redis) -> redis.Redis:
     """A client with the options of ``client`` and connections of its own: a subscription that
     took one of ``client``'s pooled connections would leave ``client`` to open another on its
     next call, paying that connection's handshake where the caller waits for an answer."""
+    if isinstance(client, LazyRedisCluster):
+        return client.another()
     pool = client.connection_pool
     if isinstance(pool, SentinelConnectionPool):  # its own pool, asking the same sentinels
         kwargs = {name: value for name, value in pool.connection_kwargs.items()

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..codec_envelope import UndecodableEntry, request_fields
 from .check_script import CheckScript, Suspect
+from .cluster_client import queue_server_time
 from .errors import translate_errors
 from .node_differences import node_differences
 from .records import FormatError, LeaseValue, parse_node_record
@@ -128,7 +129,7 @@ class JobCheck:
         k = self.keys
         with translate_errors(self.client):
             pipe = self.client.pipeline(transaction=True)
-            pipe.time()
+            queue_server_time(pipe, k.meta)
             pipe.zrange(k.nodes, 0, -1, withscores=True)
             pipe.hgetall(k.node_info)
             pipe.hgetall(k.leased)

@@ -18,6 +18,7 @@ from typing import Any
 import redis
 
 from .client import client_of_its_own
+from .cluster_client import is_cluster
 from .errors import translate_errors
 from .keys import JobKeys
 from .records import as_text
@@ -230,4 +231,7 @@ class ControlSubscription:
         with contextlib.suppress(Exception):
             close()
         with contextlib.suppress(Exception):
-            self.client.connection_pool.disconnect()
+            if is_cluster(self.client):
+                self.client.close()
+            else:
+                self.client.connection_pool.disconnect()

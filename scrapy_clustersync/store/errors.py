@@ -71,12 +71,25 @@ def translate_errors(client: redis.Redis) -> Iterator[None]:
     """
     try:
         yield
+    except redis.exceptions.RedisClusterException as exc:  # not a RedisError: a cluster client's
+        raise _cluster_error(exc, client_secrets(client)) from exc
     except redis.RedisError as exc:
         secrets = client_secrets(client)
         _scrub_args(exc, secrets)  # it is chained below: a traceback prints it too
         if _access_refused(exc):  # never an outage: retrying cannot help
             raise _scrubbed(AccessRefused(str(exc) or type(exc).__name__), secrets) from exc
         raise _scrubbed(_translated(exc, client), secrets) from exc
+
+
+def _cluster_error(exc: Exception, secrets: list[str | bytes]) -> StoreError:
+    """A cluster client's own exception: a slot no node serves now is an outage (a failover
+    under way); anything else is a call the cluster cannot take."""
+    _scrub_args(exc, secrets)
+    text = str(exc) or type(exc).__name__
+    if isinstance(exc, redis.exceptions.SlotNotCoveredError):
+        return _scrubbed(StoreUnavailable(f"the Redis cluster serves no slot of this job now "
+                                          f"(failover under way?): {text}"), secrets)
+    return _scrubbed(StoreError(text), secrets)
 
 
 def _scrubbed(error: StoreError, secrets: list[str | bytes]) -> StoreError:
@@ -95,7 +108,8 @@ def client_secrets(client: object) -> list[str | bytes]:
     """The credentials ``client`` (a redis-py client) connects with: its password and any
     other connection keyword that names a secret (from the URL's query too)."""
     pool = getattr(client, "connection_pool", None)
-    kwargs = getattr(pool, "connection_kwargs", None) or {}
+    kwargs = getattr(pool, "connection_kwargs", None) or getattr(
+        client, "lazy_options", None) or {}
     return [value for name, value in kwargs.items()
             if isinstance(value, (str, bytes)) and _SECRET_NAME.search(name)]
 
@@ -109,7 +123,7 @@ def _translated(exc: redis.RedisError, client: redis.Redis) -> StoreError:
     if reason is not None:
         drop_connections(client)
         return StoreUnavailable(reason)
-    if isinstance(exc, (redis.ConnectionError, redis.TimeoutError)):
+    if isinstance(exc, (redis.ConnectionError, redis.TimeoutError, redis.exceptions.ClusterError)):
         return StoreUnavailable(tls_hint(str(exc)) or str(exc) or type(exc).__name__)
     text = str(exc)
     if isinstance(exc, redis.DataError):

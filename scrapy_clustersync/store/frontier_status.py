@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import redis
 
+from .cluster_client import queue_server_time
 from .errors import translate_errors
 from .keys import JobKeys
 from .records import as_text
@@ -47,7 +48,7 @@ def read_frontier(client: redis.Redis, keys: JobKeys, limit: int) -> FrontierSta
     """The frontier's figures and its ``limit`` deepest sites."""
     with translate_errors(client):
         pipe = client.pipeline(transaction=False)
-        pipe.time()
+        queue_server_time(pipe, keys.meta)
         pipe.hmget(keys.meta, "fqueued", "fbytes")
         pipe.zcard(keys.frontier_sites)
         pipe.zrevrange(keys.frontier_sites, 0, limit - 1, withscores=True)

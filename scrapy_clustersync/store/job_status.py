@@ -6,6 +6,7 @@ from typing import Any
 
 import redis
 
+from .cluster_client import queue_server_time
 from .dedup import dedup_status
 from .errors import translate_errors
 from .keys import JobKeys
@@ -30,7 +31,7 @@ def read_status(client: redis.Redis, keys: JobKeys) -> JobStatus:
         pipe.hgetall(k.idle)
         pipe.hgetall(k.bloom)
         pipe.hgetall(k.dead_nodes)
-        pipe.time()
+        queue_server_time(pipe, k.meta)
         pipe.hgetall(k.scrapy_stats)
         pipe.hgetall(k.node_stats)
         pipe.zrange(k.node_seen, 0, -1, withscores=True)

@@ -16,6 +16,7 @@ import redis
 
 from ..config import DedupSettings
 from .closespider_script import CloseSpiderStore
+from .cluster_client import node_of
 from .control_state import ControlChange, ControlState, ControlStore
 from .dedup import bloom_refusal
 from .dedup_upkeep import DedupUpkeep
@@ -129,17 +130,18 @@ class JobStore:
         """Open a pooled connection now (TCP, TLS, HELLO with AUTH, a health check: several
         round trips far from Redis), so that the next call times one round trip, not the
         handshake."""
-        pool = self.client.connection_pool
         with translate_errors(self.client):
+            pool = node_of(self.client, self.keys.meta).connection_pool
             pool.release(pool.get_connection())
 
     def server_facts(self) -> tuple[tuple[int, ...], str]:
         """The server's version, e.g. (7, 0, 15), and its maxmemory policy ("" if unsaid)."""
         with translate_errors(self.client):
+            server_of_job = node_of(self.client, self.keys.meta)  # a cluster: the job's primary
             try:  # one round trip (Redis 7 takes several sections)
-                server = memory = self.client.info("server", "memory")
+                server = memory = server_of_job.info("server", "memory")
             except redis.ResponseError:
-                server, memory = self.client.info("server"), self.client.info("memory")
+                server, memory = server_of_job.info("server"), server_of_job.info("memory")
         version = str(server.get("redis_version", ""))
         policy = str(memory.get("maxmemory_policy", ""))
         return tuple(int(part) for part in version.split(".") if part.isdigit()), policy

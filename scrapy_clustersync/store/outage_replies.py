@@ -70,6 +70,8 @@ def drop_connections(client: redis.Redis) -> None:
     one that got the reply is among them. Connections in use by another thread are left alone:
     if they still reach the old server, their own error reply drops them in turn.
     """
+    if isinstance(client, redis.cluster.RedisCluster):
+        return  # it learns where the slots went (MOVED, a lost node) and reconnects itself
     client.connection_pool.disconnect(inuse_connections=False)
     single = client.connection  # a single_connection_client keeps its one connection here
     if single is not None:

@@ -15,7 +15,7 @@ def primary_address(client: redis.Redis) -> str | None:
     """``host:port`` of the primary ``client``'s connections last reached through Sentinel (no
     round trip: the address the pool last got from the sentinels); None for a client of one
     Redis, or before its first connection."""
-    pool = client.connection_pool
+    pool = getattr(client, "connection_pool", None)  # a cluster client has none
     if not isinstance(pool, SentinelConnectionPool):
         return None
     address = pool.master_address

@@ -82,7 +82,9 @@ class JobScript:
         if self._sent:
             pipe.evalsha(self._script.sha, len(keys), *keys, *args)
         else:
-            pipe.eval(self._text, len(keys), *keys, *args)
+            # (what pipe.eval sends; a cluster client's pipeline has no eval of that form)
+            pipe.execute_command(  # type: ignore[no-untyped-call, unused-ignore]
+                "EVAL", self._text, len(keys), *keys, *args)
 
     def sent(self) -> None:
         """Redis ran the script's text (in a round trip): later calls send its SHA only."""

@@ -14,6 +14,7 @@ from typing import Any
 
 import redis
 
+from .cluster_client import queue_server_time
 from .errors import translate_errors
 from .keys import JobKeys
 from .records import as_text
@@ -180,7 +181,7 @@ def read_sites(client: redis.Redis, keys: JobKeys, limit: int = SITES_SHOWN
     only: two round trips whatever ``limit``)."""
     with translate_errors(client):
         pipe = client.pipeline(transaction=False)
-        pipe.time()
+        queue_server_time(pipe, keys.sites)
         pipe.zcard(keys.sites)
         pipe.zrevrange(keys.sites, 0, limit - 1, withscores=True)
         (seconds, micros), total, named = pipe.execute()

@@ -1,0 +1,96 @@
+"""Nodes crawl through a Redis Cluster (``redis+cluster://``, 3 primaries with a replica each):
+every page once, and ``clustersync status``, ``check`` and ``jobs`` read the job through the
+cluster's URL, whichever primary holds it."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from scrapy_clustersync.store import make_client
+from scrapy_clustersync.store.cluster_client import node_of
+from scrapy_clustersync.store.keys import JobKeys
+from testkit.redis_cluster import RedisClusterGroup, redis_cli_binary
+
+from conftest import SiteFactory, require_redis_server
+from support import (
+    clustersync,
+    joined,
+    missing_pages,
+    pages_fetched_twice,
+    push_op,
+    start_nodes,
+    wait_all,
+)
+
+PAGES = 60
+
+
+@pytest.fixture(scope="module")
+def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisClusterGroup]:
+    require_redis_server()
+    if redis_cli_binary() is None:
+        pytest.skip("redis-cli not found: install it (apt-get install redis-server)")
+    with RedisClusterGroup(tmp_path_factory.mktemp("cluster")) as group:
+        yield group
+
+
+def test_two_nodes_crawl_through_the_cluster_and_fetch_every_page_once(
+    redis_cluster: RedisClusterGroup, site: SiteFactory, tmp_path: Path,
+) -> None:
+    # given a site and two nodes whose CLUSTERSYNC_REDIS_URL is the cluster's
+    web = site(PAGES)
+    nodes = start_nodes(2, redis_cluster.url, web.start_url, tmp_path,
+                        {"CONCURRENT_REQUESTS": "4"})
+    # when they crawl it to the end
+    wait_all(nodes, timeout_s=90)
+    # then every page was fetched exactly once and both nodes finished cleanly
+    assert [node.process.returncode for node in nodes] == [0, 0]
+    assert missing_pages(web) == []
+    assert pages_fetched_twice(web) == {}
+    # and status, read through the cluster URL, shows the finished job
+    run = clustersync(redis_cluster.url, "status", "site", "--json")
+    assert run.returncode == 0, run.output
+    status = json.loads(run.stdout)
+    assert (status["queued"], status["leased"]) == (0, 0)
+    assert status["counters"]["acked"] >= PAGES
+    assert "site" in clustersync(redis_cluster.url, "jobs").stdout
+
+
+def test_status_check_and_jobs_find_jobs_on_every_primary(
+    redis_cluster: RedisClusterGroup,
+) -> None:
+    # given jobs whose keys hash to different primaries, one request queued in each
+    client = make_client(redis_cluster.url)
+    names, homes = [], set()
+    for i in range(40):
+        name = f"spread-{i}"
+        home = node_of(client, JobKeys(name).meta)
+        if (home.connection_pool.connection_kwargs["port"]) not in homes:
+            homes.add(home.connection_pool.connection_kwargs["port"])
+            names.append(name)
+        if len(names) == 3:
+            break
+    assert len(homes) == 3
+    for name in names:
+        store, epoch = joined(redis_cluster.url, job=name)
+        store.flush(epoch, [push_op(f"https://{name}.example/")], "call-1")
+    # when the CLI lists, shows and checks them through the cluster URL
+    listed = clustersync(redis_cluster.url, "jobs").stdout
+    for name in names:
+        shown = clustersync(redis_cluster.url, "status", name, "--json")
+        checked = clustersync(redis_cluster.url, "check", name)
+        # then each is found, with its request, whichever primary holds it
+        assert name in listed
+        assert shown.returncode == 0, shown.output
+        assert json.loads(shown.stdout)["queued"] == 1
+        assert checked.returncode == 0, checked.output
+
+
+def test_a_bad_cluster_url_says_what_is_wrong(redis_cluster: RedisClusterGroup) -> None:
+    run = clustersync("redis+cluster://127.0.0.1:7000/3", "jobs")
+    assert run.returncode != 0
+    assert "database 0 only" in run.output
