@@ -1,32 +1,39 @@
 """Nodes crawl through a Redis Cluster (``redis+cluster://``, 3 primaries with a replica each):
-every page once, and ``clustersync status``, ``check`` and ``jobs`` read the job through the
-cluster's URL, whichever primary holds it."""
+every page once, ``clustersync serve`` pauses and resumes them (the control channel is the
+cluster's pub/sub) and reads the cluster's metrics, and ``clustersync status``, ``check`` and
+``jobs`` read a job through the cluster's URL, whichever primary holds it."""
 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from scrapy_clustersync.store import make_client
 from scrapy_clustersync.store.cluster_client import node_of
 from scrapy_clustersync.store.keys import JobKeys
 from testkit.redis_cluster import RedisClusterGroup, redis_cli_binary
 
+from api_serve import ServeProcess
 from conftest import SiteFactory, require_redis_server
 from support import (
     clustersync,
     joined,
     missing_pages,
+    pages_fetched,
     pages_fetched_twice,
     push_op,
     start_nodes,
     wait_all,
+    wait_until,
 )
 
-PAGES = 60
+PAGES = 80
+JOB = "site"  # the example spider's name, so the job's name
 
 
 @pytest.fixture(scope="module")
@@ -38,26 +45,50 @@ def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisClu
         yield group
 
 
-def test_two_nodes_crawl_through_the_cluster_and_fetch_every_page_once(
+def test_two_nodes_crawl_through_the_cluster_and_serve_pauses_and_resumes_them(
     redis_cluster: RedisClusterGroup, site: SiteFactory, tmp_path: Path,
 ) -> None:
-    # given a site and two nodes whose CLUSTERSYNC_REDIS_URL is the cluster's
-    web = site(PAGES)
-    nodes = start_nodes(2, redis_cluster.url, web.start_url, tmp_path,
-                        {"CONCURRENT_REQUESTS": "4"})
-    # when they crawl it to the end
-    wait_all(nodes, timeout_s=90)
+    # given serve and two nodes whose CLUSTERSYNC_REDIS_URL is the cluster's
+    web = site(PAGES, delay_s=0.05)
+    with ServeProcess(redis_cluster.url, tmp_path) as serve:
+        nodes = start_nodes(2, redis_cluster.url, web.start_url, tmp_path,
+                            {"CONCURRENT_REQUESTS": "2"})
+        wait_until(lambda: pages_fetched(web) >= 20, 30, "20 pages fetched")
+        # when the job is paused over HTTP (the control channel: the cluster's pub/sub)
+        paused = serve.http.post(f"/api/jobs/{JOB}/pause")
+        assert paused.status_code == 200, paused.text
+        time.sleep(1.0)
+        at_pause = pages_fetched(web)
+        time.sleep(1.5)
+        # then the nodes fetch nothing more while it is paused
+        assert pages_fetched(web) == at_pause < PAGES
+        # and the metrics read the cluster
+        samples = metric_samples(serve.http.get("/metrics").text)
+        assert samples["clustersync_redis_up"] == [({}, 1.0)]
+        assert samples["clustersync_redis_used_memory_bytes"][0][1] > 0
+        assert samples["clustersync_job_queued"][0][0] == {"job": JOB}
+        # when it is resumed, the crawl goes to its end
+        assert serve.http.post(f"/api/jobs/{JOB}/resume").status_code == 200
+        wait_all(nodes, timeout_s=90)
     # then every page was fetched exactly once and both nodes finished cleanly
     assert [node.process.returncode for node in nodes] == [0, 0]
     assert missing_pages(web) == []
     assert pages_fetched_twice(web) == {}
     # and status, read through the cluster URL, shows the finished job
-    run = clustersync(redis_cluster.url, "status", "site", "--json")
+    run = clustersync(redis_cluster.url, "status", JOB, "--json")
     assert run.returncode == 0, run.output
     status = json.loads(run.stdout)
     assert (status["queued"], status["leased"]) == (0, 0)
     assert status["counters"]["acked"] >= PAGES
-    assert "site" in clustersync(redis_cluster.url, "jobs").stdout
+    assert JOB in clustersync(redis_cluster.url, "jobs").stdout
+
+
+def metric_samples(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
+    samples: dict[str, list[tuple[dict[str, str], float]]] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            samples.setdefault(sample.name, []).append((sample.labels, sample.value))
+    return samples
 
 
 def test_status_check_and_jobs_find_jobs_on_every_primary(

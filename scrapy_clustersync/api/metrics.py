@@ -20,6 +20,7 @@ from ..cli.check_commands import needs_a_person
 from ..cli.node_view import group_nodes
 from ..cli.status_view import pages_per_min, state_of
 from ..store import JobStatus, JobStore, StoreError, StoreUnavailable
+from ..store.cluster_client import memory_info
 from ..store.errors import translate_errors
 from ..store.frontier_status import read_frontier
 from ..store.job_list import round_trip_s
@@ -147,7 +148,8 @@ def redis_families() -> dict[str, GaugeMetricFamily]:
         "up": _gauge("redis_up", "1 if Redis answered this scrape", []),
         "rtt": _gauge("redis_round_trip_seconds", "One PING to Redis, as serve measured it",
                       []),
-        "used": _gauge("redis_used_memory_bytes", "Memory Redis uses (INFO used_memory)", []),
+        "used": _gauge("redis_used_memory_bytes",
+                       "Memory Redis uses (INFO used_memory; a cluster: its fullest primary's)", []),
         "max": _gauge("redis_maxmemory_bytes", "Redis's maxmemory (0: no limit)", []),
     }
 
@@ -190,7 +192,7 @@ class ClusterCollector(Collector):
         """INFO memory's figures; zeros where the ACL refuses INFO."""
         try:
             with translate_errors(self.client):
-                info = self.client.info("memory")
+                info = memory_info(self.client)
         except StoreUnavailable:
             raise
         except StoreError:

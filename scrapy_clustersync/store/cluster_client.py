@@ -24,7 +24,8 @@ from redis._parsers import Encoder
 from redis.cluster import ClusterNode, RedisCluster
 from redis.exceptions import RedisClusterException
 
-__all__ = ["LazyRedisCluster", "is_cluster", "node_of", "queue_server_time", "server_ms_of"]
+__all__ = ["LazyRedisCluster", "is_cluster", "memory_info", "node_of", "queue_server_time",
+           "server_ms_of"]
 
 #: attributes a plain client has and a cluster client has not: asked for by code that handles
 #: both kinds, they must not make the client connect
@@ -103,6 +104,24 @@ def node_of(client: redis.Redis, key: str) -> redis.Redis:
     cluster = cast(RedisCluster, client)
     node = cluster.get_node_from_key(key)
     return cast(redis.Redis, cluster.get_redis_connection(node))
+
+
+def memory_info(client: redis.Redis) -> dict[str, Any]:
+    """INFO memory of one Redis; of a cluster, that of its fullest primary (used memory against
+    its maxmemory, or the most used when none has a maxmemory): a job fills its own primary,
+    and the first primary to fill stops the jobs it holds."""
+    if not isinstance(client, RedisCluster):
+        return cast(dict[str, Any], client.info("memory"))
+    cluster = cast(RedisCluster, client)
+    readings = cluster.info("memory", target_nodes=RedisCluster.PRIMARIES)
+    if not isinstance(readings, dict) or "used_memory" in readings:  # one primary answered
+        return cast(dict[str, Any], readings)
+
+    def fullness(info: dict[str, Any]) -> tuple[float, int]:
+        used, most = int(info.get("used_memory") or 0), int(info.get("maxmemory") or 0)
+        return (used / most if most else 0.0), used
+
+    return max(readings.values(), key=fullness, default={})
 
 
 def queue_server_time(pipe: Any, key: str) -> None:

@@ -1,4 +1,5 @@
-"""The forms of CLUSTERSYNC_REDIS_URL (Sentinel included) and the TLS files they may name."""
+"""The forms of CLUSTERSYNC_REDIS_URL (Sentinel and Cluster included) and the TLS files they may
+name."""
 
 from __future__ import annotations
 
@@ -10,8 +11,11 @@ from redis.sentinel import SentinelConnectionPool
 from scrapy.settings import Settings
 
 from scrapy_clustersync.config import ClusterConfig, ConfigError, TlsOptions
-from scrapy_clustersync.redis_urls import parse_sentinel_url
+from scrapy_clustersync.redis_urls import parse_cluster_url, parse_sentinel_url
+from scrapy_clustersync.store import JobStore, StoreUnavailable
 from scrapy_clustersync.store.client import client_of_its_own, make_client
+from scrapy_clustersync.store.cluster_client import LazyRedisCluster
+from testkit.redis_server import free_port
 
 
 def config_of(**settings: str) -> ClusterConfig:
@@ -32,7 +36,11 @@ def test_a_sentinel_url_names_its_sentinels_service_db_and_the_servers_credentia
     ("redis+sentinel://h:1/svc/x", "must be a number"),
     ("redis+sentinel://h:x/svc", "is not a sentinel's host:port"),
     ("redis+sentinel://h:1/svc?socket_timeout=1", "unknown query parameter"),
-    ("redis+cluster://h:1/0", "accepted: redis://"),
+    ("redis+cluster:///", "must name at least one node of the cluster"),
+    ("redis+cluster://h:1/3", "database 0 only"),
+    ("redis+cluster://h:1,h:x/", "is not a cluster node's host:port"),
+    ("redis+cluster://h:1/?socket_timeout=1", "unknown query parameter"),
+    ("rediscluster://h:1/", "accepted: redis://"),
 ])
 def test_a_malformed_url_is_refused_at_start_up_saying_why(url: str, says: str) -> None:
     with pytest.raises(ConfigError, match=says):
@@ -106,3 +114,32 @@ def test_status_shows_the_primary_and_its_failovers() -> None:
         "  primary      10.0.0.6:6379 (through Sentinel); failed over 2 time(s), last at "
         "2025-06-01T10:14:03+00:00 from 10.0.0.5:6379")
     assert primary_of(JobStatus(job="j", exists=True, **blank)) is None
+
+
+def test_a_cluster_url_names_some_of_its_nodes_and_their_credentials() -> None:
+    url = parse_cluster_url("rediss+cluster://crawler:p%40ss@10.0.0.1:7000,h2,[::1]:7002/")
+    assert url.nodes == (("10.0.0.1", 7000), ("h2", 6379), ("::1", 7002))
+    assert (url.username, url.password, url.tls) == ("crawler", "p@ss", True)
+    assert parse_cluster_url("redis+cluster://h:7000").nodes == (("h", 7000),)
+
+
+def test_a_cluster_client_is_built_without_a_round_trip_and_holds_the_urls_options() -> None:
+    # nothing listens there: building the client (on Scrapy's reactor thread) must not connect
+    client = make_client("rediss+cluster://u:pw@127.0.0.1:1,127.0.0.1:2/", TlsOptions(verify=False))
+    assert isinstance(client, LazyRedisCluster) and not client.built
+    options = client.lazy_options
+    assert (options["username"], options["password"], options["ssl"]) == ("u", "pw", True)
+    own = client_of_its_own(client)
+    assert isinstance(own, LazyRedisCluster) and own is not client and not own.built
+
+
+def test_a_cluster_nobody_answers_for_is_an_outage_and_its_password_is_masked() -> None:
+    # given a cluster URL whose node is not there (a cluster still starting, or away)
+    url = f"redis+cluster://u:s3cret@127.0.0.1:{free_port()}/"
+    store = JobStore(make_client(url, socket_timeout_s=0.5), "job", "n1")
+    # when the node first uses it, then it is an outage the node waits out (not a crash)
+    with pytest.raises(StoreUnavailable) as away:
+        store.ping()
+    assert "s3cret" not in str(away.value)
+    with pytest.raises(StoreUnavailable):
+        store.connect()  # and again on the next call: the client tries anew
