@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from api_serve import ServeProcess
 from prometheus_client.parser import text_string_to_metric_families
 
 from scrapy_clustersync.store import make_client
@@ -18,7 +19,6 @@ from scrapy_clustersync.store.cluster_client import node_of
 from scrapy_clustersync.store.keys import JobKeys
 from testkit.redis_cluster import RedisClusterGroup, redis_cli_binary
 
-from api_serve import ServeProcess
 from conftest import SiteFactory, require_redis_server
 from support import (
     clustersync,

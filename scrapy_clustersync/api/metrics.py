@@ -149,7 +149,8 @@ def redis_families() -> dict[str, GaugeMetricFamily]:
         "rtt": _gauge("redis_round_trip_seconds", "One PING to Redis, as serve measured it",
                       []),
         "used": _gauge("redis_used_memory_bytes",
-                       "Memory Redis uses (INFO used_memory; a cluster: its fullest primary's)", []),
+                       "Memory Redis uses (INFO used_memory; a cluster: its fullest primary's)",
+                       []),
         "max": _gauge("redis_maxmemory_bytes", "Redis's maxmemory (0: no limit)", []),
     }
 
