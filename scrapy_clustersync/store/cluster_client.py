@@ -111,7 +111,7 @@ def memory_info(client: redis.Redis) -> dict[str, Any]:
     its maxmemory, or the most used when none has a maxmemory): a job fills its own primary,
     and the first primary to fill stops the jobs it holds."""
     if not isinstance(client, RedisCluster):
-        return cast(dict[str, Any], client.info("memory"))
+        return client.info("memory")
     cluster = cast(RedisCluster, client)
     readings = cluster.info("memory", target_nodes=RedisCluster.PRIMARIES)
     if not isinstance(readings, dict) or "used_memory" in readings:  # one primary answered
