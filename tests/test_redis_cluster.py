@@ -18,6 +18,7 @@ from scrapy_clustersync.store import make_client
 from scrapy_clustersync.store.cluster_client import node_of
 from scrapy_clustersync.store.keys import JobKeys
 from testkit.redis_cluster import RedisClusterGroup, redis_cli_binary
+from testkit.redis_server import RedisServer
 
 from conftest import SiteFactory, require_redis_server
 from support import (
@@ -125,3 +126,13 @@ def test_a_bad_cluster_url_says_what_is_wrong(redis_cluster: RedisClusterGroup) 
     run = clustersync("redis+cluster://127.0.0.1:7000/3", "jobs")
     assert run.returncode != 0
     assert "database 0 only" in run.output
+
+
+def test_a_cluster_url_naming_a_plain_redis_says_so(redis_server: RedisServer) -> None:
+    # given a redis+cluster:// URL that names a Redis without cluster mode
+    url = f"redis+cluster://127.0.0.1:{redis_server.port}/"
+    # then the command fails at once, saying what to use instead (no endless retry)
+    run = clustersync(url, "status", "site")
+    assert run.returncode != 0
+    assert "must name nodes of a Redis Cluster" in run.output
+    assert "redis://host:port/0" in run.output

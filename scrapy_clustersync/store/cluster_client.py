@@ -31,6 +31,9 @@ __all__ = ["LazyRedisCluster", "is_cluster", "memory_info", "node_of", "queue_se
 #: both kinds, they must not make the client connect
 _PLAIN_ONLY = frozenset({"connection_pool", "connection"})
 
+#: what redis-py says when a node named in the URL is a Redis without cluster mode
+NOT_A_CLUSTER = "Cluster mode is not enabled"
+
 #: TIME, where a pipeline of a cluster client may not send a command without a key
 _TIME_SCRIPT = "local t = redis.call('TIME') return {tonumber(t[1]), tonumber(t[2])}"
 
@@ -65,9 +68,13 @@ class LazyRedisCluster(RedisCluster):
                    for host, port in self._lazy_nodes]
         try:
             RedisCluster.__init__(self, startup_nodes=startup, **self._lazy_options)
-        except RedisClusterException as exc:  # no node answered: an outage, tried again
+        except RedisClusterException as exc:
             self.__dict__.pop("nodes_manager", None)
-            raise redis.ConnectionError(str(exc)) from exc
+            if NOT_A_CLUSTER in str(exc):  # a mistake in the URL: retrying cannot help
+                raise redis.ResponseError(
+                    f"{exc}: a redis+cluster:// URL must name nodes of a Redis Cluster "
+                    "(cluster-enabled yes); for one Redis use redis://host:port/0") from exc
+            raise redis.ConnectionError(str(exc)) from exc  # no node answered: an outage
 
     @property
     def built(self) -> bool:
