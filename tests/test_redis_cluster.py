@@ -136,3 +136,32 @@ def test_a_cluster_url_naming_a_plain_redis_says_so(redis_server: RedisServer) -
     assert run.returncode != 0
     assert "must name nodes of a Redis Cluster" in run.output
     assert "redis://host:port/0" in run.output
+
+
+def test_nodes_go_on_through_a_failover_of_the_jobs_primary_and_fetch_every_page(
+    tmp_path: Path, site: SiteFactory,
+) -> None:
+    # given two nodes crawling through a cluster of their own
+    require_redis_server()
+    if redis_cli_binary() is None:
+        pytest.skip("redis-cli not found: install it (apt-get install redis-server)")
+    with RedisClusterGroup(tmp_path / "cluster") as group:
+        web = site(150, delay_s=0.02)
+        nodes = start_nodes(2, group.url, web.start_url, tmp_path, {"CONCURRENT_REQUESTS": "4"})
+        wait_until(lambda: pages_fetched(web) >= 30, 60, "30 pages fetched")
+        # when the primary that holds the job is killed (SIGKILL) and its replica promoted
+        home = node_of(make_client(group.url), JobKeys(JOB).meta)
+        port = home.connection_pool.connection_kwargs["port"]
+        primary = next(each for each in group.servers if each.port == port)
+        killed_at = pages_fetched(web)
+        primary.kill()
+        wait_until(lambda: len(group.primaries()) == 3, 60, "the replica to be promoted")
+        wait_all(nodes, timeout_s=120)
+    # then every page was fetched and both nodes finished with exit code 0
+    assert missing_pages(web) == []
+    assert [node.process.returncode for node in nodes] == [0, 0]
+    # and the primary died mid-crawl: the nodes met it as an outage and went on
+    assert killed_at < web.pages
+    assert any("Redis is reachable again" in node.log() for node in nodes)
+    rolled_back = sum("came back older than this node saw it" in node.log() for node in nodes)
+    print(f"nodes that saw a rollback: {rolled_back}")
