@@ -5,6 +5,7 @@ cluster's pub/sub) and reads the cluster's metrics, and ``clustersync status``, 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from collections.abc import Iterator
@@ -17,6 +18,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from scrapy_clustersync.store import make_client
 from scrapy_clustersync.store.cluster_client import node_of
 from scrapy_clustersync.store.keys import JobKeys
+from scrapy_clustersync.store.lease_script import LeaseScript
+from scrapy_clustersync.store.node_calls import run_calls
+from scrapy_clustersync.store.script_base import load_lua
 from testkit.redis_cluster import RedisClusterGroup, redis_cli_binary
 from testkit.redis_server import RedisServer
 
@@ -28,6 +32,7 @@ from support import (
     pages_fetched,
     pages_fetched_twice,
     push_op,
+    start_node,
     start_nodes,
     wait_all,
     wait_until,
@@ -165,3 +170,40 @@ def test_nodes_go_on_through_a_failover_of_the_jobs_primary_and_fetch_every_page
     assert any("Redis is reachable again" in node.log() for node in nodes)
     rolled_back = sum("came back older than this node saw it" in node.log() for node in nodes)
     print(f"nodes that saw a rollback: {rolled_back}")
+
+
+def test_a_node_over_http_and_one_over_the_cluster_crawl_one_job_every_page_once(
+    redis_cluster: RedisClusterGroup, site: SiteFactory, tmp_path: Path,
+) -> None:
+    # given serve on the cluster, with a worker token, and a site
+    job, web = "httpjob", site(PAGES, delay_s=0.02)
+    made = clustersync(redis_cluster.url, "token", "add", "worker", "--role", "operator")
+    assert made.returncode == 0, made.output
+    token = next(word for word in made.stdout.split() if word.startswith("csk_"))
+    settings = {"CLUSTERSYNC_JOB": job, "CONCURRENT_REQUESTS": "2"}
+    with ServeProcess(redis_cluster.url, tmp_path) as serve:
+        # when one node crawls through serve (its commands run on the cluster) and one directly
+        over_http = start_node("httpnode", "", web.start_url, tmp_path, {
+            **settings, "CLUSTERSYNC_URL": serve.base_url, "CLUSTERSYNC_TOKEN": token})
+        wait_until(lambda: len(web.agent_hits("httpnode").times) > 5, 30, "the HTTP node")
+        direct = start_node("direct", redis_cluster.url, web.start_url, tmp_path, settings)
+        wait_all([over_http, direct], timeout_s=90)
+    # then both finished, and every page was fetched exactly once
+    assert [over_http.process.returncode, direct.process.returncode] == [0, 0]
+    assert missing_pages(web) == [] and pages_fetched_twice(web) == {}
+
+
+def test_serve_runs_a_nodes_script_load_on_the_cluster_then_its_evalsha(
+    redis_cluster: RedisClusterGroup,
+) -> None:
+    # given a node's script, as an HTTP node loads it after NOSCRIPT (a failover, a restart)
+    text = load_lua(LeaseScript.FILE, *LeaseScript.HELPERS)
+    sha = hashlib.sha1(text.encode()).hexdigest()
+    client = make_client(redis_cluster.url)
+    # when serve runs SCRIPT LOAD and a call of it in one batch, as a transaction or not
+    for transaction in (False, True):
+        replies = run_calls(client, [["SCRIPT", "LOAD", text],
+                                     ["HSET", JobKeys("loadjob").meta, "x", "1"]], transaction)
+        # then the script is loaded (its SHA answered) and the rest ran in its place
+        assert replies[0] == [0, sha] and replies[1][0] == 0
+    assert node_of(client, JobKeys("loadjob").meta).script_exists(sha) == [True]

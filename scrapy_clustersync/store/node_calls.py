@@ -20,8 +20,9 @@ import redis
 
 from .bloom_scripts import BloomPrepareScript, DedupMigrateScript
 from .closespider_script import CloseSpiderScript
+from .cluster_client import is_cluster
 from .control_state import ControlScript
-from .errors import translate_errors
+from .errors import StoreError, StoreUnavailable, translate_errors
 from .flush_script import FlushScript
 from .heartbeat_script import HeartbeatScript
 from .join_scripts import JoinScript
@@ -122,17 +123,37 @@ _CHECKS: dict[str, Callable[[str, list[Any], str, str], None]] = {
     "PEXPIRE": _check_expire, "HSET": _check_declare}
 
 
+def _loaded_on_every_primary(client: redis.Redis, calls: list[list[Any]]) -> dict[int, Any]:
+    """A cluster client's pipeline cannot send SCRIPT LOAD (it has no key): each is sent on
+    its own, to every primary, before the pipeline (loading a script early changes nothing);
+    its reply (the SHA, or the error) by the call's position."""
+    replies: dict[int, Any] = {}
+    for i, call in enumerate(calls):
+        if _text(call[0]).upper() == "SCRIPT":
+            try:
+                with translate_errors(client):
+                    replies[i] = client.script_load(call[2])
+            except StoreUnavailable:
+                raise
+            except StoreError as exc:
+                replies[i] = redis.ResponseError(str(exc))
+    return replies
+
+
 def run_calls(client: redis.Redis, calls: list[list[Any]],
               transaction: bool = False) -> list[list[Any]]:
     """Each call's reply, in order: ``[0, value]``, or ``[1, error class, message]`` for an
     error Redis answered (redis-py's class name, which the node raises again). Raises
     redis.ConnectionError / TimeoutError if Redis cannot be reached; a reply saying Redis
     cannot serve writes now drops the client's connections (the next call reconnects)."""
+    loaded = _loaded_on_every_primary(client, calls) if is_cluster(client) else {}
     pipe = client.pipeline(transaction=transaction)
-    for call in calls:
-        pipe.execute_command(*call)  # type: ignore[no-untyped-call, unused-ignore]
+    for i, call in enumerate(calls):
+        if i not in loaded:
+            pipe.execute_command(*call)  # type: ignore[no-untyped-call, unused-ignore]
     with translate_errors(client):  # (only a failure of the whole pipeline raises)
-        replies = pipe.execute(raise_on_error=False)
+        sent = iter(pipe.execute(raise_on_error=False) if len(loaded) < len(calls) else [])
+    replies = [loaded[i] if i in loaded else next(sent) for i in range(len(calls))]
     if any(isinstance(reply, redis.RedisError) and not_serving(reply) for reply in replies):
         drop_connections(client)
     return [[1, type(reply).__name__, str(reply)] if isinstance(reply, Exception)
