@@ -87,28 +87,58 @@ class RedisClusterGroup(Service):
             raise RuntimeError(f"redis-cli --cluster create failed:\n{run.stdout}\n{run.stderr}")
 
     def wait_ok(self, timeout_s: float = 60.0) -> None:
-        """Return once every running node says ``cluster_state:ok``, knows all the others and
-        every replica is in sync with its primary."""
+        """Return once every running node says ``cluster_state:ok`` and knows all the others,
+        and every primary's replicas take its writes: a replica just synced gets the
+        primary's writes only after its first acknowledgement (up to a second later), and a
+        primary killed before then takes them with it (`_replicated` waits for one)."""
         deadline = time.monotonic() + timeout_s
         running = [each for each in self.servers if each.is_running()]
         probes = [each.client(socket_timeout=1) for each in running]
         while time.monotonic() < deadline:
             try:
-                if all(self._settled(probe, len(running)) for probe in probes):
-                    return
+                if all(self._settled(probe, len(running), self.replicas_per_master)
+                       for probe in probes):
+                    break
             except (redis.RedisError, OSError):
                 pass
             time.sleep(_POLL_S)
-        raise RuntimeError("timed out waiting for the Redis cluster to be ok")
+        else:
+            raise RuntimeError("timed out waiting for the Redis cluster to be ok")
+        for primary in self.primaries():
+            self._replicated(primary, deadline)
+
+    def _replicated(self, primary: RedisServer, deadline: float) -> None:
+        """Write a key of ``primary``'s slots and WAIT until its replicas have it."""
+        client = primary.client(socket_timeout=max(1.0, deadline - time.monotonic()))
+        for i in range(100_000):
+            key = f"testkit:replicated:{i}"
+            try:
+                client.set(key, "1")
+            except redis.ResponseError:  # MOVED: another primary's slot
+                continue
+            pipe = client.pipeline(transaction=False)  # one connection: WAIT follows the SET
+            pipe.set(key, "1")
+            pipe.execute_command(  # type: ignore[no-untyped-call, unused-ignore]
+                "WAIT", self.replicas_per_master,
+                                 int(max(0.0, deadline - time.monotonic()) * 1000))
+            _, acked = pipe.execute()
+            client.delete(key)
+            if int(acked) < self.replicas_per_master:
+                raise RuntimeError(f"the replicas of {primary.port} took no write in time")
+            return
 
     @staticmethod
-    def _settled(probe: redis.Redis, nodes: int) -> bool:
+    def _settled(probe: redis.Redis, nodes: int, replicas: int) -> bool:
         info: Any = probe.cluster("info")
         if info.get("cluster_state") != "ok" or int(info.get("cluster_known_nodes", 0)) < nodes:
             return False
         replication: Any = probe.info("replication")
-        return bool(replication.get("role") == "master"
-                    or replication.get("master_link_status") == "up")
+        if replication.get("role") != "master":
+            return bool(replication.get("master_link_status") == "up")
+        online = [value for name, value in replication.items()
+                  if name.startswith("slave") and isinstance(value, dict)
+                  and value.get("state") == "online"]
+        return len(online) >= replicas
 
     def primaries(self) -> list[RedisServer]:
         """The servers that are primaries now (by their own word)."""
