@@ -40,6 +40,8 @@ DEFAULTS: dict[str, str | int | float | bool] = {
     "CLUSTERSYNC_MAX_REQUEST_BYTES": 512 * 1024,
     "CLUSTERSYNC_LOCAL_SEEN_CACHE": 200_000,
     "CLUSTERSYNC_SOCKET_TIMEOUT": 10.0,
+    # how many partitions (hash tags) a job is split into over a Redis Cluster's primaries
+    "CLUSTERSYNC_PARTITIONS": 1,
     "CLUSTERSYNC_TLS_CA_CERTS": "",
     "CLUSTERSYNC_TLS_CERTFILE": "",
     "CLUSTERSYNC_TLS_KEYFILE": "",
@@ -91,6 +93,10 @@ RESULTS_MAX_LIMIT = 1_000_000_000
 JOB_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,199}$")
 
 _Number = TypeVar("_Number", int, float)
+
+
+#: the most partitions a job may be split into (CLUSTERSYNC_PARTITIONS)
+MAX_PARTITIONS = 256
 
 
 class ConfigError(ValueError):
@@ -233,6 +239,8 @@ class ClusterConfig:
     over_http: bool = False
     #: the token it sends serve (CLUSTERSYNC_TOKEN; "" for none)
     http_token: str = ""
+    #: CLUSTERSYNC_PARTITIONS: 1 is a job on one hash tag (today's layout)
+    partitions: int = 1
 
     @classmethod
     def from_settings(cls, settings: BaseSettings, spider_name: str) -> ClusterConfig:
@@ -282,7 +290,20 @@ class ClusterConfig:
                 _number(settings, "CLUSTERSYNC_NODE_RETENTION", float, minimum=0.0), dead_after),
             over_http=over_http,
             http_token=str(settings.get("CLUSTERSYNC_TOKEN") or ""),
+            partitions=validate_partitions(settings),
         )
+
+
+def validate_partitions(settings: BaseSettings) -> int:
+    """``CLUSTERSYNC_PARTITIONS``: 1 (a job on one hash tag), or more for a job split over a
+    Redis Cluster's primaries, which this version cannot crawl yet: refused, saying so."""
+    count = _number(settings, "CLUSTERSYNC_PARTITIONS", int, minimum=1, maximum=MAX_PARTITIONS)
+    if count > 1:
+        raise ConfigError(
+            f"CLUSTERSYNC_PARTITIONS = {count}: a job split into partitions cannot be crawled "
+            "by this version yet (its keys are laid out, its nodes do not route, lease or "
+            "finish across partitions); leave it at 1: a job then lives on one primary.")
+    return count
 
 
 def validate_dead_after(dead_after_s: float, heartbeat_s: float) -> float:

@@ -20,7 +20,9 @@ def job_names(client: redis.Redis) -> list[str]:
     with translate_errors(client):
         found = client.scan_iter(match=f"{prefix}*{suffix}", count=SCAN_COUNT, _type="hash")
         names = {as_text(key)[len(prefix):-len(suffix)] for key in found}
-    return sorted(name for name in names if JobKeys(name).meta == f"{prefix}{name}{suffix}")
+    # (a partition's meta, ``{JOB/p}``, is part of its job, not a job: no job name holds "/")
+    return sorted(name for name in names
+                  if "/" not in name and JobKeys(name).meta == f"{prefix}{name}{suffix}")
 
 
 def round_trip_s(client: redis.Redis) -> float:

@@ -6,9 +6,21 @@ Redis Cluster. Nothing else in the package builds a key name.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import zlib
+from dataclasses import dataclass, field
+
+from ..config import MAX_PARTITIONS
 
 PREFIX = "clustersync"
+
+
+def partition_of(site: str, partitions: int) -> int:
+    """The partition that holds ``site``'s requests, politeness budget and dedup record:
+    ``crc32(site) mod partitions`` (docs/architecture.md, "Splitting a job into partitions").
+    Stable across processes and versions (never Python's salted ``hash``)."""
+    if partitions <= 1:
+        return 0
+    return zlib.crc32(site.encode("utf-8", "surrogatepass")) % partitions
 
 
 @dataclass(frozen=True)
@@ -109,9 +121,29 @@ class JobKeys:
     """
 
     job: str
+    #: which partition of the job these keys are (0: the job of one partition, today's keys;
+    #: job-wide state lives in partition 0 only)
+    partition: int = 0
+    #: the hash tag: ``JOB`` for partition 0, ``JOB/p`` for partition p (a job name never
+    #: holds "/", so a partition's tag is never another job's)
+    tag: str = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.partition < MAX_PARTITIONS:
+            raise ValueError(f"partition {self.partition} out of 0..{MAX_PARTITIONS - 1}")
+        object.__setattr__(self, "tag", self.job if self.partition == 0
+                           else f"{self.job}/{self.partition}")
 
     def _key(self, name: str) -> str:
-        return f"{PREFIX}:{{{self.job}}}:{name}"
+        return f"{PREFIX}:{{{self.tag}}}:{name}"
+
+    def of_partition(self, partition: int) -> JobKeys:
+        """The keys of partition ``partition`` of the same job."""
+        return JobKeys(self.job, partition)
+
+    def partitions(self, count: int) -> list[JobKeys]:
+        """The keys of each of the job's ``count`` partitions, partition 0 first."""
+        return [self.of_partition(p) for p in range(max(1, count))]
 
     @property
     def meta(self) -> str:

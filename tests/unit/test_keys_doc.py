@@ -12,9 +12,10 @@ from scrapy_clustersync.store.keys import JobKeys
 DOC = Path(__file__).resolve().parents[2] / "docs" / "architecture.md"
 JOB = JobKeys("JOB")
 PREFIX = JOB.meta.removesuffix("meta")
-#: JobKeys members that name no key: the pub/sub channel, the list of the others, and the
-#: prefixes that scripts name keys from
-NOT_KEYS = {"control_channel", "shared_keys", "frontier", "site_prefix"}
+#: JobKeys members that name no key: the pub/sub channel, the list of the others, the
+#: prefixes that scripts name keys from, and the job's other partitions' keys
+NOT_KEYS = {"control_channel", "shared_keys", "frontier", "site_prefix", "of_partition",
+            "partitions"}
 
 
 def documented_keys() -> list[str]:
