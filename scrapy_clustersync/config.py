@@ -27,6 +27,8 @@ DEFAULTS: dict[str, str | int | float | bool] = {
     "CLUSTERSYNC_REDIS_URL": "",
     # a node that cannot reach Redis: `clustersync serve`'s URL and a token (docs/http-workers.md)
     "CLUSTERSYNC_URL": "",
+    # the `clustersync` command's reads only: a replica near the operator (never the writes)
+    "CLUSTERSYNC_READ_URL": "",
     "CLUSTERSYNC_TOKEN": "",
     "CLUSTERSYNC_JOB": "",
     "CLUSTERSYNC_IDLE_CLOSE_AFTER": 0.5,

@@ -38,11 +38,17 @@ from .top_command import top
 @click.option("--redis-url", metavar="URL",
               help="Redis of the cluster; wins over -s, $CLUSTERSYNC_REDIS_URL and the "
                    "project's CLUSTERSYNC_REDIS_URL.")
+@click.option("--read-url", metavar="URL",
+              help="A replica of that Redis near this machine, which the commands that only "
+                   "read (status, jobs, nodes, top, tasks, failed, dead, config get and history) "
+                   "read from; wins over -s, $CLUSTERSYNC_READ_URL and the project's "
+                   "CLUSTERSYNC_READ_URL. Writes always go to --redis-url.")
 @settings_option
 @click.option("--settings", "settings_module", metavar="MODULE",
               help="Settings module to use instead of the project's (scrapy.cfg).")
 @pass_cli
-def main(cli: CliContext, redis_url: str | None, settings_module: str | None) -> None:
+def main(cli: CliContext, redis_url: str | None, read_url: str | None,
+         settings_module: str | None) -> None:
     """See and steer scrapy-clustersync jobs.
 
     Inside a Scrapy project the Redis URL, the job (CLUSTERSYNC_JOB) and the request
@@ -52,6 +58,7 @@ def main(cli: CliContext, redis_url: str | None, settings_module: str | None) ->
     """
     project = cli.project
     project.redis_url_flag = redis_url or project.redis_url_flag
+    project.read_url_flag = read_url or project.read_url_flag
     project.settings_module = settings_module or project.settings_module
 
 
