@@ -11,6 +11,8 @@ import json
 import time
 from pathlib import Path
 
+from api_serve import ServeProcess
+
 from testkit.redis_server import RedisServer
 
 from cli_runner import run_cli
@@ -32,22 +34,28 @@ def seed(url: str, tmp_path: Path, name: str, count: int) -> None:
     assert answer.returncode == 0, answer.output
 
 
-def test_reads_come_from_the_replica_and_writes_go_to_the_primary(
-    redis_factory: RedisFactory, tmp_path: Path
-) -> None:
+def apart(redis_factory: RedisFactory, tmp_path: Path) -> tuple[RedisServer, RedisServer]:
+    """A primary and a replica that held the job's 10 requests, then was cut loose while the
+    primary got 5 more: the replica holds 10, the primary 15."""
     primary = redis_factory()
     replica: RedisServer = redis_factory(extra_args=("--replicaof", "127.0.0.1",
                                                      str(primary.port)))
-    # given a job of 10 requests that the replica holds too
     seed(primary.url, tmp_path, "first", 10)
     deadline = time.monotonic() + 10
     while replica.client().info("replication").get("master_link_status") != "up" or \
             primary.client().wait(1, 1000) < 1:
         assert time.monotonic() < deadline, "the replica did not catch up"
     assert queued(primary.url, "--read-url", replica.url) == 10
-    # when the replica is cut loose and the primary gets 5 more
     replica.client().replicaof("NO", "ONE")
     seed(primary.url, tmp_path, "second", 5)
+    return primary, replica
+
+
+def test_reads_come_from_the_replica_and_writes_go_to_the_primary(
+    redis_factory: RedisFactory, tmp_path: Path
+) -> None:
+    # given a replica that holds 10 of the job's requests and a primary that holds 15
+    primary, replica = apart(redis_factory, tmp_path)
     # then status with --read-url reads the replica (10), without it the primary (15)
     assert queued(primary.url, "--read-url", replica.url) == 10
     assert queued(primary.url) == 15
@@ -71,3 +79,25 @@ def test_a_read_url_that_is_no_redis_url_is_refused_with_what_to_give(
     answer = run_cli(redis_server.url, "--read-url", "http://replica:6379", "status", JOB)
     assert answer.returncode == 2, answer.output
     assert "--read-url" in answer.stderr and "redis://" in answer.stderr, answer.stderr
+
+
+def test_serve_given_a_read_url_answers_reads_from_the_replica_and_writes_to_the_primary(
+    redis_factory: RedisFactory, tmp_path: Path
+) -> None:
+    # given a replica that holds 10 of the job's requests and a primary that holds 15
+    primary, replica = apart(redis_factory, tmp_path)
+    with ServeProcess(primary.url, tmp_path, "-s",
+                      f"CLUSTERSYNC_READ_URL={replica.url}").wait_ready() as serve:
+        # then the job's status and the list of jobs come from the replica
+        status = serve.http.get(f"/api/jobs/{JOB}")
+        assert status.status_code == 200, status.text
+        assert status.json()["queued"] == 10
+        [row] = serve.http.get("/api/jobs").json()
+        assert row["queued"] == 10
+        # and a pause goes to the primary, not to the replica
+        paused = serve.http.post(f"/api/jobs/{JOB}/pause")
+        assert paused.status_code == 200, paused.text
+        meta = f"clustersync:{{{JOB}}}:meta"
+        assert primary.client().hget(meta, "control") == b"paused"
+        assert replica.client().hget(meta, "control") in (None, b"running")
+        assert "reads from the replica at" in serve.log()

@@ -41,8 +41,8 @@ from .top_command import top
 @click.option("--read-url", metavar="URL",
               help="A replica of that Redis near this machine, which the commands that only "
                    "read (status, jobs, nodes, top, tasks, failed, dead, config get and history) "
-                   "read from; wins over -s, $CLUSTERSYNC_READ_URL and the project's "
-                   "CLUSTERSYNC_READ_URL. Writes always go to --redis-url.")
+                   "and serve's reads read from; wins over -s, $CLUSTERSYNC_READ_URL and the "
+                   "project's CLUSTERSYNC_READ_URL. Writes always go to --redis-url.")
 @settings_option
 @click.option("--settings", "settings_module", metavar="MODULE",
               help="Settings module to use instead of the project's (scrapy.cfg).")

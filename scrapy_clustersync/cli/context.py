@@ -53,9 +53,13 @@ class CliContext:
             self._url = self.project.redis_url()
         return self._url[0]
 
+    def read_url(self) -> str | None:
+        """CLUSTERSYNC_READ_URL, if one is given (see ``read_client``)."""
+        return self._read[0] if self.read_client() is not None and self._read else None
+
     def where(self) -> str:
         """The Redis in use and where its URL came from, for messages (password hidden)."""
-        if self._read is not None:
+        if self.reading and self._read is not None:
             url, given_as = self._read
             return f"the Redis at {redact_url(url)} (from {given_as}, read only)"
         if self._url is None:
@@ -67,7 +71,7 @@ class CliContext:
         """The client of that Redis, made on first use (it connects on its first call); for a
         command that only reads, that of CLUSTERSYNC_READ_URL if one is given."""
         if self.reading:
-            read = self._read_from()
+            read = self.read_client()
             if read is not None:
                 return read
         if self._client is None:
@@ -75,7 +79,7 @@ class CliContext:
             self._client = make_client(url, self.project.tls(url))
         return self._client
 
-    def _read_from(self) -> redis.Redis | None:
+    def read_client(self) -> redis.Redis | None:
         """The client of CLUSTERSYNC_READ_URL, made on first use; None if none is given."""
         if self._read_client is None:
             found = self.project.read_url()
