@@ -186,7 +186,8 @@ def test_a_reader_of_an_ended_job_stops_without_waiting_out_its_block(
     finish_job(client, "shop")
     reader = ResultReader(redis_server.url, "shop", "g", "c1")
     # When it reads and acknowledges every batch
-    began, got = time.monotonic(), []
+    got: list[str] = []
+    began = time.monotonic()
     for batch in reader.batches(count=50, block_ms=5000):
         got.extend(r.id for r in batch)
         reader.ack(batch)

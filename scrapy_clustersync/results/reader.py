@@ -136,11 +136,10 @@ class ResultReader:
         block_ms = min(max(block_ms, 1), MAX_BLOCK_MS)
         yield from self._own_pending(count)
         # the end is known only after a read found nothing: read once more, then stop. A read
-        # blocks only once the stream drained (a read came back short) and the job goes on;
-        # the end is looked at when a read finds nothing, and after a short one at most once
-        # per block_ms: a job that ended is not waited on, one that goes on not polled
+        # blocks only once the stream drained (a read came back short) and the job goes on:
+        # a job that ended is not waited on
         ended = drained = False
-        looked_s = -math.inf
+        look = _EndLook(block_ms / 1000)
         while True:
             entries = self._claim(count) or self.store.read_group(
                 self.group, self.consumer, count, block_ms if drained and not ended else None)
@@ -154,10 +153,7 @@ class ResultReader:
                 ended = False  # other consumers still hold results: wait for them, blocking
                 continue
             drained = len(entries) < count
-            if ended or follow or not drained:
-                continue
-            if not entries or time.monotonic() - looked_s >= block_ms / 1000:
-                looked_s = time.monotonic()
+            if drained and not (ended or follow) and look.due(found=bool(entries)):
                 ended = job_ended(read_job(self.store.client, self.keys))
 
     def ack(self, batch: Batch) -> int:
@@ -205,6 +201,23 @@ class ResultReader:
             return self._hold(batch)
         self.ack(batch)
         return None
+
+
+class _EndLook:
+    """When a reader looks whether its job ended: after each read that found nothing, and
+    after a short one (the stream drained) at most once per ``every_s`` (a reader that keeps
+    up with a job going on would otherwise read the job's state with every batch)."""
+
+    def __init__(self, every_s: float) -> None:
+        self.every_s = every_s
+        self.last_s = -math.inf
+
+    def due(self, found: bool) -> bool:
+        now = time.monotonic()
+        if found and now - self.last_s < self.every_s:
+            return False
+        self.last_s = now
+        return True
 
 
 def export_batches(store: ResultsStore, since: str = "0", count: int = 1000,
