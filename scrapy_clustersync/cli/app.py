@@ -24,6 +24,7 @@ from .dead_commands import dead
 from .exit_codes import EXIT_CODES_HELP
 from .job_commands import jobs, purge, restart, status
 from .options import settings_option
+from .region_commands import regions
 from .result_commands import consume, export, readers
 from .seed_commands import seed
 from .serve_command import serve
@@ -64,7 +65,7 @@ def main(cli: CliContext, redis_url: str | None, read_url: str | None,
 
 for _command in (jobs, status, nodes, top, check, seed, dead, failed, task, tasks, restart,
                  pause, resume, stop, config, purge, export, consume, sink, readers, serve,
-                 token):
+                 token, regions):
     main.add_command(_command)
 
 
