@@ -27,6 +27,10 @@ DEFAULTS: dict[str, str | int | float | bool] = {
     "CLUSTERSYNC_REDIS_URL": "",
     # a node that cannot reach Redis: `clustersync serve`'s URL and a token (docs/http-workers.md)
     "CLUSTERSYNC_URL": "",
+    # the `clustersync` command's reads only: a replica near the operator (never the writes)
+    "CLUSTERSYNC_READ_URL": "",
+    # where the node runs: the sites pinned to its region are its first (regions.py)
+    "CLUSTERSYNC_REGION": "",
     "CLUSTERSYNC_TOKEN": "",
     "CLUSTERSYNC_JOB": "",
     "CLUSTERSYNC_IDLE_CLOSE_AFTER": 0.5,
@@ -233,10 +237,14 @@ class ClusterConfig:
     over_http: bool = False
     #: the token it sends serve (CLUSTERSYNC_TOKEN; "" for none)
     http_token: str = ""
+    #: the node's region (CLUSTERSYNC_REGION; "" for none): regions.py
+    region: str = ""
 
     @classmethod
     def from_settings(cls, settings: BaseSettings, spider_name: str) -> ClusterConfig:
         """Read and check every setting; raise :class:`ConfigError` naming the bad one."""
+        from .regions import validate_region  # (it imports ConfigError from here)
+
         url, over_http = store_url(settings)
         job = validate_job_name(settings.get("CLUSTERSYNC_JOB") or spider_name)
         lease = _number(settings, "CLUSTERSYNC_LEASE_TIMEOUT", float, minimum=1.0)
@@ -282,6 +290,7 @@ class ClusterConfig:
                 _number(settings, "CLUSTERSYNC_NODE_RETENTION", float, minimum=0.0), dead_after),
             over_http=over_http,
             http_token=str(settings.get("CLUSTERSYNC_TOKEN") or ""),
+            region=validate_region(settings.get("CLUSTERSYNC_REGION")),
         )
 
 
