@@ -48,6 +48,8 @@ bench: $(BIN)/.installed
 	$(BIN)/python bench/seed.py
 	$(BIN)/python bench/loadgen.py
 	$(BIN)/python bench/dead_node.py
+	$(BIN)/python bench/serve_latency.py
+	$(BIN)/python bench/http_node.py
 
 compat: $(BIN)/.installed
 	./scripts/ensure-redis-server.sh

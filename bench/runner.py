@@ -6,6 +6,7 @@ import json
 import resource
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -13,6 +14,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import psutil
 from redis_commands import CommandCounter, commandstats, commandstats_delta, slowest_call
@@ -44,6 +46,8 @@ class Variant:
     #: virtualenv it is installed in (bench/baseline.py); "" for the code of this checkout
     baseline: str = ""
     python: str = ""
+    #: the nodes' CLUSTERSYNC_REGION, the site pinned to it before they start ("" for none)
+    region: str = ""
 
     @property
     def key(self) -> str:
@@ -51,7 +55,8 @@ class Variant:
         table shows."""
         delay = f" +{self.delay_s * 1000:g}ms" if self.delay_s else ""
         at = f"@{self.baseline}" if self.baseline else ""
-        return f"{self.engine}{at} x{self.nodes}{delay}"
+        region = f" region {self.region}" if self.region else ""
+        return f"{self.engine}{at} x{self.nodes}{delay}{region}"
 
     @property
     def uses_redis(self) -> bool:
@@ -270,10 +275,14 @@ def _crawl(
     cap_s: float, settings: Mapping[str, str] | None = None,
     stop_grace_s: float = STOP_GRACE_S, cpu_sample_s: float | None = None,
 ) -> Crawl:
+    settings = dict(settings or {})
+    if variant.region and redis is not None:
+        _pin_site(variant, start_url, redis, run_dir)
+        settings["CLUSTERSYNC_REGION"] = variant.region
     cpu_before = _children_cpu_s()
     started = time.monotonic()
     processes = [
-        _spawn_node(variant, start_url, agent, run_dir / f"node{i}", redis, settings or {})
+        _spawn_node(variant, start_url, agent, run_dir / f"node{i}", redis, settings)
         for i in range(variant.nodes)
     ]
     sampler = None if cpu_sample_s is None else NodeCpuSampler(
@@ -318,6 +327,18 @@ def _redis_for(variant: Variant, run_dir: Path, count_commands: bool) -> Iterato
         if proxy is not None:
             proxy.stop()
         server.stop()
+
+
+def _pin_site(variant: Variant, start_url: str, redis: _Redis, run_dir: Path) -> None:
+    """Create the job with its start URL and pin the site to the variant's region, as an
+    operator does before the nodes of a region start (straight to Redis, not through the
+    variant's delay: the operator is not the one far away)."""
+    site = urlsplit(start_url).hostname or ""
+    cli = [sys.executable, "-m", "scrapy_clustersync.cli", "--redis-url", redis.server.url]
+    run_dir.mkdir(parents=True, exist_ok=True)
+    for args in (["seed", "site", "--create", start_url],
+                 ["regions", "site", "--pin", f"{site}={variant.region}"]):
+        subprocess.run([*cli, *args], check=True, cwd=run_dir, stdout=subprocess.DEVNULL)
 
 
 def _spawn_node(

@@ -27,6 +27,10 @@ DEFAULTS: dict[str, str | int | float | bool] = {
     "CLUSTERSYNC_REDIS_URL": "",
     # a node that cannot reach Redis: `clustersync serve`'s URL and a token (docs/http-workers.md)
     "CLUSTERSYNC_URL": "",
+    # the `clustersync` command's reads only: a replica near the operator (never the writes)
+    "CLUSTERSYNC_READ_URL": "",
+    # where the node runs: the sites pinned to its region are its first (regions.py)
+    "CLUSTERSYNC_REGION": "",
     "CLUSTERSYNC_TOKEN": "",
     "CLUSTERSYNC_JOB": "",
     "CLUSTERSYNC_IDLE_CLOSE_AFTER": 0.5,
@@ -241,10 +245,14 @@ class ClusterConfig:
     http_token: str = ""
     #: CLUSTERSYNC_PARTITIONS: 1 is a job on one hash tag (today's layout)
     partitions: int = 1
+    #: the node's region (CLUSTERSYNC_REGION; "" for none): regions.py
+    region: str = ""
 
     @classmethod
     def from_settings(cls, settings: BaseSettings, spider_name: str) -> ClusterConfig:
         """Read and check every setting; raise :class:`ConfigError` naming the bad one."""
+        from .regions import validate_region  # (it imports ConfigError from here)
+
         url, over_http = store_url(settings)
         job = validate_job_name(settings.get("CLUSTERSYNC_JOB") or spider_name)
         lease = _number(settings, "CLUSTERSYNC_LEASE_TIMEOUT", float, minimum=1.0)
@@ -291,6 +299,7 @@ class ClusterConfig:
             over_http=over_http,
             http_token=str(settings.get("CLUSTERSYNC_TOKEN") or ""),
             partitions=validate_partitions(settings),
+            region=validate_region(settings.get("CLUSTERSYNC_REGION")),
         )
 
 

@@ -1,7 +1,9 @@
 """Attacks on the frontier against a real redis-server: leases that end in every way (released,
 expired and reclaimed, a node declared dead, a late ack, a retried call), odd sites and
-priorities, with the frontier's invariants checked after every step: nothing lost, nothing
-handed out twice while leased, counts that add up, no key left behind."""
+priorities, sites pinned to regions and moved between them while their requests are queued and
+leased, with the frontier's invariants checked after every step: nothing lost, nothing handed
+out twice while leased, counts that add up, no key left behind, a node handed another region's
+sites only when it has nothing else."""
 
 from __future__ import annotations
 
@@ -30,6 +32,7 @@ from scrapy_clustersync.store.consistency import JobCheck
 from scrapy_clustersync.store.job_store import new_call_id
 from scrapy_clustersync.store.keys import JobKeys
 from scrapy_clustersync.store.lease_script import LeasePace
+from scrapy_clustersync.store.region_pins import pin_sites, read_pins
 from scrapy_clustersync.store.script_results import Heartbeat, Leased
 from testkit.redis_server import RedisServer
 
@@ -41,6 +44,8 @@ SITES = ["a.test", "b.test:8080", "slot:with:colons", "x|y", "é.test", "sp ace"
 #: "" is no site known: the legacy queue, as an op spooled by an earlier version
 PRIORITIES = [0, 1, -3, 7, 10**15, -(10**12), 123456789012345678]
 FLAGS = [0, int(PushFlags.START), int(PushFlags.LIFO), int(PushFlags.START | PushFlags.LIFO)]
+#: the regions of the nodes n1 and n2 when the attack pins sites ("" pins to none)
+REGIONS = {"n1": "eu", "n2": "us"}
 
 
 def push(url: str, priority: int = 0, site: str = "a.test", flags: int = 0) -> Push:
@@ -148,6 +153,7 @@ class Model:
     """What the test knows: each request's entry id, who holds which lease, what was acked."""
 
     holder: dict[str, tuple[str, bool]] = field(default_factory=dict)  # id -> (node, lasting)
+    site_of: dict[str, str] = field(default_factory=dict)  # url -> its site
     acked: set[str] = field(default_factory=set)
     pushed: list[str] = field(default_factory=list)
     handed: Counter[str] = field(default_factory=Counter)
@@ -169,8 +175,9 @@ class Model:
 class Attack:
     """Two nodes that push, lease and end their leases at random (rng), against ``model``."""
 
-    def __init__(self, redis_server: RedisServer, rng: random.Random, paced: bool) -> None:
-        self.rng, self.model, self.serial = rng, Model(), 0
+    def __init__(self, redis_server: RedisServer, rng: random.Random, paced: bool,
+                 regions: bool = False) -> None:
+        self.rng, self.model, self.serial, self.regions = rng, Model(), 0, regions
         self.client = make_client(redis_server.url)
         self.stores = dict(n1=joined(redis_server, "n1"), n2=joined(redis_server, "n2"))
         self.keys = self.stores["n1"][0].keys
@@ -179,6 +186,9 @@ class Attack:
                              site_delays={"a.test": 2.0, "x|y": 0.5, "*": 0.3})
             for store, _ in self.stores.values():
                 store.set_lease_pace(pace)
+        if regions:
+            for name, (store, _) in self.stores.items():
+                store.set_region(REGIONS[name])
 
     def queue_as_an_earlier_version(self) -> None:
         """Entries in the legacy queue, and leases of n2 whose values name no site."""
@@ -199,7 +209,9 @@ class Attack:
 
     def step(self, name: str) -> None:
         action = self.rng.random()
-        if action < 0.25:
+        if self.regions and action < 0.08:
+            self.pin()
+        elif action < 0.25:
             self.push(name)
         elif action < 0.55:
             self.lease(name)
@@ -214,8 +226,10 @@ class Attack:
         for _ in range(rng.randint(1, 6)):
             self.serial += 1
             url = f"http://u.test/{self.serial}"
-            ops.append(push(url, rng.choice(PRIORITIES), rng.choice(SITES), rng.choice(FLAGS)))
+            site = rng.choice(SITES)
+            ops.append(push(url, rng.choice(PRIORITIES), site, rng.choice(FLAGS)))
             self.model.pushed.append(url)
+            self.model.site_of[url] = site
         call_id = new_call_id()
         store.flush(epoch, ops, call_id)
         if rng.random() < 0.3:
@@ -225,12 +239,27 @@ class Attack:
         store, epoch = self.stores[name]
         lasting = self.rng.random() < 0.6  # else a lease that has expired at once
         lease_ms, call_id = LONG_MS if lasting else 0, new_call_id()
-        got = list(store.lease(epoch, self.rng.randint(1, 8), lease_ms, call_id))
+        foreign = not self.regions or self.rng.random() < 0.3
+        pins = read_pins(store)
+        got = list(store.lease(epoch, self.rng.randint(1, 8), lease_ms, call_id, foreign=foreign))
         self.model.took(name, got, lasting)
+        if not foreign:  # only its own region's sites and those of none
+            regions = {pins.get(self.model.site_of.get(CODEC.decode(b).url, ""), "")
+                       for _, b, _ in got}
+            assert regions <= {"", REGIONS[name]}, f"{name} was handed sites of {regions}"
         if self.rng.random() < 0.3:
             again = list(store.lease(epoch, 8, lease_ms, call_id))
             assert {e for e, _, _ in again} <= {e for e, _, _ in got}
             self.model.took(name, again, lasting)
+
+    def pin(self) -> None:
+        """Pin a few sites to a region, or to none, while they have requests queued and
+        leased (a site pinned is no site of the legacy queue: "" is none)."""
+        store = self.stores["n1"][0]
+        pins = {site: self.rng.choice(["eu", "us", ""])
+                for site in self.rng.sample([s for s in SITES if s], 2)}
+        pin_sites(store, pins)
+        assert {site: read_pins(store).get(site, "") for site in pins} == pins
 
     def end_leases(self, name: str) -> None:
         """Ack, release or dead-letter some of what ``name`` held (or holds no more: its lease
@@ -289,15 +318,17 @@ class Attack:
             each.flush(each_epoch, [Ack(i) for i in self.model.held_by(name)], new_call_id())
 
 
-@pytest.mark.parametrize("paced", [False, True], ids=["unpaced", "paced"])
+@pytest.mark.parametrize(("paced", "regions"), [(False, False), (True, False), (True, True)],
+                         ids=["unpaced", "paced", "paced-regions"])
 def test_random_lease_endings_lose_nothing_hand_out_nothing_twice_and_keep_the_counts(
-    redis_server: RedisServer, paced: bool,
+    redis_server: RedisServer, paced: bool, regions: bool,
 ) -> None:
     # given two nodes pushing requests of odd sites, priorities and flags, and leasing them in
     # every way a lease can end: acked, released, dead-lettered, expired and reclaimed,
     # returned by a heartbeat that declared the node dead, acked late after that, calls
-    # retried; and a job an earlier version queued
-    attack = Attack(redis_server, random.Random(20261203), paced)
+    # retried; and a job an earlier version queued (and with regions: the nodes in two
+    # regions, sites pinned and moved between them all along)
+    attack = Attack(redis_server, random.Random(20261203), paced, regions)
     attack.queue_as_an_earlier_version()
     for step in range(400):
         name = attack.rng.choice(["n1", "n2"])
@@ -315,7 +346,8 @@ def test_random_lease_endings_lose_nothing_hand_out_nothing_twice_and_keep_the_c
     status = store.status()
     assert (status.queued, status.leased) == (0, 0)
     assert JobCheck(store).run() == []
-    assert attack.client.keys(attack.keys.frontier + "*") == []
+    left = {text(key) for key in attack.client.keys(attack.keys.frontier + "*")}
+    assert left == ({attack.keys.frontier_regions} if read_pins(store) else set())
 
 
 def test_a_slow_site_of_many_priorities_does_not_hold_back_a_ready_site_of_a_lower_one(

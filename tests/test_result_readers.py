@@ -9,6 +9,7 @@ import io
 import json
 import signal
 import threading
+import time
 
 import pytest
 from results_support import add_results, cli_process, finish_job, make_job, wait_for
@@ -174,6 +175,25 @@ def test_reader_threads_of_one_group_share_the_results(redis_server: RedisServer
     for thread in threads:
         thread.join(60)
     assert sorted(got[0] + got[1]) == ids
+
+
+def test_a_reader_of_an_ended_job_stops_without_waiting_out_its_block(
+        redis_server: RedisServer) -> None:
+    # Given a finished job whose results fill whole batches, and a reader that would block 5 s
+    client = redis_server.client()
+    make_job(client, "shop")
+    ids = add_results(client, "shop", 200)
+    finish_job(client, "shop")
+    reader = ResultReader(redis_server.url, "shop", "g", "c1")
+    # When it reads and acknowledges every batch
+    got: list[str] = []
+    began = time.monotonic()
+    for batch in reader.batches(count=50, block_ms=5000):
+        got.extend(r.id for r in batch)
+        reader.ack(batch)
+    # Then it has every result and stopped once the stream was drained, not a block later
+    assert got == ids
+    assert time.monotonic() - began < 2.5
 
 
 def test_a_group_registered_ahead_keeps_results_and_deleting_it_lets_them_go(

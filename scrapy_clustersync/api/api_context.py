@@ -47,6 +47,9 @@ class ApiContext:
     project: ProjectContext
     #: serve listens on a loopback address: while no token exists, requests need none
     loopback: bool = True
+    #: the client of CLUSTERSYNC_READ_URL (a replica near serve) that the reads use; None:
+    #: they use ``client``, as every write does
+    reads: redis.Redis | None = None
     _fingerprinter: RequestFingerprinterProtocol | None = field(default=None, repr=False)
     _names: tuple[float, list[str]] | None = field(default=None, repr=False)
     _names_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -66,12 +69,17 @@ class ApiContext:
     def tokens(self) -> TokenStore:
         return TokenStore(self.client)
 
+    @property
+    def reader(self) -> redis.Redis:
+        """The client the reads use: the replica's if serve was given one, else ``client``."""
+        return self.reads if self.reads is not None else self.client
+
     def job_names(self) -> list[str]:
         """The jobs on the Redis, as a SCAN found them at most JOB_NAMES_TTL_S ago."""
         with self._names_lock:
             now = time.monotonic()
             if self._names is None or now - self._names[0] > JOB_NAMES_TTL_S:
-                self._names = (now, job_names(self.client))
+                self._names = (now, job_names(self.reader))
             return list(self._names[1])
 
     def history_keep(self) -> int:
@@ -83,12 +91,18 @@ class ApiContext:
         Redis call), 404 if there is no such job."""
         return self.job_status(job)[0]
 
-    def job_status(self, job: str) -> tuple[JobStore, JobStatus]:
-        """``store(job)`` and the job's status, read once (one pipeline)."""
+    def read_store(self, job: str) -> JobStore:
+        """``store(job)`` for a read: on the replica if serve was given one."""
+        return self.job_status(job, read=True)[0]
+
+    def job_status(self, job: str, read: bool = False) -> tuple[JobStore, JobStatus]:
+        """``store(job)`` and the job's status, read once (one pipeline); ``read``: from the
+        replica if serve was given one (the store then only reads)."""
         if not JOB_NAME_RE.match(job):
             raise ApiError(422, f"{job!r} is not a job name (letters, digits and _ . : -, "
                                 "starting with a letter or digit, at most 200)")
-        store = JobStore(self.client, job, node_id="cli", writes_seen=None)
+        store = JobStore(self.reader if read else self.client, job, node_id="cli",
+                         writes_seen=None)
         report = store.status()
         if not report.exists:
             raise not_found(job)

@@ -20,6 +20,7 @@ from ..cli.seed_urls import SeedEncoder
 from ..store import JobStore
 from ..store.errors import BadBatch, ResultsFull, RolledBack, StateLost, StoreError
 from ..store.job_store import beat_of
+from ..store.script_results import LeaseBatch
 from ..store.write_ops import Ack, Failed, Op, Release, _url_of
 from .api_context import ApiContext
 from .api_errors import ApiError
@@ -43,6 +44,10 @@ class LeaseBody(BaseModel):
     call_id: str = Field(min_length=1, max_length=64)
     count: int = Field(10, ge=1, le=1000)
     lease_ms: int = Field(60_000, ge=1000, le=3_600_000)
+    #: the worker's region ("" for none): the sites pinned to it and to none come first
+    region: str = Field("", pattern=r"^([A-Za-z0-9][A-Za-z0-9_.-]{0,63})?$")
+    #: the worker has nothing else to do: the sites of other regions may come too
+    foreign: bool = True
 
 
 class PushBody(BaseModel):
@@ -130,8 +135,12 @@ class NodeSteps:
         return {"epoch": joined.epoch, "dedup": self.store.dedup.mode}
 
     def lease(self, body: LeaseBody) -> dict[str, Any]:
-        batch = self._run(lambda s: s.lease(body.epoch, body.count, body.lease_ms,
-                                            body.call_id))
+        def leased(store: JobStore) -> LeaseBatch:
+            store.set_region(body.region)  # (under the lock _run holds: this call's region)
+            return store.lease(body.epoch, body.count, body.lease_ms, body.call_id,
+                               foreign=body.foreign)
+
+        batch = self._run(leased)
         return {"entries": [{"id": e.entry_id, "url": _url_of(e.blob), "priority": e.priority,
                              "request": base64.b64encode(e.blob).decode()} for e in batch],
                 "retry_s": batch.retry_s}

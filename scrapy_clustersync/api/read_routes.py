@@ -1,5 +1,6 @@
 """The HTTP API's reads (role read): each answers what the ``clustersync`` command of the same
-name prints with ``--json``, made by the same function."""
+name prints with ``--json``, made by the same function. They read from CLUSTERSYNC_READ_URL's
+Redis (a replica near serve) when serve was given one (``ApiContext.reader``)."""
 
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ def whoami(request: Request, caller: Reader) -> dict[str, Any]:
 @router.get("/jobs", summary="Every job on the Redis (clustersync jobs --json)")
 def jobs(request: Request, _caller: Reader) -> list[dict[str, Any]]:
     api = api_of(request)
-    return job_rows(api.client, api.job_names())
+    return job_rows(api.reader, api.job_names())
 
 
 @router.get("/jobs/{job}", summary="One job's status (clustersync status JOB --json; "
@@ -45,7 +46,7 @@ def job_status(request: Request, job: str, _caller: Reader,
                check: Annotated[bool, Query(description="also what needs a person, as "
                                                         "status --check says")] = False
                ) -> dict[str, Any]:
-    store, report = api_of(request).job_status(job)
+    store, report = api_of(request).job_status(job, read=True)
     summary = status_dict(report)
     if check:
         summary["needs_attention"] = needs_a_person(store, report)
@@ -56,7 +57,7 @@ def job_status(request: Request, job: str, _caller: Reader,
             summary="Every node of the job, live and dead, each with its group "
                     "(clustersync nodes JOB --json)")
 def nodes(request: Request, job: str, _caller: Reader) -> list[dict[str, Any]]:
-    return group_nodes(api_of(request).job_status(job)[1]).tagged()
+    return group_nodes(api_of(request).job_status(job, read=True)[1]).tagged()
 
 
 @router.get("/jobs/{job}/sites",
@@ -64,7 +65,7 @@ def nodes(request: Request, job: str, _caller: Reader) -> list[dict[str, Any]]:
                     "(clustersync status JOB --sites --json)")
 def sites(request: Request, job: str, _caller: Reader,
           limit: Annotated[int, Query(ge=1, le=1000)] = SITES_SHOWN) -> dict[str, Any]:
-    store = api_of(request).store(job)
+    store = api_of(request).read_store(job)
     return sites_dict(*read_sites(store.client, store.keys, limit),
                       read_frontier(store.client, store.keys, limit))
 
@@ -77,14 +78,14 @@ def tasks(request: Request, job: str, _caller: Reader,
     if unknown:
         raise ApiError(422, f"unknown task state(s) {', '.join(unknown)}; the states are "
                             f"{', '.join(TASK_STATES)}")
-    store = api_of(request).store(job)
+    store = api_of(request).read_store(job)
     records, control = read_tasks(store), job_control(store)
     return [r.to_dict(control) for r in records if not state or r.shown_state(control) in state]
 
 
 @router.get("/jobs/{job}/tasks/{task}", summary="One task (clustersync task JOB ID --json)")
 def task(request: Request, job: str, task: str, _caller: Reader) -> dict[str, Any]:
-    store = api_of(request).store(job)
+    store = api_of(request).read_store(job)
     record = read_task(store, task)
     if record is None:
         raise ApiError(404, f"job {job!r} has no task {task!r}")
@@ -95,20 +96,20 @@ def task(request: Request, job: str, task: str, _caller: Reader) -> dict[str, An
             summary="The newest failed requests (clustersync failed JOB --json)")
 def failed(request: Request, job: str, _caller: Reader, limit: Limit = 50) -> list[
         dict[str, Any]]:
-    return [r.to_dict() for r in read_failed(api_of(request).store(job), limit)]
+    return [r.to_dict() for r in read_failed(api_of(request).read_store(job), limit)]
 
 
 @router.get("/jobs/{job}/dead", summary="The newest dead letters (clustersync dead JOB --json)")
 def dead(request: Request, job: str, _caller: Reader, limit: Limit = 50) -> list[
         dict[str, Any]]:
     return [dead_letter_dict(letter)
-            for letter in api_of(request).store(job).dead_letters(limit)]
+            for letter in api_of(request).read_store(job).dead_letters(limit)]
 
 
 @router.get("/jobs/{job}/settings",
             summary="The job's shared settings and their version (clustersync config get)")
 def settings(request: Request, job: str, _caller: Reader) -> dict[str, Any]:
-    store = api_of(request).store(job)
+    store = api_of(request).read_store(job)
     current = SharedSettingsStore(store.client, store.keys).read()
     return {"version": current.version,
             "settings": {name: masked(name, value) for name, value in current.values.items()},
@@ -120,7 +121,7 @@ def settings(request: Request, job: str, _caller: Reader) -> dict[str, Any]:
                     "(clustersync config history JOB --json)")
 def settings_history(request: Request, job: str, _caller: Reader,
                      limit: Limit = 50) -> list[dict[str, Any]]:
-    store = api_of(request).store(job)
+    store = api_of(request).read_store(job)
     return shown_history(SharedSettingsStore(store.client, store.keys), limit)
 
 

@@ -42,7 +42,7 @@ def create_app(api: ApiContext, alerts: AlertOptions | None = None) -> FastAPI:
     app.include_router(write_routes.router)
     app.include_router(node_routes.router)  # the HTTP workers' protocol
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(ClusterCollector(api.client, api.job_names))
+    registry.register(ClusterCollector(api.reader, api.job_names))
     install_alerts(app, api, alerts)
     page = dashboard_html()
 
@@ -74,10 +74,13 @@ def app_of_worker() -> FastAPI:
                              overrides=dict(given["overrides"]))
     alerts = AlertOptions(**given["alerts"]) if given.get("alerts") else None
     client = make_client(given["redis_url"], project.tls(given["redis_url"]))
-    return create_app(ApiContext(client, project, given["loopback"]), alerts)
+    read_url = given.get("read_url")
+    reads = make_client(read_url, project.tls(read_url)) if read_url else None
+    return create_app(ApiContext(client, project, given["loopback"], reads), alerts)
 
 
-def run_server(api: ApiContext, redis_url: str, options: ServeOptions) -> None:
+def run_server(api: ApiContext, redis_url: str, options: ServeOptions,
+               read_url: str | None = None) -> None:
     """Serve ``api`` on uvicorn until stopped (SIGINT, SIGTERM): in this process, or with
     ``options.workers`` > 1 in that many processes, each with clients of its own."""
     import uvicorn
@@ -88,7 +91,8 @@ def run_server(api: ApiContext, redis_url: str, options: ServeOptions) -> None:
                     ssl_keyfile=options.ssl_keyfile)
         return
     os.environ[WORKER_ENV] = json.dumps({
-        "redis_url": redis_url, "settings_module": api.project.settings_module,
+        "redis_url": redis_url, "read_url": read_url,
+        "settings_module": api.project.settings_module,
         "overrides": given_settings(api), "loopback": api.loopback,
         "alerts": options.alerts.to_dict() if options.alerts else None}, default=str)
     uvicorn.run(f"{__name__}:app_of_worker", factory=True, workers=options.workers,

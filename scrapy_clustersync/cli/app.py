@@ -24,6 +24,7 @@ from .dead_commands import dead
 from .exit_codes import EXIT_CODES_HELP
 from .job_commands import jobs, purge, restart, status
 from .options import settings_option
+from .region_commands import regions
 from .result_commands import consume, export, readers
 from .seed_commands import seed
 from .serve_command import serve
@@ -38,11 +39,17 @@ from .top_command import top
 @click.option("--redis-url", metavar="URL",
               help="Redis of the cluster; wins over -s, $CLUSTERSYNC_REDIS_URL and the "
                    "project's CLUSTERSYNC_REDIS_URL.")
+@click.option("--read-url", metavar="URL",
+              help="A replica of that Redis near this machine, which the commands that only "
+                   "read (status, jobs, nodes, top, tasks, failed, dead, config get and history) "
+                   "and serve's reads read from; wins over -s, $CLUSTERSYNC_READ_URL and the "
+                   "project's CLUSTERSYNC_READ_URL. Writes always go to --redis-url.")
 @settings_option
 @click.option("--settings", "settings_module", metavar="MODULE",
               help="Settings module to use instead of the project's (scrapy.cfg).")
 @pass_cli
-def main(cli: CliContext, redis_url: str | None, settings_module: str | None) -> None:
+def main(cli: CliContext, redis_url: str | None, read_url: str | None,
+         settings_module: str | None) -> None:
     """See and steer scrapy-clustersync jobs.
 
     Inside a Scrapy project the Redis URL, the job (CLUSTERSYNC_JOB) and the request
@@ -52,12 +59,13 @@ def main(cli: CliContext, redis_url: str | None, settings_module: str | None) ->
     """
     project = cli.project
     project.redis_url_flag = redis_url or project.redis_url_flag
+    project.read_url_flag = read_url or project.read_url_flag
     project.settings_module = settings_module or project.settings_module
 
 
 for _command in (jobs, status, nodes, top, check, seed, dead, failed, task, tasks, restart,
                  pause, resume, stop, config, purge, export, consume, sink, readers, serve,
-                 token):
+                 token, regions):
     main.add_command(_command)
 
 

@@ -13,7 +13,7 @@ from ..store.consistency import Finding, JobCheck
 from ..store.node_differences import node_differences
 from ..store.results_store import ResultsStore
 from ..store.shared_settings import SharedSettingsStore
-from .context import CliContext, pass_cli
+from .context import CliContext, pass_cli, reads_only
 from .exit_codes import exit_needing_a_person
 from .node_sites import print_node_sites
 from .node_view import group_nodes, hidden_line, node_table
@@ -158,6 +158,7 @@ def show_status(report: JobStatus, attention: list[str] | None, as_json: bool,
 @json_option("the node records")
 @settings_option
 @pass_cli
+@reads_only
 def nodes(cli: CliContext, job: str | None, every: bool, show_sites: bool,
           as_json: bool) -> None:
     """JOB's nodes of the run under way: state, resources, load, work held, the sites each

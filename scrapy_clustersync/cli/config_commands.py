@@ -26,7 +26,7 @@ from ..live_settings import (
 from ..store.errors import translate_errors
 from ..store.keys import JobKeys
 from ..store.shared_settings import SettingsChange, SharedSettingsStore
-from .context import CliContext, pass_cli
+from .context import CliContext, pass_cli, reads_only
 from .exit_codes import JobRefused
 from .options import DEFAULT_LIMIT, json_option, settings_option
 from .output import echo_json, when_iso
@@ -128,6 +128,7 @@ def _describe(job: str, change: SettingsChange, before: Mapping[str, Any],
 @json_option("the settings (or the value)")
 @settings_option
 @pass_cli
+@reads_only
 def get(cli: CliContext, args: tuple[str, ...], as_json: bool) -> None:
     """The shared settings of JOB and their version, or the value of KEY.
 
@@ -229,6 +230,7 @@ def unset(cli: CliContext, args: tuple[str, ...], as_json: bool) -> None:
 @json_option("the records")
 @settings_option
 @pass_cli
+@reads_only
 def history(cli: CliContext, job: str | None, limit: int, as_json: bool) -> None:
     """Every change of JOB's shared settings, oldest first: version, time (Redis's clock), who
     (user@host), key, old and new value. The job keeps the newest CLUSTERSYNC_SETTINGS_HISTORY
@@ -261,6 +263,7 @@ def shown_history(settings: SharedSettingsStore, limit: int) -> list[dict[str, A
 @json_option("the settings")
 @settings_option
 @pass_cli
+@reads_only
 def dump(cli: CliContext, job: str | None, as_json: bool) -> None:
     """JOB's shared settings as TOML (or JSON), a file `config load` takes back. Passwords are
     shown as ***; `load` of such a file keeps the password stored."""

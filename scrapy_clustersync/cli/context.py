@@ -1,6 +1,10 @@
 """What every ``clustersync`` command shares, as one typed object: the project, the Redis URL
 and how it was given, the client made from it on first use, and which job a command is about.
 
+A command that only reads is marked ``@reads_only``: its client is then that of
+``CLUSTERSYNC_READ_URL`` (``--read-url``), a replica near this machine, when one is given; every
+other command, and every write, goes to the job's Redis.
+
 The group makes one ``CliContext`` per run (``scrapy clustersync`` hands in one holding the
 settings Scrapy built); commands receive it with ``@pass_cli``. Its methods raise the package's
 own errors (ConfigError, StoreError) and ``JobNotFound``: ``ClusterGroup`` turns the first two
@@ -9,8 +13,10 @@ into a message and an exit code, so no command catches them.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 
@@ -35,6 +41,10 @@ class CliContext:
     project: ProjectContext = field(default_factory=ProjectContext)
     _url: tuple[str, str] | None = field(default=None, init=False, repr=False)
     _client: redis.Redis | None = field(default=None, init=False, repr=False)
+    #: the command only reads (``reads_only``): it may read from CLUSTERSYNC_READ_URL's Redis
+    reading: bool = field(default=False, init=False)
+    _read: tuple[str, str] | None = field(default=None, init=False, repr=False)
+    _read_client: redis.Redis | None = field(default=None, init=False, repr=False)
 
     def redis_url(self) -> str:
         """The Redis URL (see ProjectContext.redis_url); ConfigError if none is given or the
@@ -43,19 +53,41 @@ class CliContext:
             self._url = self.project.redis_url()
         return self._url[0]
 
+    def read_url(self) -> str | None:
+        """CLUSTERSYNC_READ_URL, if one is given (see ``read_client``)."""
+        return self._read[0] if self.read_client() is not None and self._read else None
+
     def where(self) -> str:
         """The Redis in use and where its URL came from, for messages (password hidden)."""
+        if self.reading and self._read is not None:
+            url, given_as = self._read
+            return f"the Redis at {redact_url(url)} (from {given_as}, read only)"
         if self._url is None:
             return "the Redis given"
         url, given_as = self._url
         return f"the Redis at {redact_url(url)} (from {given_as})"
 
     def client(self) -> redis.Redis:
-        """The client of that Redis, made on first use (it connects on its first call)."""
+        """The client of that Redis, made on first use (it connects on its first call); for a
+        command that only reads, that of CLUSTERSYNC_READ_URL if one is given."""
+        if self.reading:
+            read = self.read_client()
+            if read is not None:
+                return read
         if self._client is None:
             url = self.redis_url()  # TLS files: the project's CLUSTERSYNC_TLS_* (or the URL's)
             self._client = make_client(url, self.project.tls(url))
         return self._client
+
+    def read_client(self) -> redis.Redis | None:
+        """The client of CLUSTERSYNC_READ_URL, made on first use; None if none is given."""
+        if self._read_client is None:
+            found = self.project.read_url()
+            if found is None:
+                return None
+            self._read = found
+            self._read_client = make_client(found[0], self.project.tls(found[0]))
+        return self._read_client
 
     def job_name(self, given: str | None) -> str:
         """The job a command is about: ``given``, else the project's ``CLUSTERSYNC_JOB``, else
@@ -96,3 +128,18 @@ class CliContext:
 
 #: hands a command the run's CliContext (made if the group was invoked without one)
 pass_cli = click.make_pass_decorator(CliContext, ensure=True)
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def reads_only(command: F) -> F:
+    """Mark a command (below ``@pass_cli``) that sends Redis no write: its client is that of
+    CLUSTERSYNC_READ_URL when one is given (``CliContext.client``)."""
+
+    @functools.wraps(command)
+    def reading(cli: CliContext, *args: Any, **kwargs: Any) -> Any:
+        cli.reading = True
+        return command(cli, *args, **kwargs)
+
+    return reading  # type: ignore[return-value]

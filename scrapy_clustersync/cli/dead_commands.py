@@ -70,6 +70,7 @@ def job_and_ids(args: tuple[str, ...]) -> tuple[str | None, tuple[str, ...]]:
 
 
 def _list(cli: CliContext, job: str | None, limit: int, as_json: bool) -> None:
+    cli.reading = True  # only reads: from CLUSTERSYNC_READ_URL's Redis if one is given
     letters = cli.existing_store(job).dead_letters(limit)
     if as_json:
         echo_json([dead_letter_dict(letter) for letter in letters])

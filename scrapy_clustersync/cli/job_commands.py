@@ -11,7 +11,7 @@ from ..store.results_store import ResultsStore
 from ..store.script_results import Restarted
 from ..store.site_scripts import SITES_SHOWN, read_sites
 from .check_commands import needs_a_person, show_status
-from .context import CliContext, pass_cli
+from .context import CliContext, pass_cli, reads_only
 from .exit_codes import JobRefused, exit_needing_a_person
 from .options import all_option, job_argument, json_option, settings_option
 from .output import console, echo_json
@@ -24,6 +24,7 @@ from .status_view import job_rows, print_jobs
 @json_option("the jobs")
 @settings_option
 @pass_cli
+@reads_only
 def jobs(cli: CliContext, as_json: bool) -> None:
     """The jobs on this Redis: state, queued, leased, done, live nodes, pages/min."""
     rows = job_rows(cli.client())
@@ -49,6 +50,7 @@ def jobs(cli: CliContext, as_json: bool) -> None:
                    f"force, backoff, in flight, next turn; N of each ({SITES_SHOWN} unless told).")
 @settings_option
 @pass_cli
+@reads_only
 def status(cli: CliContext, job: str | None, every: bool, as_json: bool,
            check_health: bool, top_sites: int | None) -> None:
     """State, figures of the run under way (and the job's totals beside them), queued, leased,

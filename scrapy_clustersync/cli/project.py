@@ -4,7 +4,9 @@ request fingerprinter, found as ``scrapy`` commands find them.
 Settings: the project of the current directory (``scrapy.cfg``, found as Scrapy finds it, or
 ``SCRAPY_SETTINGS_MODULE``), or the module of ``--settings``, then ``-s NAME=VALUE`` on top.
 The Redis URL, first given wins: ``--redis-url``, ``-s CLUSTERSYNC_REDIS_URL=...``, the
-environment variable ``CLUSTERSYNC_REDIS_URL``, the project's ``CLUSTERSYNC_REDIS_URL``.
+environment variable ``CLUSTERSYNC_REDIS_URL``, the project's ``CLUSTERSYNC_REDIS_URL``. The
+URL that commands which only read may read from (a replica near this machine), found the same
+way: ``--read-url``, ``-s CLUSTERSYNC_READ_URL=...``, the environment, the project.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ if TYPE_CHECKING:
     from scrapy.utils.request import RequestFingerprinterProtocol
 
 URL_SETTING = "CLUSTERSYNC_REDIS_URL"
+READ_URL_SETTING = "CLUSTERSYNC_READ_URL"
 JOB_SETTING = "CLUSTERSYNC_JOB"
 
 
@@ -51,6 +54,7 @@ class ProjectContext:
     """
 
     redis_url_flag: str | None = None
+    read_url_flag: str | None = None
     settings_module: str | None = None
     overrides: dict[str, str] = field(default_factory=dict)
     base: Settings | None = None
@@ -96,22 +100,40 @@ class ProjectContext:
         return url, given_as
 
     def _find_redis_url(self) -> tuple[str, str]:
-        if self.redis_url_flag:
-            return self.redis_url_flag, "--redis-url"
-        if self.overrides.get(URL_SETTING):
-            return self.overrides[URL_SETTING], f"-s {URL_SETTING}"
-        check_environment()
-        if os.environ.get(URL_SETTING):
-            return os.environ[URL_SETTING], f"the environment variable {URL_SETTING}"
-        from_project = self.settings.get(URL_SETTING)
-        if from_project:
-            return str(from_project), f"the setting {URL_SETTING} of {self.describe_project()}"
+        found = self._first_given(URL_SETTING, self.redis_url_flag, "--redis-url")
+        if found is not None:
+            return found
         raise NoRedisGiven(
             f"no Redis given: pass --redis-url URL, set the environment variable {URL_SETTING}, "
             f"or run inside a Scrapy project whose settings.py sets {URL_SETTING} = "
             '"redis://:password@10.0.0.5:6379/0" (or -s CLUSTERSYNC_REDIS_URL=URL); '
             f"looked in {self.describe_project()}"
         )
+
+    def read_url(self) -> tuple[str, str] | None:
+        """The URL of the Redis that commands which only read may read from (a replica of the
+        job's Redis near this machine) and how it was given; None if none is. Raises
+        ConfigError if the one given is not a Redis URL."""
+        found = self._first_given(READ_URL_SETTING, self.read_url_flag, "--read-url")
+        if found is not None:
+            validate_redis_url(found[0], given_as=found[1])
+        return found
+
+    def _first_given(self, setting: str, flag: str | None,
+                     flag_name: str) -> tuple[str, str] | None:
+        """``setting``'s value and where it came from: the option, ``-s``, the environment,
+        the project's settings, the first given; None if none gives it."""
+        if flag:
+            return flag, flag_name
+        if self.overrides.get(setting):
+            return self.overrides[setting], f"-s {setting}"
+        check_environment()
+        if os.environ.get(setting):
+            return os.environ[setting], f"the environment variable {setting}"
+        from_project = self.settings.get(setting)
+        if from_project:
+            return str(from_project), f"the setting {setting} of {self.describe_project()}"
+        return None
 
     def tls(self, url: str) -> TlsOptions:
         """The project's CLUSTERSYNC_TLS_* settings for ``url``; ConfigError if a file they

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from ..config import redact_url
 from ..store.api_tokens import TokenStore
 from .context import CliContext, pass_cli
 from .exit_codes import USAGE
@@ -79,8 +80,12 @@ def serve(cli: CliContext, host: str, port: int, ssl_certfile: str | None,
     scheme = "https" if ssl_certfile else "http"
     click.echo(access_line(tokens, loopback, host), err=True)
     click.echo(f"clustersync serve: {scheme}://{host}:{port}/ for {cli.where()}", err=True)
-    run_server(ApiContext(client, cli.project, loopback), cli.redis_url(), ServeOptions(
-        host, port, log_level, ssl_certfile, ssl_keyfile, workers, alerts))
+    reads, read_url = cli.read_client(), cli.read_url()
+    if read_url is not None:
+        click.echo(f"clustersync serve: reads from the replica at {redact_url(read_url)}; "
+                   "writes go to the job's Redis", err=True)
+    run_server(ApiContext(client, cli.project, loopback, reads), cli.redis_url(), ServeOptions(
+        host, port, log_level, ssl_certfile, ssl_keyfile, workers, alerts), read_url)
 
 
 def alert_options(path: str | None, webhook: str | None, every_s: float,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
 from typing import Any, Protocol, TypeVar
 
 import click
@@ -115,17 +115,22 @@ def sink(cli: CliContext, job: str | None, url: str, table: str | None, queue: s
 
 
 def run_sink(reader: Any, destination: Sink, batch_size: int, follow: bool) -> dict[str, int]:
-    """Write batch after batch, each acknowledged once written; DestinationError (exit 5) if
-    the destination fails (that batch stays unacknowledged: it comes again)."""
+    """Write batch after batch, each acknowledged once written (in a thread of its own while
+    the next one is written: see AckBehind); DestinationError (exit 5) if the destination
+    fails (that batch stays unacknowledged: it comes again). Returns once every batch written
+    is acknowledged, or raises the error of an acknowledgement."""
     written = batches = 0
+    acks = AckBehind(reader.ack)
     try:
         for batch in read_ahead(reader.batches(count=batch_size, follow=follow)):
             written += destination.write(batch)
-            reader.ack(batch)
+            acks.put(batch)
             batches += 1
+        acks.close()
     except DestinationFailed as exc:
         raise DestinationError(str(exc)) from None
     finally:
+        acks.close(raise_error=False)  # what was written is acknowledged even so
         destination.close()
     return {"written": written, "batches": batches}
 
@@ -182,3 +187,46 @@ class _ReadAhead:
             except queue.Full:
                 continue
         return False
+
+
+class AckBehind:
+    """Acknowledgements sent in a thread of their own, in the order put, so that the next
+    batch is written meanwhile: a batch is put once it is written for good, and acknowledged
+    only then (a sink killed before its acknowledgement has the batch again, and rewrites the
+    same rows). At most ``depth`` wait. The error of an acknowledgement is raised by the next
+    ``put`` or by ``close``; the acknowledgements after it are not sent."""
+
+    def __init__(self, ack: Callable[[Any], Any], depth: int = READ_AHEAD) -> None:
+        self._box: queue.Queue[Any] = queue.Queue(maxsize=depth)
+        self._error: BaseException | None = None
+        self._closed = False
+        self._thread = threading.Thread(target=self._send, args=(ack,),
+                                        name="clustersync-sink-ack", daemon=True)
+        self._thread.start()
+
+    def put(self, batch: Any) -> None:
+        self._raise()
+        self._box.put(batch)
+
+    def close(self, raise_error: bool = True) -> None:
+        """Wait until every batch put is acknowledged (or an acknowledgement failed); then
+        raise its error, with ``raise_error``."""
+        if not self._closed:
+            self._closed = True
+            self._box.put(_DONE)
+            self._thread.join()
+        if raise_error:
+            self._raise()
+
+    def _raise(self) -> None:
+        if self._error is not None:
+            raise self._error
+
+    def _send(self, ack: Callable[[Any], Any]) -> None:
+        while (batch := self._box.get()) is not _DONE:
+            if self._error is not None:
+                continue  # after a failed one, none: the sink stops with its error
+            try:
+                ack(batch)
+            except BaseException as exc:  # handed to the caller's thread, raised there
+                self._error = exc

@@ -20,7 +20,7 @@ from ..store.task_records import (
     read_task,
     read_tasks,
 )
-from .context import CliContext, pass_cli
+from .context import CliContext, pass_cli, reads_only
 from .exit_codes import JobRefused
 from .options import job_argument, json_option, limit_option, settings_option
 from .output import console, echo_json
@@ -94,6 +94,7 @@ def _job_and_task(args: tuple[str, ...]) -> tuple[str | None, str]:
 @json_option("the task")
 @settings_option
 @pass_cli
+@reads_only
 def task(cli: CliContext, args: tuple[str, ...], as_json: bool) -> None:
     """State of task ID of JOB (meta["clustersync_task"]): pending, running, success, failed,
     paused or terminated, with its counts and its first failure."""
@@ -118,6 +119,7 @@ def task(cli: CliContext, args: tuple[str, ...], as_json: bool) -> None:
 @json_option("the tasks")
 @settings_option
 @pass_cli
+@reads_only
 def tasks(cli: CliContext, job: str | None, states: tuple[str, ...], as_json: bool) -> None:
     """The tasks of JOB, sorted by id."""
     store = cli.existing_store(job)
@@ -136,6 +138,7 @@ def tasks(cli: CliContext, job: str | None, states: tuple[str, ...], as_json: bo
 @json_option("them")
 @settings_option
 @pass_cli
+@reads_only
 def failed(cli: CliContext, job: str | None, limit: int, as_json: bool) -> None:
     """JOB's newest failed requests (CLUSTERSYNC_FAILED_KEEP are kept): URL, HTTP status,
     error, attempts, task, node and when."""

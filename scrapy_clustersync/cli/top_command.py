@@ -16,7 +16,7 @@ from rich.live import Live
 from rich.text import Text
 
 from ..store import JobStatus, JobStore
-from .context import CliContext, pass_cli
+from .context import CliContext, pass_cli, reads_only
 from .node_view import group_nodes, hidden_line, node_table
 from .options import all_option, job_argument, json_option, settings_option
 from .output import console, echo_json
@@ -36,6 +36,7 @@ TOP_COLUMNS = ("node", "state", "pages/min", "pages", "held", "items", "errors",
 @json_option("the status, one line per refresh,")
 @settings_option
 @pass_cli
+@reads_only
 def top(cli: CliContext, job: str | None, interval: float, count: int | None, every: bool,
         as_json: bool) -> None:
     """JOB's status and nodes, refreshed live like `top` (Ctrl-C to leave), in the terminal's

@@ -143,7 +143,11 @@ class LeasingPart:
         lease_ms = int(self.config.lease_timeout_s * 1000)
         # what a paced site may start before the next lease comes (lease_sizing.py's horizon)
         horizon_ms = int(1000 * max(MIN_HORIZON_S, HORIZON_ROUND_TRIPS * self._round_trip_s))
-        answer = self.store.lease_in(trip, self.epoch, count, lease_ms, call_id, horizon_ms)
+        # the node holds nothing (nothing leased under way or waiting to start): it may take
+        # the work of other regions (regions.py)
+        foreign = not self._held and not self._unstarted
+        answer = self.store.lease_in(trip, self.epoch, count, lease_ms, call_id, horizon_ms,
+                                     foreign)
         return LeaseCall(answer, count, settling if fresh else 0, returning if fresh else 0)
 
     def _lease_answered(self, call: LeaseCall, took_s: float, settled: bool = False) -> bool:

@@ -110,6 +110,7 @@ class SyncWorker(TurnPart, HeartbeatPart, LeasingPart, OutagePart, SettingsPart,
         later: Callable[[Callable[[], None]], object] | None = None,
     ) -> None:
         self.store = store
+        store.set_region(config.region)
         self.config = config
         self.epoch = epoch
         self._node_info = node_info

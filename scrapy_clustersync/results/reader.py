@@ -13,9 +13,11 @@ Redis access lives in store/ (results_store.py); this module decodes and decides
 from __future__ import annotations
 
 import logging
+import math
 import os
 import socket
 import threading
+import time
 from collections.abc import Callable, Collection, Iterator
 from typing import TYPE_CHECKING
 
@@ -133,21 +135,26 @@ class ResultReader:
         yielded."""
         block_ms = min(max(block_ms, 1), MAX_BLOCK_MS)
         yield from self._own_pending(count)
-        ended = False  # known only after a read found nothing: read once more, then stop
+        # the end is known only after a read found nothing: read once more, then stop. A read
+        # blocks only once the stream drained (a read came back short) and the job goes on:
+        # a job that ended is not waited on
+        ended = drained = False
+        look = _EndLook(block_ms / 1000)
         while True:
             entries = self._claim(count) or self.store.read_group(
-                self.group, self.consumer, count, None if ended else block_ms)
+                self.group, self.consumer, count, block_ms if drained and not ended else None)
             if entries:
                 batch = self._batch(entries)
                 if batch is not None:
                     yield batch
-                continue
-            if ended:
+            elif ended:
                 if self.store.group(self.group).behind <= self._held_count():
                     return  # nothing is left but what this reader's caller holds
                 ended = False  # other consumers still hold results: wait for them, blocking
                 continue
-            ended = not follow and job_ended(read_job(self.store.client, self.keys))
+            drained = len(entries) < count
+            if drained and not (ended or follow) and look.due(found=bool(entries)):
+                ended = job_ended(read_job(self.store.client, self.keys))
 
     def ack(self, batch: Batch) -> int:
         """Acknowledge every entry of ``batch`` (call it once the results are stored for
@@ -194,6 +201,23 @@ class ResultReader:
             return self._hold(batch)
         self.ack(batch)
         return None
+
+
+class _EndLook:
+    """When a reader looks whether its job ended: after each read that found nothing, and
+    after a short one (the stream drained) at most once per ``every_s`` (a reader that keeps
+    up with a job going on would otherwise read the job's state with every batch)."""
+
+    def __init__(self, every_s: float) -> None:
+        self.every_s = every_s
+        self.last_s = -math.inf
+
+    def due(self, found: bool) -> bool:
+        now = time.monotonic()
+        if found and now - self.last_s < self.every_s:
+            return False
+        self.last_s = now
+        return True
 
 
 def export_batches(store: ResultsStore, since: str = "0", count: int = 1000,

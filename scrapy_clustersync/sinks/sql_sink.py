@@ -2,11 +2,12 @@
 with SQLAlchemy Core.
 
 Each batch is deduplicated by result id and upserted in one transaction (INSERT ... ON
-CONFLICT DO UPDATE; ON DUPLICATE KEY UPDATE on MySQL/MariaDB; through COPY on PostgreSQL with
-psycopg 3, pg_copy.py): a batch delivered again (its sink died after the commit, before the
-acknowledgement) rewrites the same rows, so the table
-holds every result exactly once. The table is created if missing (sql_columns.py has its
-columns); with ``--columns`` it is widened (ALTER TABLE ADD COLUMN) as new item fields come.
+CONFLICT DO UPDATE; ON DUPLICATE KEY UPDATE on MySQL/MariaDB, its rows handed to the driver's
+executemany, driver_upsert.py; through COPY on PostgreSQL with psycopg 3, pg_copy.py): a batch
+delivered again (its sink died after the commit, before the acknowledgement) rewrites the same
+rows, so the table holds every result exactly once. The table is created if missing
+(sql_columns.py has its columns); with ``--columns`` it is widened (ALTER TABLE ADD COLUMN) as
+new item fields come.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 
 from ..results.record_format import Result, to_json_value
 from .destination_errors import DestinationFailed, DestinationUnusable
+from .driver_upsert import DriverUpsert
 from .pg_copy import copy_upsert
 from .sql_columns import (
     KIND_TYPES,
@@ -111,6 +113,7 @@ class SqlSink:
         self.columns: dict[str, str] = {}  # column -> kind, of the item fields' columns
         self._guard(self._prepare)
         self.table = self._table()
+        self._compiled: tuple[Table, DriverUpsert] | None = None
 
     def write(self, results: list[Result]) -> int:
         """Upsert ``results`` in one transaction (the last of one id wins); answers the rows
@@ -203,7 +206,7 @@ class SqlSink:
             "id": result.id, "kind": result.kind, "node": result.node,
             "crawled_at": at if self.dialect == "postgresql" else
             at.astimezone(timezone.utc).replace(tzinfo=None),
-            "item": result.data,  # made JSON by json_text, the engine's serializer
+            "item": result.data,  # made JSON by json_text as it is written
             "url": storable(result.url, self._nul_free),
         }
         if not self.item_columns:
@@ -221,8 +224,18 @@ class SqlSink:
         with self.engine.begin() as conn:
             if self._copy:
                 copy_upsert(conn, self.table, values)
+            elif self.dialect in ("mysql", "mariadb"):
+                self._driver_upsert().run(conn, values)
             else:
                 conn.execute(self._statement(), values)
+
+    def _driver_upsert(self) -> DriverUpsert:
+        """The table's upsert compiled for the driver (driver_upsert.py), anew once the table
+        gained columns."""
+        if self._compiled is None or self._compiled[0] is not self.table:
+            upsert = DriverUpsert(self._statement(), self.engine.dialect, self._nul_free)
+            self._compiled = (self.table, upsert)
+        return self._compiled[1]
 
     def _statement(self) -> Any:
         names = [c.name for c in self.table.columns if c.name != "id"]

@@ -280,18 +280,24 @@ class JobStore:
             again_if=lambda error: bool(bloom_refusal(error)[0]), failed=self._failed))
 
     def lease_in(self, trip: RoundTrip, epoch: str, count: int, lease_ms: int,
-                 call_id: str, horizon_ms: int = DEFAULT_HORIZON_MS) -> Answer[LeaseBatch]:
+                 call_id: str, horizon_ms: int = DEFAULT_HORIZON_MS,
+                 foreign: bool = True) -> Answer[LeaseBatch]:
         """``lease`` in ``trip``."""
         keys, args = self._lease.call(epoch, call_id, count, lease_ms, self._writes_arg(),
-                                      horizon_ms)
+                                      horizon_ms, foreign)
         return self._add(trip, self._lease, keys, args, Answer(
             self.client, lambda reply: self._count(self._lease.parse(reply)),
-            lambda: self.lease(epoch, count, lease_ms, call_id, horizon_ms),
+            lambda: self.lease(epoch, count, lease_ms, call_id, horizon_ms, foreign),
             failed=self._failed))
 
     def set_lease_pace(self, pace: LeasePace) -> None:
         """Serve each site's requests no faster than ``pace`` says (lease_script.py)."""
         self._lease.set_pace(pace)
+
+    def set_region(self, region: str) -> None:
+        """This node's region (CLUSTERSYNC_REGION): the sites pinned to it, and those pinned
+        to none, are leased to it first (lua/frontier.lua)."""
+        self._lease.region = region
 
     def heartbeat_in(self, trip: RoundTrip, epoch: str, beat: Beat) -> Answer[Heartbeat]:
         """``heartbeat`` in ``trip`` (``beat``: ``beat_of``'s)."""
@@ -306,11 +312,13 @@ class JobStore:
         return trip.add(lambda pipe: script.queue(pipe, keys, args), answer, ran=script.sent)
 
     def lease(self, epoch: str, count: int, lease_ms: int, call_id: str,
-              horizon_ms: int = DEFAULT_HORIZON_MS) -> LeaseBatch:
+              horizon_ms: int = DEFAULT_HORIZON_MS, foreign: bool = True) -> LeaseBatch:
         """Lease up to ``count`` entries: the best queue class first, its sites in turn, each
-        no faster than the lease pace lets it start within ``horizon_ms``."""
+        no faster than the lease pace lets it start within ``horizon_ms``; the sites of the
+        node's region and of none first, those of other regions only when these give nothing
+        and ``foreign`` (the node has nothing to do)."""
         return self._counted(lambda writes_seen: self._lease.run(
-            epoch, call_id, count, lease_ms, writes_seen, horizon_ms))
+            epoch, call_id, count, lease_ms, writes_seen, horizon_ms, foreign))
 
     def heartbeat(
         self,

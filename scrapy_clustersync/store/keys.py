@@ -295,6 +295,11 @@ class JobKeys:
         """Hash: entry id -> its state, for entries put back when their lease ended."""
         return f"{self.frontier}requeued"
 
+    @property
+    def frontier_regions(self) -> str:
+        """Hash: site -> the region it is pinned to (lua/regions.lua; regions.py)."""
+        return f"{self.frontier}regions"
+
     def site_inflight(self, site: str) -> str:
         """One site's turns under way, when the cluster caps its concurrency."""
         return self._key(f"inflight:{site}")

@@ -51,7 +51,7 @@ class LeaseScript(JobScript):
             "task_of", "frontier", "site_prefix", "nodes", "node_leases", "node_numbers",
             "reclaiming")
     ARGV = ("epoch", "call_id", "node", "count", "lease_ms", "reclaim_max", "writes_seen", "pace",
-            "horizon_ms", "delay_ms", "per_domain", "idle_ms")
+            "horizon_ms", "delay_ms", "per_domain", "idle_ms", "region", "foreign")
     ARGV_TAIL = "delays"
 
     def __init__(self, client: redis.Redis, keys: JobKeys, node_id: str) -> None:
@@ -60,6 +60,8 @@ class LeaseScript(JobScript):
         #: how fast sites are served; the node's politeness sets it (``JobStore.lease_pace``)
         self.pace = LeasePace()
         self._pace_args: list[Any] = self._pace_argv(self.pace)
+        #: the node's region (CLUSTERSYNC_REGION; "" for none): its sites are leased first
+        self.region = ""
 
     @staticmethod
     def _pace_argv(pace: LeasePace) -> list[Any]:
@@ -70,7 +72,8 @@ class LeaseScript(JobScript):
         self.pace, self._pace_args = pace, self._pace_argv(pace)
 
     def call(self, epoch: str, call_id: str, count: int, lease_ms: int, writes_seen: int,
-             horizon_ms: int = DEFAULT_HORIZON_MS) -> tuple[list[str], list[Any]]:
+             horizon_ms: int = DEFAULT_HORIZON_MS, foreign: bool = True
+             ) -> tuple[list[str], list[Any]]:
         k = self.keys
         keys = [k.meta, k.queue, k.entries, k.deadlines, k.leased, k.stats,
                 k.last_call(self.node_id), k.tasks, k.task_of, k.frontier, k.site_prefix,
@@ -78,19 +81,21 @@ class LeaseScript(JobScript):
         mode, delay_ms, per_domain, idle_ms = self._pace_args
         args: list[Any] = [epoch, call_id, self.node_id, count, lease_ms,
                            RECLAIMED_LEASES_PER_LEASE_CALL, writes_seen, mode, horizon_ms,
-                           delay_ms, per_domain, idle_ms]
+                           delay_ms, per_domain, idle_ms, self.region, int(foreign)]
         if mode:
             for site, delay_s in self.pace.site_delays.items():
                 args.extend((site, round(delay_s * 1000, 3)))
         return keys, args
 
     def run(self, epoch: str, call_id: str, count: int, lease_ms: int, writes_seen: int,
-            horizon_ms: int = DEFAULT_HORIZON_MS) -> tuple[LeaseBatch, int]:
+            horizon_ms: int = DEFAULT_HORIZON_MS, foreign: bool = True) -> tuple[LeaseBatch, int]:
         """The entries leased (the same ones again for a call id seen before, those still
         leased to this node), and the node's write counter after the call. ``horizon_ms``: how
-        long until the node's next lease, about: what a paced site may start in it."""
+        long until the node's next lease, about: what a paced site may start in it.
+        ``foreign``: the node has nothing to do, so it takes the sites of other regions when
+        its own region's and those of no region give nothing."""
         return self.parse(self._call(*self.call(epoch, call_id, count, lease_ms, writes_seen,
-                                                horizon_ms)))
+                                                horizon_ms, foreign)))
 
     def parse(self, reply: Any) -> tuple[LeaseBatch, int]:
         """``run``'s answer from the script's reply."""

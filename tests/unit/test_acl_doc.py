@@ -13,7 +13,7 @@ import pytest
 OPERATIONS = Path(__file__).resolve().parents[2] / "docs" / "operations.md"
 LUA = resources.files("scrapy_clustersync.store").joinpath("lua")
 #: the scripts only the `clustersync` command (or a reader) runs, never a node
-NOT_NODES = {"check", "control", "requeue", "results_ack", "settings"}
+NOT_NODES = {"check", "control", "regions", "requeue", "results_ack", "settings"}
 #: words in quotes in the scripts that are arguments, not commands
 ARGUMENTS = {"LIMIT", "WITHSCORES", "COUNT", "GROUPS", "MINID", "NX", "XX", "GT", "LT"}
 

@@ -38,6 +38,7 @@ from scrapy_clustersync.store.join_scripts import (
 from scrapy_clustersync.store.keys import JobKeys
 from scrapy_clustersync.store.lease_script import LeaseScript
 from scrapy_clustersync.store.primary_note import PrimaryScript
+from scrapy_clustersync.store.region_pins import RegionsScript
 from scrapy_clustersync.store.results_store import ResultsAckScript
 from scrapy_clustersync.store.script_base import JobScript
 from scrapy_clustersync.store.shared_settings import UNSET, SettingsScript
@@ -81,6 +82,7 @@ def sample_calls() -> list[Call]:
     closespider = CloseSpiderScript(CLIENT, KEYS, NODE)
     results_ack = ResultsAckScript(CLIENT, KEYS)
     primary = PrimaryScript(CLIENT, KEYS)
+    regions = RegionsScript(CLIENT, KEYS)
     return [
         (flush, flush.call("e", "c", 0, FlushDedup("set-then-bloom", 9, TWO_LAYERS),
                            [Push(b"f" * 20, 0, b"r"), Ack("id")]), 3, 10 + 1),
@@ -100,6 +102,7 @@ def sample_calls() -> list[Call]:
         (closespider, closespider.call("c", SpiderCounts(1, 2, 3), CloseLimits(50), 4, 0), 0, 0),
         (results_ack, results_ack.call("g", ["1-0", "1-1"]), 0, 2),
         (primary, primary.call("10.0.0.5:6379"), 0, 0),
+        (regions, regions.call({"a.com": "eu", "b.com": ""}), 0, 4),
     ]
 
 

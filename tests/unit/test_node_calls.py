@@ -122,7 +122,8 @@ def all_script_classes() -> set[type[JobScript]]:
 
 def test_every_script_of_the_package_is_either_a_nodes_or_refused_on_purpose() -> None:
     # a new script a node runs must be added to NODE_SCRIPTS, or nodes over HTTP are refused it
+    # (PrimaryScript: Sentinel only, none over HTTP)
     not_a_nodes = {"RestartScript", "SettingsScript", "CheckScript", "RequeueScript",
-                   "ResultsAckScript", "PrimaryScript"}  # (Sentinel only: none over HTTP)
+                   "ResultsAckScript", "PrimaryScript", "RegionsScript"}
     names = {kind.__name__ for kind in all_script_classes()}
     assert names - not_a_nodes == {kind.__name__ for kind in NODE_SCRIPTS}

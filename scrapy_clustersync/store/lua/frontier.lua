@@ -4,7 +4,9 @@
 --
 -- A queued request is one item "<entry id>\t<encoded request>" of the list of its site (its
 -- Scrapy download slot key) and class. A class is "<kind>:<priority>": kind 0 for most requests,
--- 1 for start requests (after the others of their priority, as Scrapy's start queues). FIFO
+-- 1 for start requests (after the others of their priority, as Scrapy's start queues); the class
+-- of a site pinned to a region (the regions hash) is "<kind>:<priority>@<region>", leased by the
+-- nodes of that region first and by others only when they have nothing else (lease_class). FIFO
 -- pushes go to the tail, LIFO pushes (Scrapy's LIFO queues) to the head, and the head is leased
 -- first, so a list keeps Scrapy's order within its site and class. The keys, all named from the
 -- prefix the script gets in its KEYS (the job's hash tag is in it, so they live on the job's
@@ -22,6 +24,7 @@
 --   <prefix>rest:<class>      zset   site -> server ms: the sites of the class whose pace let no
 --                                    lease hand out a request, until when one may (a lease puts
 --                                    them back in ready:<class> then)
+--   <prefix>regions           hash   site -> the region it is pinned to (regions.lua writes it)
 -- A site is in ready:<class> or rest:<class> (never both) exactly while its list of that class
 -- is not empty, and a class is in classes while its ready or rest set is not empty.
 --
@@ -40,10 +43,39 @@ local function frontier_setup(prefix, meta, legacy, entries)
   FRONTIER.any_requeued = nil  -- whether the requeued hash may hold an entry: read on first use
   FRONTIER.released = {}  -- entries released in lease order, queued by frontier_finish
   FRONTIER.pushes, FRONTIER.push_lists = {}, {}  -- new entries, by list and end (frontier_queue)
+  FRONTIER.regions = prefix .. 'regions'
+  FRONTIER.any_regions = nil  -- whether some site is pinned to a region: read on first use
+  FRONTIER.region_of = {}  -- site -> its region ('' for none), as read in this call
 end
 
-local function class_of(kind, prio)
+-- the region `site` is pinned to, '' for none (one HGET per site and call, none in a job that
+-- pins no site)
+local function region_of(site)
+  if FRONTIER.any_regions == nil then
+    FRONTIER.any_regions = redis.call('EXISTS', FRONTIER.regions) == 1
+  end
+  if not FRONTIER.any_regions then return '' end
+  local region = FRONTIER.region_of[site]
+  if region == nil then
+    region = redis.call('HGET', FRONTIER.regions, site) or ''
+    FRONTIER.region_of[site] = region
+  end
+  return region
+end
+
+-- the class of `site`'s requests of `kind` and `prio`
+local function class_of(kind, prio, site)
+  local region = region_of(site)
+  if region ~= '' then return kind .. ':' .. prio .. '@' .. region end
   return kind .. ':' .. prio
+end
+
+-- a class's kind, priority (both strings) and region ('' for none)
+local function parse_class(class)
+  local colon = string.find(class, ':', 1, true)
+  local at = string.find(class, '@', colon + 1, true)
+  local prio = string.sub(class, colon + 1, at and at - 1 or nil)
+  return string.sub(class, 1, colon - 1), prio, at and string.sub(class, at + 1) or ''
 end
 
 local function list_key(class, site)
@@ -81,7 +113,7 @@ end
 -- Queue entry `id` (request `blob`) of `site`: at the tail of its list, or at the head
 -- (`head`: a LIFO push, or an entry whose lease ended, which goes first again).
 local function frontier_push(id, blob, kind, prio, site, head)
-  local class = class_of(kind, prio)
+  local class = class_of(kind, prio, site)
   local item = id .. '\t' .. blob
   local length
   if head then
@@ -96,7 +128,7 @@ end
 -- Queue a new entry as frontier_push does, the entries of one list and end of a call written
 -- in one command by frontier_finish (a callback's links are mostly of its own site).
 local function frontier_queue(id, blob, kind, prio, site, head)
-  local class = class_of(kind, prio)
+  local class = class_of(kind, prio, site)
   local key = list_key(class, site)
   local slot = (head and '<' or '>') .. key
   local group = FRONTIER.pushes[slot]
@@ -261,8 +293,7 @@ end
 -- so that a lease visits only sites that may. `st`: the call's {taken=, visits=, woken=,
 -- retry_at=, paced=} (paced: site -> {left=, step=, due=, own=, rest=, given=}).
 local function lease_class(class, st, want, pace, hand)
-  local colon = string.find(class, ':', 1, true)
-  local kind, prio = string.sub(class, 1, colon - 1), string.sub(class, colon + 1)
+  local kind, prio = parse_class(class)
   local score, ready = tostring(-tonumber(prio)), ready_key(class)
   wake_class(class, ready, st, pace.on and pace.now or '+inf')  -- no pace: every site may
   local ready_sites, fruitless = redis.call('ZCARD', ready), 0
@@ -305,9 +336,18 @@ local function lease_class(class, st, want, pace, hand)
   return true
 end
 
-local function frontier_lease(want, pace, hand)
-  local st = {taken = 0, visits = 0, woken = 0, retry_at = nil, paced = {}}
-  -- classes read, and those visited that still hold requests (the next read starts after them)
+-- Whether `class` is leased in this pass: a class of no region always; one of the node's region
+-- (pace.region) in the first pass; one of another region only in the second (`foreign`).
+local function in_pass(class, pace, foreign)
+  if FRONTIER.any_regions == false then return not foreign end
+  local _, _, region = parse_class(class)
+  if region == '' or region == pace.region then return not foreign end
+  return foreign
+end
+
+local function lease_pass(want, pace, hand, st, foreign)
+  -- classes read, and those passed over or visited that still hold requests (the next read
+  -- starts after them)
   local read, kept, classes, at = 0, 0, {}, 0
   while st.taken < want and st.visits < SITES_PER_LEASE and read < SITES_PER_LEASE do
     at = at + 1
@@ -317,7 +357,23 @@ local function frontier_lease(want, pace, hand)
       at = 1
     end
     read = read + 1
-    if lease_class(classes[at], st, want, pace, hand) then kept = kept + 1 end
+    if not in_pass(classes[at], pace, foreign) or lease_class(classes[at], st, want, pace, hand)
+    then
+      kept = kept + 1
+    end
+  end
+end
+
+-- pace.region: the node's region ('' for none); pace.foreign: it has nothing to do, so that the
+-- classes of other regions are leased too when its own region's and no region's give nothing
+local function frontier_lease(want, pace, hand)
+  local st = {taken = 0, visits = 0, woken = 0, retry_at = nil, paced = {}}
+  if FRONTIER.any_regions == nil then
+    FRONTIER.any_regions = redis.call('EXISTS', FRONTIER.regions) == 1
+  end
+  lease_pass(want, pace, hand, st, false)
+  if st.taken == 0 and pace.foreign and FRONTIER.any_regions then
+    lease_pass(want, pace, hand, st, true)
   end
   for site, p in pairs(st.paced) do
     if p.step > 0 and p.given > 0 then

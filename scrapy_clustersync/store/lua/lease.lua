@@ -39,7 +39,11 @@
 -- ARGV[10] delay_ms     float   the delay of a site not in delays (DOWNLOAD_DELAY)
 -- ARGV[11] per_domain   int     a site's requests handed out at once at most (0: no cap)
 -- ARGV[12] idle_ms      int     a site's politeness hash expires this long after its last use
--- ARGV[13..] delays     pairs   site, delay_ms: the sites with a delay of their own
+-- ARGV[13] region       string  the node's region ('' for none): the sites pinned to it and those
+--                               pinned to none are leased first (frontier.lua frontier_lease)
+-- ARGV[14] foreign      0|1     1: the node has nothing to do, so that when those give nothing
+--                               the sites pinned to other regions are leased
+-- ARGV[15..] delays     pairs   site, delay_ms: the sites with a delay of their own
 -- Returns a flat array: the node's write counter, then in how many ms a site passed over for its
 -- pace may have a request handed out (-1: none was), then id1, blob1, score1, id2, blob2, ...
 -- (the queue score is -priority: the node keeps Scrapy's order across priorities)
@@ -72,10 +76,13 @@ local horizon_ms = tonumber(ARGV[9])
 local delay_ms = tonumber(ARGV[10])
 local per_domain = tonumber(ARGV[11])
 local idle_ms = tonumber(ARGV[12])
-local delays_from = 13
+local region = ARGV[13]
+local foreign = ARGV[14]
+local delays_from = 15
 local site_pace = {on = pace ~= '0', recorded_first = pace == '2', horizon = horizon_ms,
                    default_ms = delay_ms, per_domain = per_domain, idle_ms = idle_ms,
-                   node = node, site_prefix = site_prefix_key, delays = {}}
+                   node = node, site_prefix = site_prefix_key, delays = {},
+                   region = region, foreign = foreign == '1'}
 for i = delays_from, #ARGV - 1, 2 do site_pace.delays[ARGV[i]] = tonumber(ARGV[i + 1]) end
 if redis.call('HGET', meta_key, 'epoch') ~= epoch then
   return redis.error_reply('CLUSTERSYNC_STATE_LOST job epoch missing or changed')

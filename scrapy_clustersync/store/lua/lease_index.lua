@@ -92,7 +92,7 @@ local function frontier_return_all(returns)
       local prio = tostring(-tonumber(r[2] or '0'))
       if prio == '-0' then prio = '0' end
       local kind, site = string.sub(r[3], 1, 1), string.sub(r[3], 2)
-      local class = class_of(kind, prio)
+      local class = class_of(kind, prio, site)
       local key = list_key(class, site)
       local group = lists[key]
       if not group then
