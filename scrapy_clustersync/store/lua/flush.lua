@@ -242,11 +242,29 @@ end
 -- is one script), and while the set is not empty every check consults both.
 local set_entries = 0  -- fingerprints in the exact set when the batch starts
 local adding_to_set = dedup_mode == 'exact'  -- new fingerprints go to the set in this batch
+-- while the filter takes the new fingerprints and the set is not empty: the fingerprints of the
+-- batch's pushes the set holds (the batch does not change the set then), read in one SMISMEMBER
+-- per ARG_BATCH pushes before the first push (set_members)
+local in_set = {}
 
 local function is_new(fp)
   if adding_to_set then return redis.call('SADD', seen_key, fp) == 1 end
-  if set_entries > 0 and redis.call('SISMEMBER', seen_key, fp) == 1 then return false end
+  if in_set[fp] then return false end
   return bloom_add(fp)
+end
+
+local function set_members()
+  if adding_to_set or set_entries == 0 then return end
+  local fps = {}
+  each_op(function(op, f)
+    if (op == 'P' or op == 'T') and tonumber(OPS[f + 3]) % 2 == 0 then fps[#fps + 1] = OPS[f] end
+  end)
+  in_batches(#fps, function(first, last)
+    local found = redis.call('SMISMEMBER', seen_key, unpack(fps, first, last))
+    for j = first, last do
+      if found[j - first + 1] == 1 then in_set[fps[j]] = true end
+    end
+  end)
 end
 
 -- an error reply if the batch needs a Bloom layer not described or allocated; else nil
@@ -382,6 +400,7 @@ if invalid then return invalid end
 
 local unready = prepare_dedup()
 if unready then return unready end
+set_members()
 local full = results_refusal()
 if full then return full end
 
