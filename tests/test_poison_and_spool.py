@@ -47,7 +47,7 @@ from scrapy_clustersync.store import (
 from scrapy_clustersync.store.errors import BadBatch
 from scrapy_clustersync.store.job_store import new_call_id
 from scrapy_clustersync.store.round_trip import Answer, RoundTrip
-from scrapy_clustersync.store.write_ops import decode_op
+from scrapy_clustersync.store.write_ops import PackedPushes, decode_op
 from testkit.redis_server import RedisServer
 
 from support import wait_until
@@ -148,7 +148,9 @@ class RecordingStore(JobStore):
         super().__init__(*args, **kw)
         self.calls: list[tuple[list[Op], bool]] = []
 
-    def flush(self, epoch: str, ops: Sequence[Op], call_id: str) -> FlushResult:
+    def flush(self, epoch: str, ops: Sequence[Op] | PackedPushes,
+              call_id: str) -> FlushResult:
+        assert not isinstance(ops, PackedPushes)  # (a seed's: no node sends them)
         try:
             result = super().flush(epoch, ops, call_id)
         except BadBatch:
@@ -190,7 +192,8 @@ class FailingStore(JobStore):
         self.fail_on, self.error, self.applied = fail_on, error, applied
         self.calls = 0
 
-    def flush(self, epoch: str, ops: Sequence[Op], call_id: str) -> FlushResult:
+    def flush(self, epoch: str, ops: Sequence[Op] | PackedPushes,
+              call_id: str) -> FlushResult:
         self.calls += 1
         if self.calls not in self.fail_on:
             return super().flush(epoch, ops, call_id)

@@ -3,12 +3,13 @@ seed_urls.py for how they are checked, fingerprinted and encoded)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import click
 
-from ..store import JobStore, Push
+from ..store import JobStore, Op
 from ..store.job_store import new_call_id
+from ..store.write_ops import PackedPushes
 from .context import CliContext, pass_cli
 from .options import json_option, settings_option
 from .output import echo_json
@@ -19,7 +20,7 @@ from .seed_urls import (
     SeedUrls,
     crawlable_schemes,
     open_source,
-    prepared_ops,
+    prepared_batches,
     read_urls,
 )
 
@@ -45,9 +46,9 @@ def seed(cli: CliContext, args: tuple[str, ...], url_file: str | None, create: b
     job, urls = job_and_urls(args)
     seeds = read_seeds(urls, url_file)
     encoder = SeedEncoder(cli.project.fingerprinter(), priority, callback)
-    with prepared_ops(encoder, seeds.urls()) as batches:
+    with prepared_batches(encoder, seeds, crawlable_schemes(cli.project.settings)) as batches:
         try:
-            seeds.check(crawlable_schemes(cli.project.settings))
+            checked = batches()
         except BadSeed as exc:
             raise click.BadParameter(str(exc), param_hint="URL") from None
         if callback and cli.project.in_project():
@@ -55,7 +56,7 @@ def seed(cli: CliContext, args: tuple[str, ...], url_file: str | None, create: b
             if unchecked:
                 click.echo(f"clustersync: {unchecked}", err=True)
         store = _seed_store(cli, job, create)
-        pushed, filtered = write_seeds(store, batches)
+        pushed, filtered = write_seeds(store, checked)
     if as_json:
         echo_json({"job": store.keys.job, "seeded": pushed, "already_seen": filtered})
     else:
@@ -63,7 +64,8 @@ def seed(cli: CliContext, args: tuple[str, ...], url_file: str | None, create: b
                    f"{filtered} already seen")
 
 
-def write_seeds(store: JobStore, batches: Iterable[list[Push]]) -> tuple[int, int]:
+def write_seeds(store: JobStore, batches: Iterable[Sequence[Op] | PackedPushes]
+                ) -> tuple[int, int]:
     """Push the seeds' ``batches`` into the job (created if new), one script call each, as
     ``seed`` and the HTTP API do; (requests pushed, already seen)."""
     pushed = filtered = 0

@@ -24,7 +24,7 @@ from w3lib.url import canonicalize_url, safe_url_string
 
 from ..codec import RequestCodec
 from ..plugin.cluster_dupefilter import cluster_fingerprint
-from ..store.write_ops import Push
+from ..store.write_ops import PackedPushes, Push, packed_pushes
 from .plain_urls import plain_fingerprint, plain_host
 
 if TYPE_CHECKING:
@@ -99,8 +99,26 @@ class SeedUrls:
                 try:
                     check_url(url, schemes)
                 except BadSeed as exc:
-                    where = f"line {number} of {source}: " if source != "arguments" else ""
-                    raise BadSeed(f"{where}{exc}; nothing was seeded") from None
+                    raise _located(source, number, exc) from None
+
+    def refusal(self, index: int, schemes: frozenset[str]) -> BadSeed:
+        """The BadSeed ``check`` raises for the URL at ``index`` of ``urls()``, one Scrapy
+        would not crawl."""
+        for source, numbered in self.sources:
+            if index < len(numbered):
+                number, url = numbered[index]
+                try:
+                    check_url(url, schemes)
+                except BadSeed as exc:
+                    return _located(source, number, exc)
+                raise ValueError(f"{url!r} is a URL Scrapy would crawl")
+            index -= len(numbered)
+        raise IndexError(index)
+
+
+def _located(source: str, number: int, exc: BadSeed) -> BadSeed:
+    where = f"line {number} of {source}: " if source != "arguments" else ""
+    return BadSeed(f"{where}{exc}; nothing was seeded")
 
 
 @dataclass(frozen=True)
@@ -130,6 +148,31 @@ class SeedEncoder:
 
     def ops_for(self, urls: list[str]) -> list[Push]:
         return self.ops_of(self.rows_for(urls))
+
+    def checked_batch(self, urls: list[str], schemes: frozenset[str]) -> PackedPushes | int:
+        """The pushes of ``urls``, each checked as ``check_url`` does and packed for the write
+        (``ops_for``'s, packed); or the index of the first URL Scrapy would not crawl. One pass:
+        a plain URL's check and fingerprint share its one regular expression match."""
+        if not is_scrapys_default(self.fingerprinter):
+            for index, url in enumerate(urls):
+                try:
+                    check_url(url, schemes)
+                except BadSeed:
+                    return index
+            return packed_pushes(self.rows_for(urls), self.priority)
+        encode = _encoder(self.priority, self.callback)
+        rows: list[tuple[bytes, bytes, str]] = []
+        for index, url in enumerate(urls):
+            host = plain_host(url)
+            if host is not None and url.partition(":")[0] in schemes:
+                rows.append((plain_fingerprint(url), encode(url), host))
+                continue
+            try:
+                check_url(url, schemes)
+            except BadSeed:
+                return index
+            rows.append(_default_row(url, encode))
+        return packed_pushes(rows, self.priority)
 
 
 def is_scrapys_default(fingerprinter: object) -> bool:
@@ -164,35 +207,56 @@ def _encoder(priority: int, callback: str | None) -> Callable[[str], bytes]:
     return codec.url_encoder(Request("http://seed.invalid/", priority=priority), callback)
 
 
-#: the encoder of the worker processes (inherited when they fork)
-_WORKER_ENCODER: SeedEncoder | None = None
+#: what the worker processes prepare with (inherited when they fork): the encoder and the
+#: schemes the project can fetch
+_WORKER_JOB: tuple[SeedEncoder, frozenset[str]] | None = None
 
 
-def _worker_rows(urls: list[str]) -> list[tuple[bytes, bytes, str]]:
-    assert _WORKER_ENCODER is not None
-    return _WORKER_ENCODER.rows_for(urls)
+def _worker_batch(urls: list[str]) -> PackedPushes | int:
+    assert _WORKER_JOB is not None
+    encoder, schemes = _WORKER_JOB
+    return encoder.checked_batch(urls, schemes)
+
+
+def _checked(results: Iterable[PackedPushes | int], seeds: SeedUrls, schemes: frozenset[str]
+             ) -> list[PackedPushes]:
+    """The batches of ``results``, in order; BadSeed for the first URL a batch refused."""
+    prepared: list[PackedPushes] = []
+    for number, result in enumerate(results):
+        if isinstance(result, int):
+            raise seeds.refusal(number * SEED_BATCH + result, schemes)
+        prepared.append(result)
+    return prepared
 
 
 @contextmanager
-def prepared_ops(encoder: SeedEncoder, urls: list[str]) -> Iterator[Iterator[list[Push]]]:
-    """The pushes of ``urls`` in batches of SEED_BATCH, in order, prepared while the caller
-    checks the URLs (nothing is taken from the iterator before that).
+def prepared_batches(encoder: SeedEncoder, seeds: SeedUrls, schemes: frozenset[str]
+                     ) -> Iterator[Callable[[], list[PackedPushes]]]:
+    """A function that returns the pushes of ``seeds`` in batches of SEED_BATCH, in order, once
+    every URL is checked (BadSeed naming the first one Scrapy would not crawl, before anything
+    is written); their preparation starts at once, while the caller does what else it must.
 
-    Fingerprinting costs far more than the write, so a large seed is prepared by worker
-    processes (one per core, forked so that they share the project's fingerprinter), which
-    start at once; leaving the block stops them.
+    Checking and fingerprinting cost far more than the write, so a large seed is prepared by
+    worker processes (one per core, forked so that they share the project's fingerprinter);
+    the main process is left only the writes. Leaving the block stops them.
     """
+    urls = seeds.urls()
     batches = [urls[i:i + SEED_BATCH] for i in range(0, len(urls), SEED_BATCH)]
+
+    def checked(results: Iterable[PackedPushes | int]) -> list[PackedPushes]:
+        return _checked(results, seeds, schemes)
+
     workers = min(os.cpu_count() or 1, MAX_WORKERS)
     if len(urls) < PARALLEL_FROM_URLS or workers < 2 or \
             "fork" not in multiprocessing.get_all_start_methods():
-        yield (encoder.ops_for(batch) for batch in batches)
+        yield lambda: checked(encoder.checked_batch(batch, schemes) for batch in batches)
         return
-    global _WORKER_ENCODER
-    _WORKER_ENCODER = encoder
+    global _WORKER_JOB
+    _WORKER_JOB = (encoder, schemes)
     pool = multiprocessing.get_context("fork").Pool(workers)
     try:
-        yield (encoder.ops_of(rows) for rows in pool.imap(_worker_rows, batches))
+        results = pool.imap(_worker_batch, batches)
+        yield lambda: checked(results)
     except Exception:
         # a bad URL: the workers finish what they were given and leave (Pool.terminate can
         # wait for ever on a worker that holds the task queue's lock while it waits for more)

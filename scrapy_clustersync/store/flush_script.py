@@ -14,7 +14,7 @@ from .keys import JobKeys
 from .records import as_text
 from .script_base import JobScript
 from .script_results import FlushResult
-from .write_ops import Op, packed_strings
+from .write_ops import Op, PackedPushes, packed_strings
 
 #: how many dead letters the job keeps, newest first
 DEAD_LETTERS_KEPT = 10_000
@@ -57,9 +57,9 @@ class FlushScript(JobScript):
         self.results_max = results_max
 
     def call(self, epoch: str, call_id: str, writes_seen: int, dedup: FlushDedup,
-             ops: Sequence[Op]) -> tuple[list[str], list[Any]]:
+             ops: Sequence[Op] | PackedPushes) -> tuple[list[str], list[Any]]:
         """The KEYS and ARGV of the call: the fixed ones, the layers described, then each op's
-        ``args()`` in order."""
+        ``args()`` in order (``PackedPushes``: packed already)."""
         k, layers = self.keys, dedup.layers
         keys = [k.meta, k.queue, k.entries, k.deadlines, k.leased, k.seen, k.stats, k.dead,
                 k.last_call(self.node_id), k.bloom, k.failed, k.tasks, k.task_of,
@@ -71,7 +71,7 @@ class FlushScript(JobScript):
         return keys, args
 
     def run(self, epoch: str, call_id: str, writes_seen: int, dedup: FlushDedup,
-            ops: Sequence[Op]) -> tuple[FlushResult, int]:
+            ops: Sequence[Op] | PackedPushes) -> tuple[FlushResult, int]:
         """What the batch did, and the node's write counter after it.
 
         Raises BadBatch, before any change, if an op is malformed or cannot be encoded;
@@ -86,7 +86,7 @@ class FlushScript(JobScript):
         return self.parse(raw)
 
     def encoded_call(self, epoch: str, call_id: str, writes_seen: int, dedup: FlushDedup,
-                     ops: Sequence[Op]) -> tuple[list[str], list[Any]]:
+                     ops: Sequence[Op] | PackedPushes) -> tuple[list[str], list[Any]]:
         """``call``, raising BadBatch for an op that cannot be encoded."""
         try:
             return self.call(epoch, call_id, writes_seen, dedup, ops)
@@ -99,11 +99,13 @@ class FlushScript(JobScript):
         return FlushResult(*figures), writes
 
 
-def packed_ops(ops: Sequence[Op]) -> bytes:
+def packed_ops(ops: Sequence[Op] | PackedPushes) -> bytes:
     """Every op's ``args()`` in one msgpack array, each value a string as redis-py would send
     it (an int as its digits): one argument for the whole batch, which costs redis-py and Redis
     a fraction of one argument per field (six per push). TypeError for a value Redis takes
-    no string of (None, a bool, a list)."""
+    no string of (None, a bool, a list). ``PackedPushes`` are packed already."""
+    if isinstance(ops, PackedPushes):
+        return ops.packed
     flat: list[Any] = []
     for op in ops:
         flat.extend(op.args())

@@ -40,7 +40,7 @@ from .script_results import (
     Restarted,
 )
 from .site_scripts import SiteStore
-from .write_ops import Op
+from .write_ops import Op, PackedPushes
 
 __all__ = ["FAILED_KEPT", "JobStore", "beat_of", "new_call_id"]
 
@@ -198,7 +198,7 @@ class JobStore:
         """The job's epoch, creating the job if it is new (used by the CLI's seed)."""
         return self.join(ttl_ms=0, claim=False)[0]
 
-    def flush(self, epoch: str, ops: Sequence[Op], call_id: str) -> FlushResult:
+    def flush(self, epoch: str, ops: Sequence[Op] | PackedPushes, call_id: str) -> FlushResult:
         """Apply ``ops`` in order, atomically; running the same ``call_id`` twice is a no-op.
 
         Raises BadBatch, before any change, if an op is malformed or cannot be encoded;

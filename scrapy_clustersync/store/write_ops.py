@@ -242,6 +242,29 @@ def results_blob(records: Sequence[tuple[str, str, bytes]]) -> bytes:
     return packed_strings(flat)
 
 
+@dataclass(frozen=True)
+class PackedPushes:
+    """A batch of plain pushes (``Push`` with flags 0), already packed as flush.lua reads a
+    batch (``packed_pushes``): what a seed's worker processes hand its main process, which then
+    has nothing left to do per URL before the write. ``count``: how many pushes it holds."""
+
+    packed: bytes
+    count: int
+
+
+def packed_pushes(rows: Sequence[tuple[bytes, bytes, str]], priority: int) -> PackedPushes:
+    """The pushes of ``rows`` (fingerprint, encoded request, site), each of ``priority`` and
+    no flags, packed exactly as the batch of their ``Push`` records would be (flush_script.py
+    packed_ops)."""
+    text = str(int(priority))
+    flat: list[str | bytes] = []
+    for fingerprint, request, site in rows:
+        if "\t" in site or "\n" in site:
+            raise ValueError(f"a site holds no tab and no newline, not {site!r:.60}")
+        flat += ("P", fingerprint, text, request, "0", site)
+    return PackedPushes(packed_strings(flat), len(rows))
+
+
 def packed_strings(values: list[str | bytes]) -> bytes:
     """``values`` as the msgpack array of strings flush.lua reads (its ops, a results field):
     bytes as msgpack's raw strings, not its bin type, which Redis's cmsgpack does not read."""

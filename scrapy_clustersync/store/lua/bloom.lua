@@ -160,18 +160,20 @@ local unpack = unpack or table.unpack  -- Lua 5.1 (Redis) or later (fakeredis)
 local BIT_WEIGHT = {128, 64, 32, 16, 8, 4, 2, 1}
 local MINSTD_MODULUS, MINSTD_MULTIPLIER, TOP_9_OF_31 = 2147483647, 48271, 4194304
 -- The fingerprint being checked (one at a time, number `serial`): its block number, the
--- generator's state, its bits made so far (n; byte index, weight and twice the weight of each;
--- taken: bit -> serial of the fingerprint that took it) and the blocks read (per layer: key,
--- byte offset, bytes). Reused from one fingerprint to the next: a flush checks hundreds, and
--- making tables is what a Lua script spends most of its time on. (Hot paths use % rather than
--- math.floor: an operator, not a function call.)
-local PROBE = {serial = 0, h = 0, state = 0, n = 0, byte = {}, weight = {}, twice = {},
-               taken = {}, key = {}, offset = {}, bytes = {}}
+-- generator's state and how many of its bits are made (PROBE); each bit made, as the byte it is
+-- in (1-based) and its weight in that byte (BIT_AT, BIT_W); the bits taken (bit -> serial of the
+-- fingerprint that took it); and the block read of each layer (BLOCK_KEY, BLOCK_OFFSET,
+-- BLOCK_READ, valid while BLOCK_SERIAL[l] is the fingerprint's serial). Reused from one
+-- fingerprint to the next, in flat tables kept in locals: a seed's flush checks thousands, and
+-- a Lua script spends most of its time making tables and looking up fields. (Hot paths use %
+-- rather than math.floor: an operator, not a function call.)
+local PROBE = {serial = 0, h = 0, state = 0, n = 0}
+local BIT_AT, BIT_W, TAKEN = {}, {}, {}
+local BLOCK_KEY, BLOCK_OFFSET, BLOCK_READ, BLOCK_SERIAL = {}, {}, {}, {}
 
 local function block_probe(fp)
   local b1, b2, b3, b4, b5, b6, b7, b8, b9, b10, b11, b12 = byte(fp, 1, 12)
   local probe = PROBE
-  for l = 1, BLOOM.described do probe.bytes[l] = nil end
   probe.serial, probe.n = probe.serial + 1, 0
   probe.h = ((((b1 * 256 + b2) * 256 + b3) * 256 + b4) * 256 + b5) * 256 + b6
   probe.state = (((((b7 * 256 + b8) * 256 + b9) * 256 + b10) * 256 + b11) * 256 + b12)
@@ -181,7 +183,8 @@ end
 
 -- makes the fingerprint's bits up to its `upto`th
 local function make_bits(probe, upto)
-  local n, state, taken, serial = probe.n, probe.state, probe.taken, probe.serial
+  local n, state, serial = probe.n, probe.state, probe.serial
+  local taken, at, weights = TAKEN, BIT_AT, BIT_W
   while n < upto do
     state = (state * MINSTD_MULTIPLIER) % MINSTD_MODULUS
     local bit = (state - state % TOP_9_OF_31) / TOP_9_OF_31
@@ -189,32 +192,32 @@ local function make_bits(probe, upto)
     taken[bit] = serial
     n = n + 1
     local within = bit % 8
-    local weight = BIT_WEIGHT[within + 1]
-    probe.byte[n], probe.weight[n], probe.twice[n] = (bit - within) / 8 + 1, weight, weight + weight
+    at[n], weights[n] = (bit - within) / 8 + 1, BIT_WEIGHT[within + 1]
   end
   probe.n, probe.state = n, state
 end
 
--- the bytes of the block of layer l the fingerprint falls in (read once: probe.bytes[l])
+-- the bytes of the block of layer l the fingerprint falls in (read once per fingerprint)
 local function block_of(l, probe)
-  local bytes = probe.bytes[l]
-  if not bytes then
-    local layer = BLOOM.layers[l]
-    local block, per_chunk = probe.h % layer.blocks, layer.chunk_blocks
-    local within = block % per_chunk
-    local key = BLOOM.keys[layer.first_key + (block - within) / per_chunk]
-    local offset = within * BLOCK_BYTES
-    bytes = redis.call('GETRANGE', key, offset, offset + BLOCK_BYTES - 1)
-    probe.key[l], probe.offset[l], probe.bytes[l] = key, offset, bytes
-  end
+  if BLOCK_SERIAL[l] == probe.serial then return BLOCK_READ[l] end
+  local layer = BLOOM.layers[l]
+  local block, per_chunk = probe.h % layer.blocks, layer.chunk_blocks
+  local within = block % per_chunk
+  local key = BLOOM.keys[layer.first_key + (block - within) / per_chunk]
+  local offset = within * BLOCK_BYTES
+  local bytes = redis.call('GETRANGE', key, offset, offset + BLOCK_BYTES - 1)
+  BLOCK_KEY[l], BLOCK_OFFSET[l], BLOCK_READ[l], BLOCK_SERIAL[l] = key, offset, bytes,
+    probe.serial
   return bytes
 end
 
 local function blocked_contains(l, probe)
-  local bytes, at, weight, twice = block_of(l, probe), probe.byte, probe.weight, probe.twice
-  for j = 1, BLOOM.layers[l].hashes do
+  local bytes, at, weights = block_of(l, probe), BIT_AT, BIT_W
+  local hashes = BLOOM.layers[l].hashes
+  for j = 1, hashes do
     if j > probe.n then make_bits(probe, j) end
-    if byte(bytes, at[j]) % twice[j] < weight[j] then return false end
+    local weight = weights[j]
+    if byte(bytes, at[j]) % (weight + weight) < weight then return false end
   end
   return true
 end
@@ -223,16 +226,17 @@ end
 local function blocked_insert(l, probe)
   local hashes = BLOOM.layers[l].hashes
   make_bits(probe, hashes)
-  local values, at, weight, twice, changed = {byte(block_of(l, probe), 1, BLOCK_BYTES)},
-    probe.byte, probe.weight, probe.twice, false
+  local values, at, weights, changed = {byte(block_of(l, probe), 1, BLOCK_BYTES)}, BIT_AT, BIT_W,
+    false
   for j = 1, hashes do
-    local value = values[at[j]]
-    if value % twice[j] < weight[j] then
-      values[at[j]], changed = value + weight[j], true
+    local i, weight = at[j], weights[j]
+    local value = values[i]
+    if value % (weight + weight) < weight then
+      values[i], changed = value + weight, true
     end
   end
   if changed then  -- else every bit was set already (by other fingerprints)
-    redis.call('SETRANGE', probe.key[l], probe.offset[l], char(unpack(values)))
+    redis.call('SETRANGE', BLOCK_KEY[l], BLOCK_OFFSET[l], char(unpack(values)))
   end
 end
 

@@ -242,11 +242,29 @@ end
 -- is one script), and while the set is not empty every check consults both.
 local set_entries = 0  -- fingerprints in the exact set when the batch starts
 local adding_to_set = dedup_mode == 'exact'  -- new fingerprints go to the set in this batch
+-- while the filter takes the new fingerprints and the set is not empty: the fingerprints of the
+-- batch's pushes the set holds (the batch does not change the set then), read in one SMISMEMBER
+-- per ARG_BATCH pushes before the first push (set_members)
+local in_set = {}
 
 local function is_new(fp)
   if adding_to_set then return redis.call('SADD', seen_key, fp) == 1 end
-  if set_entries > 0 and redis.call('SISMEMBER', seen_key, fp) == 1 then return false end
+  if in_set[fp] then return false end
   return bloom_add(fp)
+end
+
+local function set_members()
+  if adding_to_set or set_entries == 0 then return end
+  local fps = {}
+  each_op(function(op, f)
+    if (op == 'P' or op == 'T') and tonumber(OPS[f + 3]) % 2 == 0 then fps[#fps + 1] = OPS[f] end
+  end)
+  in_batches(#fps, function(first, last)
+    local found = redis.call('SMISMEMBER', seen_key, unpack(fps, first, last))
+    for j = first, last do
+      if found[j - first + 1] == 1 then in_set[fps[j]] = true end
+    end
+  end)
 end
 
 -- an error reply if the batch needs a Bloom layer not described or allocated; else nil
@@ -334,26 +352,44 @@ end
 local function bad_op(number, why)
   return redis.error_reply('CLUSTERSYNC_BAD_OP ' .. number .. ' ' .. why)
 end
+-- the flags, priorities and sites of the batch's pushes found good, each checked once per call
+-- (a batch's pushes mostly share them): value -> true
+local good_flags, good_prios, good_sites = {}, {}, {}
+local function check_push(op, f, number)
+  local flags_text, prio_text, site = OPS[f + 3], OPS[f + 1], OPS[f + 4]
+  if not good_flags[flags_text] then
+    local flags = tonumber(flags_text)
+    if not flags or flags ~= math.floor(flags) or flags < 0 or flags > 15 then
+      return bad_op(number, 'flags must be an integer from 0 to 15')
+    end
+    good_flags[flags_text] = true
+  end
+  if #OPS[f] ~= 20 and tonumber(flags_text) % 2 == 0 then
+    return bad_op(number, 'fingerprint of ' .. #OPS[f] .. ' bytes, not 20')
+  end
+  if not good_prios[prio_text] then
+    local prio = tonumber(prio_text)
+    if not prio or prio ~= prio or prio == math.huge or prio == -math.huge then
+      return bad_op(number, 'priority is not a finite number')
+    end
+    good_prios[prio_text] = true
+  end
+  if op == 'T' and OPS[f + 5] == '' then return bad_op(number, 'empty task id') end
+  if not good_sites[site] then
+    if string.find(site, '[\t\n]') then
+      return bad_op(number, 'a site holds no tab and no newline')
+    end
+    good_sites[site] = true
+  end
+  return nil
+end
 local function check_op(op, f, number)
   local count = OP_FIELDS[op]
   if not count then return bad_op(number, 'unknown opcode ' .. tostring(op)) end
   if f + count - 1 > #OPS then return bad_op(number, 'missing fields') end
   if op == 'P' or op == 'T' then
-    local prio = tonumber(OPS[f + 1])
-    local flags = tonumber(OPS[f + 3])
-    if not flags or flags ~= math.floor(flags) or flags < 0 or flags > 15 then
-      return bad_op(number, 'flags must be an integer from 0 to 15')
-    end
-    if flags % 2 == 0 and #OPS[f] ~= 20 then
-      return bad_op(number, 'fingerprint of ' .. #OPS[f] .. ' bytes, not 20')
-    end
-    if not prio or prio ~= prio or prio == math.huge or prio == -math.huge then
-      return bad_op(number, 'priority is not a finite number')
-    end
-    if op == 'T' and OPS[f + 5] == '' then return bad_op(number, 'empty task id') end
-    if string.find(OPS[f + 4], '[\t\n]') then
-      return bad_op(number, 'a site holds no tab and no newline')
-    end
+    local bad = check_push(op, f, number)
+    if bad then return bad end
   elseif op == 'K' and OPS[f] == '' then
     return bad_op(number, 'empty task id')
   elseif (op == 'A' or op == 'F' or op == 'R' or op == 'N' or op == 'D') and OPS[f] == '' then
@@ -382,6 +418,7 @@ if invalid then return invalid end
 
 local unready = prepare_dedup()
 if unready then return unready end
+set_members()
 local full = results_refusal()
 if full then return full end
 
@@ -424,10 +461,33 @@ local function settle(id, failure)
   return true
 end
 
+-- what a push's flags and priority, as sent, mean: read once per distinct value of the call
+-- (a batch's pushes mostly share them), not once per push
+local push_forms = {}  -- flags -> {flags = number, kind = 0 or 1, lifo = bool, replaces = bool}
+local function push_form(text)
+  local form = push_forms[text]
+  if not form then
+    local flags = tonumber(text)
+    form = {flags = flags, kind = math.floor(flags / 2) % 2, lifo = math.floor(flags / 4) % 2 == 1,
+            replaces = math.floor(flags / 8) % 2 == 1}
+    push_forms[text] = form
+  end
+  return form
+end
+local class_priorities = {}  -- priority -> its text in the frontier's class names
+local function class_priority(text)
+  local prio = class_priorities[text]
+  if not prio then
+    prio = tostring(tonumber(text))
+    class_priorities[text] = prio
+  end
+  return prio
+end
+
 -- push op `op` (P or T) whose fields start at OPS[f]; `dropped`: counted filtered, not queued
 local function push(op, f, dropped)
-  local fp, prio, blob, flags = OPS[f], OPS[f + 1], OPS[f + 2], tonumber(OPS[f + 3])
-  local site = OPS[f + 4]
+  local fp, prio, blob, form = OPS[f], OPS[f + 1], OPS[f + 2], push_form(OPS[f + 3])
+  local site, flags = OPS[f + 4], form.flags
   local id = nil
   if not dropped and (flags % 2 == 1 or is_new(fp)) then
     local seq = next_seq()
@@ -436,10 +496,9 @@ local function push(op, f, dropped)
       redis.call('HSET', entries_key, id, blob)
       redis.call('ZADD', queue_key, -tonumber(prio), id)
     else
-      local kind = math.floor(flags / 2) % 2
+      local kind = form.kind
       id = kind .. string.format('%x', seq) .. id_tail
-      frontier_queue(id, blob, kind, tostring(tonumber(prio)), site,
-                     math.floor(flags / 4) % 2 == 1)
+      frontier_queue(id, blob, kind, class_priority(prio), site, form.lifo)
     end
     pushed = pushed + 1
   else
@@ -462,7 +521,7 @@ local function acked_with_replacement(took)
 end
 local function apply_op(op, f)
   if op == 'P' or op == 'T' then
-    if math.floor(tonumber(OPS[f + 3]) / 8) % 2 == 1 and ACKS[OPS[f + OP_FIELDS[op]]] then
+    if push_form(OPS[f + 3]).replaces and ACKS[OPS[f + OP_FIELDS[op]]] then
       replacement = f
     else
       push(op, f, false)

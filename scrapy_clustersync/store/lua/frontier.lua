@@ -126,20 +126,32 @@ local function frontier_push(id, blob, kind, prio, site, head)
 end
 
 -- Queue a new entry as frontier_push does, the entries of one list and end of a call written
--- in one command by frontier_finish (a callback's links are mostly of its own site).
+-- in one command by frontier_finish (a callback's links are mostly of its own site, a seed's
+-- of a few sites). The call's groups are found by site, priority and slot (kind and end) without
+-- making a string per entry; each group is counted once, when it is written.
 local function frontier_queue(id, blob, kind, prio, site, head)
-  local class = class_of(kind, prio, site)
-  local key = list_key(class, site)
-  local slot = (head and '<' or '>') .. key
-  local group = FRONTIER.pushes[slot]
+  local by_site = FRONTIER.pushes[site]
+  if not by_site then
+    by_site = {}
+    FRONTIER.pushes[site] = by_site
+  end
+  local by_prio = by_site[prio]
+  if not by_prio then
+    by_prio = {}
+    by_site[prio] = by_prio
+  end
+  local slot = ((kind == 1 or kind == '1') and 2 or 0) + (head and 2 or 1)
+  local group = by_prio[slot]
   if not group then
-    group = {key = key, head = head, class = class, kind = kind, prio = prio, site = site}
-    FRONTIER.pushes[slot] = group
+    local class = class_of(kind, prio, site)
+    group = {key = list_key(class, site), head = head, class = class, kind = kind, prio = prio,
+             site = site, bytes = 0}
+    by_prio[slot] = group
     FRONTIER.push_lists[#FRONTIER.push_lists + 1] = group
   end
   local item = id .. '\t' .. blob
   group[#group + 1] = item
-  counted(site, 1, #item)
+  group.bytes = group.bytes + #item
 end
 
 local function write_queued()
@@ -150,6 +162,7 @@ local function write_queued()
         became_ready(group.class, group.kind, group.prio, group.site)
       end
     end)
+    counted(group.site, #group, group.bytes)
   end
   FRONTIER.pushes, FRONTIER.push_lists = {}, {}
 end
