@@ -1,6 +1,7 @@
 """Item-heavy pages: a listing spider, vanilla Scrapy and scrapy-clustersync side by side.
 
     python bench/item_heavy.py [--pages 600] [--repeat 3] [--items 120] [--delay 0.01]
+                               [--baseline REV]
 
 Every page of a generated site is a listing: the spider (tests/projects/listing) yields
 ``--items`` items per page, each awaited ``--delay`` seconds by an async item pipeline (a
@@ -14,7 +15,9 @@ of the page hits) are compared with vanilla Scrapy's in the same run:
   package has the result pipeline.
 
 Each run has its own redis-server. Targets: clustersync >= 0.95 of vanilla; with results
->= 0.90 of vanilla with a feed.
+>= 0.90 of vanilla with a feed. ``--baseline REV`` also runs each clustersync variant with the
+package as it was at git revision REV (bench/baseline.py), right after it in every round, and
+prints its ratios too: an A/B run in one session.
 """
 
 from __future__ import annotations
@@ -24,12 +27,13 @@ import statistics
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 # testkit, the dev and test kit, is not installed: it is imported from the repository root
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from baseline import baseline_python
 from runner import steady_rate
 
 from scrapy_clustersync import config
@@ -52,14 +56,27 @@ class ListingVariant:
     addon: bool
     feed: bool = False
     results: bool = False
+    #: for an A/B run: the python of a virtualenv with an older version of the package
+    python: str = ""
 
 
-def variants() -> list[ListingVariant]:
+def variants(baseline: str | None = None) -> list[ListingVariant]:
+    """The variants of a round; with ``baseline``, each clustersync variant's twin at that git
+    revision right after it (keyed ``clustersync@<commit>``)."""
     chosen = [ListingVariant("vanilla", addon=False), ListingVariant("clustersync", addon=True)]
     if results_pipeline_available():
         chosen += [ListingVariant("vanilla +feed", addon=False, feed=True),
                    ListingVariant("clustersync +results", addon=True, results=True)]
-    return chosen
+    if not baseline:
+        return chosen
+    commit, python = baseline_python(baseline)
+    with_twins = []
+    for variant in chosen:
+        with_twins.append(variant)
+        if variant.addon:
+            key = variant.key.replace("clustersync", f"clustersync@{commit}", 1)
+            with_twins.append(replace(variant, key=key, python=str(python)))
+    return with_twins
 
 
 def results_pipeline_available() -> bool:
@@ -86,7 +103,8 @@ def run_once(variant: ListingVariant, site: SiteProcess, run_dir: Path, args: ar
         node = start_node("listing", cwd=LISTING_PROJECT, log_path=run_dir / "scrapy.log",
                           spider_args={"start_url": site.start_url}, settings=settings,
                           options=options, env={"SCRAPY_SETTINGS_MODULE": "listing.settings"},
-                          pythonpath=[LISTING_PROJECT])
+                          pythonpath=[LISTING_PROJECT],
+                          python=Path(variant.python) if variant.python else None)
         wait_or_kill(node, CAP_S)
     finally:
         if redis is not None:
@@ -104,25 +122,32 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--items", type=int, default=120)
     parser.add_argument("--delay", type=float, default=0.01)
+    parser.add_argument("--baseline", metavar="REV",
+                        help="also run the clustersync variants with the package at this git "
+                        "revision (installed in .bench-baseline/), in the same rounds")
     args = parser.parse_args()
-    rates: dict[str, list[float]] = {v.key: [] for v in variants()}
+    chosen = variants(args.baseline)
+    rates: dict[str, list[float]] = {v.key: [] for v in chosen}
     with tempfile.TemporaryDirectory() as tmp, SiteProcess(args.pages) as site:
         for repeat in range(args.repeat):
-            for variant in variants():
+            for variant in chosen:
                 agent = f"bench/{variant.key.replace(' ', '_')}-{repeat}-{time.monotonic_ns()}"
                 run_dir = Path(tmp) / agent.replace("/", "_")
                 rate = run_once(variant, site, run_dir, args, agent)
                 rates[variant.key].append(rate)
-                print(f"  {variant.key:<22} round {repeat + 1}: {rate:7.1f} pages/s", flush=True)
+                print(f"  {variant.key:<30} round {repeat + 1}: {rate:7.1f} pages/s", flush=True)
     medians = {key: statistics.median(values) for key, values in rates.items()}
     print(f"\nlisting: {args.items} items per page, async pipeline {args.delay * 1000:g} ms "
           f"per item, {args.pages} pages, medians of {args.repeat}")
     for key, value in medians.items():
-        print(f"  {key:<22} {value:7.1f} pages/s")
-    report("clustersync ÷ vanilla", medians["clustersync"], medians["vanilla"], TARGET)
-    if "clustersync +results" in medians:
-        report("clustersync +results ÷ vanilla +feed", medians["clustersync +results"],
-               medians["vanilla +feed"], TARGET_WITH_RESULTS)
+        print(f"  {key:<30} {value:7.1f} pages/s")
+    for key in medians:
+        if not key.startswith("clustersync"):
+            continue
+        with_results = key.endswith("+results")
+        base = "vanilla +feed" if with_results else "vanilla"
+        report(f"{key} ÷ {base}", medians[key], medians[base],
+               TARGET_WITH_RESULTS if with_results else TARGET)
 
 
 def report(label: str, value: float, base: float, target: float) -> None:
