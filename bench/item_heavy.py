@@ -23,6 +23,8 @@ prints its ratios too: an A/B run in one session.
 from __future__ import annotations
 
 import argparse
+import re
+import resource
 import statistics
 import sys
 import tempfile
@@ -84,8 +86,9 @@ def results_pipeline_available() -> bool:
 
 
 def run_once(variant: ListingVariant, site: SiteProcess, run_dir: Path, args: argparse.Namespace,
-             agent: str) -> float:
-    """One node of ``variant`` crawls the site; its steady pages/s."""
+             agent: str) -> tuple[float, float]:
+    """One node of ``variant`` crawls the site; its steady pages/s and its CPU ms per page
+    (user + system, start-up included)."""
     settings = {"USER_AGENT": agent, "ITEMS_PER_PAGE": str(args.items),
                 "PIPELINE_DELAY": str(args.delay), "LOG_LEVEL": "WARNING"}
     options: list[str] = []
@@ -105,7 +108,9 @@ def run_once(variant: ListingVariant, site: SiteProcess, run_dir: Path, args: ar
                           options=options, env={"SCRAPY_SETTINGS_MODULE": "listing.settings"},
                           pythonpath=[LISTING_PROJECT],
                           python=Path(variant.python) if variant.python else None)
+        cpu_before = _children_cpu_s()
         wait_or_kill(node, CAP_S)
+        node_cpu_s = _children_cpu_s() - cpu_before  # redis-server is reaped after this
     finally:
         if redis is not None:
             redis.stop()
@@ -113,7 +118,12 @@ def run_once(variant: ListingVariant, site: SiteProcess, run_dir: Path, args: ar
     if len(hits.hits) != site.pages:
         sys.exit(f"{variant.key}: fetched {len(hits.hits)} of {site.pages} pages; "
                  f"see {run_dir / 'scrapy.log'}")
-    return steady_rate(hits.times)
+    return steady_rate(hits.times), 1000 * node_cpu_s / site.pages
+
+
+def _children_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def main() -> None:
@@ -125,35 +135,51 @@ def main() -> None:
     parser.add_argument("--baseline", metavar="REV",
                         help="also run the clustersync variants with the package at this git "
                         "revision (installed in .bench-baseline/), in the same rounds")
+    parser.add_argument("--only", nargs="+", metavar="KEY",
+                        help="run only these variants (and the vanilla ones they are rated "
+                        "against), e.g. 'clustersync +results'")
     args = parser.parse_args()
-    chosen = variants(args.baseline)
+    wanted = set(args.only or ()) | {_base(key) for key in args.only or ()}
+    chosen = [v for v in variants(args.baseline)
+              if not wanted or re.sub(r"@\w+", "", v.key) in wanted]
     rates: dict[str, list[float]] = {v.key: [] for v in chosen}
+    cpu: dict[str, list[float]] = {v.key: [] for v in chosen}
     with tempfile.TemporaryDirectory() as tmp, SiteProcess(args.pages) as site:
         for repeat in range(args.repeat):
             for variant in chosen:
                 agent = f"bench/{variant.key.replace(' ', '_')}-{repeat}-{time.monotonic_ns()}"
                 run_dir = Path(tmp) / agent.replace("/", "_")
-                rate = run_once(variant, site, run_dir, args, agent)
+                rate, cpu_ms = run_once(variant, site, run_dir, args, agent)
                 rates[variant.key].append(rate)
-                print(f"  {variant.key:<30} round {repeat + 1}: {rate:7.1f} pages/s", flush=True)
-    medians = {key: statistics.median(values) for key, values in rates.items()}
+                cpu[variant.key].append(cpu_ms)
+                print(f"  {variant.key:<30} round {repeat + 1}: {rate:7.1f} pages/s, node CPU "
+                      f"{cpu_ms:5.2f} ms/page", flush=True)
+    medians = {key: statistics.median(values) for key, values in rates.items() if values}
     print(f"\nlisting: {args.items} items per page, async pipeline {args.delay * 1000:g} ms "
           f"per item, {args.pages} pages, medians of {args.repeat}")
     for key, value in medians.items():
-        print(f"  {key:<30} {value:7.1f} pages/s")
+        print(f"  {key:<30} {value:7.1f} pages/s, node CPU "
+              f"{statistics.median(cpu[key]):5.2f} ms/page")
     for key in medians:
-        if not key.startswith("clustersync"):
-            continue
-        with_results = key.endswith("+results")
-        base = "vanilla +feed" if with_results else "vanilla"
-        report(f"{key} ÷ {base}", medians[key], medians[base],
-               TARGET_WITH_RESULTS if with_results else TARGET)
+        base = _base(key)
+        if key.startswith("clustersync") and base in medians:
+            report(f"{key} ÷ {base}", medians[key], medians[base],
+                   TARGET_WITH_RESULTS if key.endswith("+results") else TARGET,
+                   [value / rate for value, rate in zip(rates[key], rates[base], strict=True)
+                    if rate])
 
 
-def report(label: str, value: float, base: float, target: float) -> None:
+def _base(key: str) -> str:
+    """The vanilla variant a variant is rated against."""
+    return "vanilla +feed" if key.endswith("+results") else "vanilla"
+
+
+def report(label: str, value: float, base: float, target: float,
+           rounds: list[float]) -> None:
     ratio = value / base if base else 0.0
     verdict = "ok" if ratio >= target else "BELOW TARGET"
-    print(f"  {label}: {ratio:.2f} (target >= {target:.2f}): {verdict}")
+    each = ", ".join(f"{r:.2f}" for r in rounds)
+    print(f"  {label}: {ratio:.2f} (target >= {target:.2f}): {verdict}; rounds {each}")
 
 
 if __name__ == "__main__":
