@@ -4,8 +4,9 @@
                         [--baseline REV]
 
 Serves a generated site from its own process, crawls all of it with every variant (one node;
-two nodes; two nodes with 2.5 ms added each way between the nodes and Redis; two clustersync
-nodes far from Redis, 25 and 50 ms each way), each run on its
+one vanilla node writing its items to a JSON lines feed, as a clustersync node writes them to
+the job's results stream; two nodes; two nodes with 2.5 ms added each way between the nodes and
+Redis; two clustersync nodes far from Redis, 25 and 50 ms each way), each run on its
 own redis-server, repeats the whole round ``--repeat`` times interleaved, and prints the
 medians, the headline ratios and a Markdown snippet for the README. Results go to
 ``bench/results/latest.json``. About 6 minutes with the defaults on 2 cores; ``--quick`` 2.
@@ -57,6 +58,9 @@ DELAY_S = 0.0025
 FAR_DELAYS_S = (0.025, 0.05)
 VARIANTS = [
     Variant("vanilla", 1),
+    # vanilla writing the spider's items (one per page) to a JSON lines feed, as clustersync x1
+    # writes them to the job's results stream (on by default)
+    Variant("vanilla", 1, feed=True),
     Variant("scrapy-redis", 1),
     Variant("clustersync", 1),
     Variant("scrapy-redis", 2),
