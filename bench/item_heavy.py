@@ -1,7 +1,7 @@
 """Item-heavy pages: a listing spider, vanilla Scrapy and scrapy-clustersync side by side.
 
     python bench/item_heavy.py [--pages 600] [--repeat 3] [--items 120] [--delay 0.01]
-                               [--baseline REV]
+                               [--baseline REV [REV ...]] [--only KEY ...]
 
 Every page of a generated site is a listing: the spider (tests/projects/listing) yields
 ``--items`` items per page, each awaited ``--delay`` seconds by an async item pipeline (a
@@ -17,7 +17,8 @@ of the page hits) are compared with vanilla Scrapy's in the same run:
 Each run has its own redis-server. Targets: clustersync >= 0.95 of vanilla; with results
 >= 0.90 of vanilla with a feed. ``--baseline REV`` also runs each clustersync variant with the
 package as it was at git revision REV (bench/baseline.py), right after it in every round, and
-prints its ratios too: an A/B run in one session.
+prints its ratios too: an A/B run in one session (with several revisions, each; this code's own
+commit among them compares code installed alike).
 """
 
 from __future__ import annotations
@@ -62,22 +63,21 @@ class ListingVariant:
     python: str = ""
 
 
-def variants(baseline: str | None = None) -> list[ListingVariant]:
-    """The variants of a round; with ``baseline``, each clustersync variant's twin at that git
-    revision right after it (keyed ``clustersync@<commit>``)."""
+def variants(baseline: list[str] | None = None) -> list[ListingVariant]:
+    """The variants of a round; with ``baseline``, each clustersync variant's twin at each of
+    those git revisions right after it (keyed ``clustersync@<commit>``)."""
     chosen = [ListingVariant("vanilla", addon=False), ListingVariant("clustersync", addon=True)]
     if results_pipeline_available():
         chosen += [ListingVariant("vanilla +feed", addon=False, feed=True),
                    ListingVariant("clustersync +results", addon=True, results=True)]
-    if not baseline:
-        return chosen
-    commit, python = baseline_python(baseline)
+    installed = [baseline_python(rev) for rev in baseline or []]
     with_twins = []
     for variant in chosen:
         with_twins.append(variant)
         if variant.addon:
-            key = variant.key.replace("clustersync", f"clustersync@{commit}", 1)
-            with_twins.append(replace(variant, key=key, python=str(python)))
+            with_twins += [replace(variant, python=str(python),
+                                   key=variant.key.replace("clustersync", f"clustersync@{commit}"))
+                           for commit, python in installed]
     return with_twins
 
 
@@ -132,9 +132,9 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--items", type=int, default=120)
     parser.add_argument("--delay", type=float, default=0.01)
-    parser.add_argument("--baseline", metavar="REV",
-                        help="also run the clustersync variants with the package at this git "
-                        "revision (installed in .bench-baseline/), in the same rounds")
+    parser.add_argument("--baseline", metavar="REV", nargs="+",
+                        help="also run the clustersync variants with the package at each of "
+                        "these git revisions (installed in .bench-baseline/), in the same rounds")
     parser.add_argument("--only", nargs="+", metavar="KEY",
                         help="run only these variants (and the vanilla ones they are rated "
                         "against), e.g. 'clustersync +results'")

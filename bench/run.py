@@ -1,7 +1,7 @@
 """Benchmark: vanilla Scrapy, scrapy-redis 0.9.1 and scrapy-clustersync, side by side.
 
     python bench/run.py [--pages 3000] [--repeat 3] [--cap 60] [--quick] [--only KEY ...]
-                        [--baseline REV]
+                        [--baseline REV [REV ...]]
 
 Serves a generated site from its own process, crawls all of it with every variant (one node;
 one vanilla node writing its items to a JSON lines feed, as a clustersync node writes them to
@@ -89,9 +89,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="leave out variants whose key contains one of these")
     parser.add_argument("--no-count", action="store_true",
                         help="skip the untimed runs that count Redis commands with MONITOR")
-    parser.add_argument("--baseline", metavar="REV",
-                        help="also run the clustersync variants with the package at this git "
-                        "revision (installed in .bench-baseline/), in the same rounds")
+    parser.add_argument("--baseline", metavar="REV", nargs="+",
+                        help="also run the clustersync variants with the package at each of "
+                        "these git revisions (installed in .bench-baseline/), in the same rounds")
     parser.add_argument("--keep", action="store_true", help="keep node logs and stats")
     parser.add_argument("--out", type=Path, default=RESULTS_PATH, help="where to write JSON")
     parser.add_argument("--polite", action="store_true",
@@ -105,20 +105,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def selected_variants(only: list[str] | None, baseline: str | None = None,
+def selected_variants(only: list[str] | None, baseline: str | list[str] | None = None,
                       skip: list[str] | None = None) -> list[Variant]:
-    """The variants to run; with ``baseline``, each clustersync variant's twin at that revision
-    runs right after it."""
+    """The variants to run; with ``baseline`` (one git revision or several), each clustersync
+    variant's twin at each revision runs right after it. Two revisions installed alike (this
+    code's commit among them) compare code without the difference between a work tree and an
+    installed package."""
     chosen = [v for v in VARIANTS if (not only or any(part in v.key for part in only))
               and not any(part in v.key for part in skip or [])]
-    if not baseline:
-        return chosen
-    commit, python = baseline_python(baseline)
+    revisions = [baseline] if isinstance(baseline, str) else baseline or []
+    installed = [baseline_python(rev) for rev in revisions]
     with_twins = []
     for variant in chosen:
         with_twins.append(variant)
         if variant.engine == "clustersync":
-            with_twins.append(replace(variant, baseline=commit, python=str(python)))
+            with_twins += [replace(variant, baseline=commit, python=str(python))
+                           for commit, python in installed]
     return with_twins
 
 
