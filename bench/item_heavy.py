@@ -1,6 +1,7 @@
 """Item-heavy pages: a listing spider, vanilla Scrapy and scrapy-clustersync side by side.
 
     python bench/item_heavy.py [--pages 600] [--repeat 3] [--items 120] [--delay 0.01]
+                               [--baseline REV [REV ...]] [--only KEY ...]
 
 Every page of a generated site is a listing: the spider (tests/projects/listing) yields
 ``--items`` items per page, each awaited ``--delay`` seconds by an async item pipeline (a
@@ -14,22 +15,28 @@ of the page hits) are compared with vanilla Scrapy's in the same run:
   package has the result pipeline.
 
 Each run has its own redis-server. Targets: clustersync >= 0.95 of vanilla; with results
->= 0.90 of vanilla with a feed.
+>= 0.90 of vanilla with a feed. ``--baseline REV`` also runs each clustersync variant with the
+package as it was at git revision REV (bench/baseline.py), right after it in every round, and
+prints its ratios too: an A/B run in one session (with several revisions, each; this code's own
+commit among them compares code installed alike).
 """
 
 from __future__ import annotations
 
 import argparse
+import re
+import resource
 import statistics
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 # testkit, the dev and test kit, is not installed: it is imported from the repository root
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from baseline import baseline_python
 from runner import steady_rate
 
 from scrapy_clustersync import config
@@ -52,14 +59,26 @@ class ListingVariant:
     addon: bool
     feed: bool = False
     results: bool = False
+    #: for an A/B run: the python of a virtualenv with an older version of the package
+    python: str = ""
 
 
-def variants() -> list[ListingVariant]:
+def variants(baseline: list[str] | None = None) -> list[ListingVariant]:
+    """The variants of a round; with ``baseline``, each clustersync variant's twin at each of
+    those git revisions right after it (keyed ``clustersync@<commit>``)."""
     chosen = [ListingVariant("vanilla", addon=False), ListingVariant("clustersync", addon=True)]
     if results_pipeline_available():
         chosen += [ListingVariant("vanilla +feed", addon=False, feed=True),
                    ListingVariant("clustersync +results", addon=True, results=True)]
-    return chosen
+    installed = [baseline_python(rev) for rev in baseline or []]
+    with_twins = []
+    for variant in chosen:
+        with_twins.append(variant)
+        if variant.addon:
+            with_twins += [replace(variant, python=str(python),
+                                   key=variant.key.replace("clustersync", f"clustersync@{commit}"))
+                           for commit, python in installed]
+    return with_twins
 
 
 def results_pipeline_available() -> bool:
@@ -67,8 +86,9 @@ def results_pipeline_available() -> bool:
 
 
 def run_once(variant: ListingVariant, site: SiteProcess, run_dir: Path, args: argparse.Namespace,
-             agent: str) -> float:
-    """One node of ``variant`` crawls the site; its steady pages/s."""
+             agent: str) -> tuple[float, float]:
+    """One node of ``variant`` crawls the site; its steady pages/s and its CPU ms per page
+    (user + system, start-up included)."""
     settings = {"USER_AGENT": agent, "ITEMS_PER_PAGE": str(args.items),
                 "PIPELINE_DELAY": str(args.delay), "LOG_LEVEL": "WARNING"}
     options: list[str] = []
@@ -86,8 +106,11 @@ def run_once(variant: ListingVariant, site: SiteProcess, run_dir: Path, args: ar
         node = start_node("listing", cwd=LISTING_PROJECT, log_path=run_dir / "scrapy.log",
                           spider_args={"start_url": site.start_url}, settings=settings,
                           options=options, env={"SCRAPY_SETTINGS_MODULE": "listing.settings"},
-                          pythonpath=[LISTING_PROJECT])
+                          pythonpath=[LISTING_PROJECT],
+                          python=Path(variant.python) if variant.python else None)
+        cpu_before = _children_cpu_s()
         wait_or_kill(node, CAP_S)
+        node_cpu_s = _children_cpu_s() - cpu_before  # redis-server is reaped after this
     finally:
         if redis is not None:
             redis.stop()
@@ -95,7 +118,12 @@ def run_once(variant: ListingVariant, site: SiteProcess, run_dir: Path, args: ar
     if len(hits.hits) != site.pages:
         sys.exit(f"{variant.key}: fetched {len(hits.hits)} of {site.pages} pages; "
                  f"see {run_dir / 'scrapy.log'}")
-    return steady_rate(hits.times)
+    return steady_rate(hits.times), 1000 * node_cpu_s / site.pages
+
+
+def _children_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def main() -> None:
@@ -104,31 +132,54 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--items", type=int, default=120)
     parser.add_argument("--delay", type=float, default=0.01)
+    parser.add_argument("--baseline", metavar="REV", nargs="+",
+                        help="also run the clustersync variants with the package at each of "
+                        "these git revisions (installed in .bench-baseline/), in the same rounds")
+    parser.add_argument("--only", nargs="+", metavar="KEY",
+                        help="run only these variants (and the vanilla ones they are rated "
+                        "against), e.g. 'clustersync +results'")
     args = parser.parse_args()
-    rates: dict[str, list[float]] = {v.key: [] for v in variants()}
+    wanted = set(args.only or ()) | {_base(key) for key in args.only or ()}
+    chosen = [v for v in variants(args.baseline)
+              if not wanted or re.sub(r"@\w+", "", v.key) in wanted]
+    rates: dict[str, list[float]] = {v.key: [] for v in chosen}
+    cpu: dict[str, list[float]] = {v.key: [] for v in chosen}
     with tempfile.TemporaryDirectory() as tmp, SiteProcess(args.pages) as site:
         for repeat in range(args.repeat):
-            for variant in variants():
+            for variant in chosen:
                 agent = f"bench/{variant.key.replace(' ', '_')}-{repeat}-{time.monotonic_ns()}"
                 run_dir = Path(tmp) / agent.replace("/", "_")
-                rate = run_once(variant, site, run_dir, args, agent)
+                rate, cpu_ms = run_once(variant, site, run_dir, args, agent)
                 rates[variant.key].append(rate)
-                print(f"  {variant.key:<22} round {repeat + 1}: {rate:7.1f} pages/s", flush=True)
-    medians = {key: statistics.median(values) for key, values in rates.items()}
+                cpu[variant.key].append(cpu_ms)
+                print(f"  {variant.key:<30} round {repeat + 1}: {rate:7.1f} pages/s, node CPU "
+                      f"{cpu_ms:5.2f} ms/page", flush=True)
+    medians = {key: statistics.median(values) for key, values in rates.items() if values}
     print(f"\nlisting: {args.items} items per page, async pipeline {args.delay * 1000:g} ms "
           f"per item, {args.pages} pages, medians of {args.repeat}")
     for key, value in medians.items():
-        print(f"  {key:<22} {value:7.1f} pages/s")
-    report("clustersync ÷ vanilla", medians["clustersync"], medians["vanilla"], TARGET)
-    if "clustersync +results" in medians:
-        report("clustersync +results ÷ vanilla +feed", medians["clustersync +results"],
-               medians["vanilla +feed"], TARGET_WITH_RESULTS)
+        print(f"  {key:<30} {value:7.1f} pages/s, node CPU "
+              f"{statistics.median(cpu[key]):5.2f} ms/page")
+    for key in medians:
+        base = _base(key)
+        if key.startswith("clustersync") and base in medians:
+            report(f"{key} ÷ {base}", medians[key], medians[base],
+                   TARGET_WITH_RESULTS if key.endswith("+results") else TARGET,
+                   [value / rate for value, rate in zip(rates[key], rates[base], strict=True)
+                    if rate])
 
 
-def report(label: str, value: float, base: float, target: float) -> None:
+def _base(key: str) -> str:
+    """The vanilla variant a variant is rated against."""
+    return "vanilla +feed" if key.endswith("+results") else "vanilla"
+
+
+def report(label: str, value: float, base: float, target: float,
+           rounds: list[float]) -> None:
     ratio = value / base if base else 0.0
     verdict = "ok" if ratio >= target else "BELOW TARGET"
-    print(f"  {label}: {ratio:.2f} (target >= {target:.2f}): {verdict}")
+    each = ", ".join(f"{r:.2f}" for r in rounds)
+    print(f"  {label}: {ratio:.2f} (target >= {target:.2f}): {verdict}; rounds {each}")
 
 
 if __name__ == "__main__":

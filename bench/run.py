@@ -1,11 +1,12 @@
 """Benchmark: vanilla Scrapy, scrapy-redis 0.9.1 and scrapy-clustersync, side by side.
 
     python bench/run.py [--pages 3000] [--repeat 3] [--cap 60] [--quick] [--only KEY ...]
-                        [--baseline REV]
+                        [--baseline REV [REV ...]]
 
 Serves a generated site from its own process, crawls all of it with every variant (one node;
-two nodes; two nodes with 2.5 ms added each way between the nodes and Redis; two clustersync
-nodes far from Redis, 25 and 50 ms each way), each run on its
+one vanilla node writing its items to a JSON lines feed, as a clustersync node writes them to
+the job's results stream; two nodes; two nodes with 2.5 ms added each way between the nodes and
+Redis; two clustersync nodes far from Redis, 25 and 50 ms each way), each run on its
 own redis-server, repeats the whole round ``--repeat`` times interleaved, and prints the
 medians, the headline ratios and a Markdown snippet for the README. Results go to
 ``bench/results/latest.json``. About 6 minutes with the defaults on 2 cores; ``--quick`` 2.
@@ -57,6 +58,9 @@ DELAY_S = 0.0025
 FAR_DELAYS_S = (0.025, 0.05)
 VARIANTS = [
     Variant("vanilla", 1),
+    # vanilla writing the spider's items (one per page) to a JSON lines feed, as clustersync x1
+    # writes them to the job's results stream (on by default)
+    Variant("vanilla", 1, feed=True),
     Variant("scrapy-redis", 1),
     Variant("clustersync", 1),
     Variant("scrapy-redis", 2),
@@ -87,9 +91,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="leave out variants whose key contains one of these")
     parser.add_argument("--no-count", action="store_true",
                         help="skip the untimed runs that count Redis commands with MONITOR")
-    parser.add_argument("--baseline", metavar="REV",
-                        help="also run the clustersync variants with the package at this git "
-                        "revision (installed in .bench-baseline/), in the same rounds")
+    parser.add_argument("--baseline", metavar="REV", nargs="+",
+                        help="also run the clustersync variants with the package at each of "
+                        "these git revisions (installed in .bench-baseline/), in the same rounds")
     parser.add_argument("--keep", action="store_true", help="keep node logs and stats")
     parser.add_argument("--out", type=Path, default=RESULTS_PATH, help="where to write JSON")
     parser.add_argument("--polite", action="store_true",
@@ -103,20 +107,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def selected_variants(only: list[str] | None, baseline: str | None = None,
+def selected_variants(only: list[str] | None, baseline: str | list[str] | None = None,
                       skip: list[str] | None = None) -> list[Variant]:
-    """The variants to run; with ``baseline``, each clustersync variant's twin at that revision
-    runs right after it."""
+    """The variants to run; with ``baseline`` (one git revision or several), each clustersync
+    variant's twin at each revision runs right after it. Two revisions installed alike (this
+    code's commit among them) compare code without the difference between a work tree and an
+    installed package."""
     chosen = [v for v in VARIANTS if (not only or any(part in v.key for part in only))
               and not any(part in v.key for part in skip or [])]
-    if not baseline:
-        return chosen
-    commit, python = baseline_python(baseline)
+    revisions = [baseline] if isinstance(baseline, str) else baseline or []
+    installed = [baseline_python(rev) for rev in revisions]
     with_twins = []
     for variant in chosen:
         with_twins.append(variant)
         if variant.engine == "clustersync":
-            with_twins.append(replace(variant, baseline=commit, python=str(python)))
+            with_twins += [replace(variant, baseline=commit, python=str(python))
+                           for commit, python in installed]
     return with_twins
 
 

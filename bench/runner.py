@@ -37,11 +37,13 @@ ENGINES = {
 
 @dataclass(frozen=True)
 class Variant:
-    """What runs: an engine, how many nodes, and the one-way delay between nodes and Redis."""
+    """What runs: an engine, how many nodes, the one-way delay between nodes and Redis, and
+    whether each node also writes its items to a JSON lines feed (``-o items.jsonl``)."""
 
     engine: str
     nodes: int
     delay_s: float = 0.0
+    feed: bool = False
     #: for an A/B run: the commit of an older version of the package, and the python of the
     #: virtualenv it is installed in (bench/baseline.py); "" for the code of this checkout
     baseline: str = ""
@@ -51,12 +53,13 @@ class Variant:
 
     @property
     def key(self) -> str:
-        """E.g. ``clustersync x2 +2.5ms`` or ``clustersync@40fc015 x1``: unique, and what the
-        table shows."""
+        """E.g. ``clustersync x2 +2.5ms``, ``vanilla x1 +feed`` or ``clustersync@40fc015 x1``:
+        unique, and what the table shows."""
         delay = f" +{self.delay_s * 1000:g}ms" if self.delay_s else ""
         at = f"@{self.baseline}" if self.baseline else ""
         region = f" region {self.region}" if self.region else ""
-        return f"{self.engine}{at} x{self.nodes}{delay}{region}"
+        feed = " +feed" if self.feed else ""
+        return f"{self.engine}{at} x{self.nodes}{delay}{region}{feed}"
 
     @property
     def uses_redis(self) -> bool:
@@ -347,7 +350,7 @@ def _spawn_node(
 ) -> subprocess.Popen[bytes]:
     """One node of ``variant`` in ``node_dir``: the example project's spider, the variant's
     settings module (from the bench's project) and ``extra_settings``, its own relative
-    paths."""
+    paths; with a feed, its items go to ``node_dir/items.jsonl``."""
     settings_module, url_setting = ENGINES[variant.engine]
     node_dir.mkdir(parents=True)
     settings = {**extra_settings, "USER_AGENT": agent,
@@ -357,6 +360,7 @@ def _spawn_node(
     return start_node(
         "site", cwd=node_dir, log_path=node_dir / "scrapy.log",
         spider_args={"start_url": start_url}, settings=settings,
+        options=["-o", str(node_dir / "items.jsonl")] if variant.feed else [],
         env={"SCRAPY_SETTINGS_MODULE": settings_module}, pythonpath=[BENCH_DIR, EXAMPLE_PROJECT],
         python=Path(variant.python) if variant.python else None,
     )

@@ -8,10 +8,13 @@ only once every item of it has left the item pipelines. So:
 - the output is numbered there: the n-th item of a request's output gets the result id
   ``<fingerprint hex>:<n>``; an item ``start()`` yielded gets ``start:<n>`` (ClusterSpider-
   Middleware numbers them: ``start_item``);
-- each item runs the item pipelines under a slot (a context variable, seen by everything the
-  pipelines await), which ``ResultPipeline`` fills with the encoded item; the slot's record is
-  kept only if the pipelines let the item through (an item ending in DropItem or an error is
-  not a result);
+- each item runs the item pipelines under a slot, and its record is kept only if the
+  pipelines let it through (an item ending in DropItem or an error is not a result). Where
+  ``ResultPipeline`` is the last pipeline (as the add-on orders it, unless the project has one
+  after it), it is taken out of the chain and the item the chain returns is encoded into the
+  slot: what it would have seen, at no step, coroutine or context variable of its own per
+  item. Otherwise the slot is a context variable (seen by everything the pipelines await),
+  which ``ResultPipeline`` fills with the encoded item;
 - the records of a leased request wait here until its ack (``attach``), which carries them to
   Redis in one op; a release (the request is crawled again) drops them. Results of no lease
   (start() items, requests kept on this node) go at once, in an op deduplicated by id.
@@ -34,8 +37,9 @@ from scrapy.http import Response
 
 from ..codec import LEASE_META_KEY
 from ..config import ResultSettings
-from ..results.record_format import CannotTravel, encode_data, pack_data
+from ..results.record_format import CannotTravel, DataEncoder, pack_data
 from ..store.write_ops import Ack, AckResults, Failed, Op, UnleasedResults, results_blob
+from .result_pipeline import ResultPipeline
 
 logger = logging.getLogger(__name__)
 
@@ -43,7 +47,7 @@ logger = logging.getLogger(__name__)
 Record = tuple[str, str, bytes]
 
 
-@dataclass
+@dataclass(slots=True)
 class Slot:
     """One item on its way through the item pipelines: where it comes from, and its record
     once ``ResultPipeline`` encoded it."""
@@ -82,6 +86,7 @@ class ResultCollector:
         self._again: dict[int, list[Slot]] = {}
         self._pending: dict[str, list[Record]] = {}  # lease token -> its records
         self._warned_types: set[str] = set()  # the types of output warned of as no item
+        self._encode = DataEncoder().data
 
     def watch(self, scraper: Any) -> bool:
         """Number the output Scrapy's ``scraper`` hands on and run its item pipelines under
@@ -95,6 +100,7 @@ class ResultCollector:
         handle_output = scraper.handle_spider_output_async
         process = itemproc.process_item_async
         numbered = self.numbered
+        last = _take_out_if_last(itemproc)
 
         # a plain function handing on Scrapy's coroutine: none of its own per page
         def watched_output(result: Any, request: Request, *args: Any, **kwargs: Any) -> Any:
@@ -102,7 +108,7 @@ class ResultCollector:
             return handle_output(numbered(result, request, response), request, *args, **kwargs)
 
         scraper.handle_spider_output_async = watched_output
-        itemproc.process_item_async = self.process_with_slot(process)
+        itemproc.process_item_async = self.process_with_slot(process, records_output=last)
         return True
 
     # ---- where an item comes from ----------------------------------------------------------
@@ -142,57 +148,81 @@ class ResultCollector:
         return _numbered_sync(output, note)
 
     # ---- through the item pipelines --------------------------------------------------------
-    def process_with_slot(self, process: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    def process_with_slot(self, process: Callable[[Any], Any],
+                          records_output: bool = False) -> Callable[[Any], Any]:
         """``process`` (the item pipelines' ``process_item_async``) running each item under
-        its slot, its record kept only if the pipelines let the item through."""
-        origins, again = self._origins, self._again
+        its slot, its record kept only if the pipelines let the item through: the record
+        ``ResultPipeline`` made in the chain, or with ``records_output`` (ResultPipeline taken
+        out of the chain, which it ended) the record of the item the chain returns."""
+        slot_of, kept = self._slot_of, self._kept
 
         async def processed(item: Any) -> Any:
-            key = id(item)
-            slot = origins.pop(key, None)
+            slot = slot_of(item)
             if slot is None:
                 return await process(item)
-            if again:
-                later = again.get(key)
-                if later:
-                    origins[key] = later.pop(0)
-                    if not later:
-                        del again[key]
             reset = SLOT.set(slot)
             try:
                 output = await process(item)
             finally:
                 SLOT.reset(reset)
             if slot.record is not None:
-                self._kept(slot)
+                kept(slot)
             return output
 
-        return processed
+        async def processed_then_recorded(item: Any) -> Any:
+            slot = slot_of(item)
+            if slot is None:
+                return await process(item)
+            output = await process(item)
+            slot.record = self._record_of(output, slot)
+            if slot.record is not None:
+                kept(slot)
+            return output
+
+        return processed_then_recorded if records_output else processed
+
+    def _slot_of(self, item: Any) -> Slot | None:
+        """The slot ``item`` was yielded in (the next one, for an item yielded again)."""
+        key = id(item)
+        slot = self._origins.pop(key, None)
+        again = self._again
+        if slot is not None and again:
+            later = again.get(key)
+            if later:
+                self._origins[key] = later.pop(0)
+                if not later:
+                    del again[key]
+        return slot
 
     def record(self, item: Any) -> None:
         """Encode ``item`` (what the pipelines before ``ResultPipeline`` made of it) into the
-        slot it is processed under; refuse it, with one error line and a stat, if it is too
-        large or holds a value that cannot be encoded (the crawl goes on)."""
+        slot it is processed under (see ``_record_of``)."""
         slot = SLOT.get()
-        if slot is None:
-            return
+        if slot is not None:
+            slot.record = self._record_of(item, slot)
+
+    def _record_of(self, item: Any, slot: Slot) -> Record | None:
+        """The record of ``item`` in ``slot``; None, with one error line and a stat, if it is
+        too large or holds a value that cannot be encoded (the crawl goes on), or if it is no
+        item."""
         if type(item) is not dict and not isinstance(item, Item) and not ItemAdapter.is_item(item):
             self._not_an_item(item, slot.url)
-            return
+            return None
         fields: dict[str, Any] = item if type(item) is dict else dict(item) if isinstance(
             item, Item) else ItemAdapter(item).asdict()
+        encode = self._encode
         try:
             try:  # a dict or an Item of plain values (nearly all): as it is, no copy
-                d = encode_data("item", slot.url, self.spider, self.node, _now_ms(), fields)
+                d = encode("item", slot.url, self.spider, self.node, _now_ms(), fields)
             except CannotTravel:  # an Item or a dataclass in it: ItemAdapter makes dicts of them
                 fields = ItemAdapter(item).asdict()
-                d = encode_data("item", slot.url, self.spider, self.node, _now_ms(), fields)
+                d = encode("item", slot.url, self.spider, self.node, _now_ms(), fields)
         except (CannotTravel, TypeError, ValueError, OverflowError) as exc:
             self.counts["clustersync/results/refused_unencodable"] += 1
             logger.error("clustersync: an item of spider %r from %s is not written to the "
                          "results: %s (%s)", self.spider, slot.url or "start()",
                          _bad_fields(fields), exc)
-            return
+            return None
         if len(d) > self.settings.item_max_bytes:
             self.counts["clustersync/results/refused_too_big"] += 1
             logger.error("clustersync: an item of spider %r from %s is not written to the "
@@ -200,8 +230,8 @@ class ResultCollector:
                          "(%d); largest fields: %s", self.spider, slot.url or "start()", len(d),
                          self.settings.item_max_bytes,
                          _largest_fields(fields, len(d) - self.settings.item_max_bytes))
-            return
-        slot.record = (slot.result_id, "item", d)
+            return None
+        return (slot.result_id, "item", d)
 
     def _not_an_item(self, value: Any, url: str | None) -> None:
         """Scrapy hands any output that is not a request to the pipelines as an item and lets
@@ -246,7 +276,7 @@ class ResultCollector:
                 "errback": op.errback}
         fp = self._fingerprint(request).hex()
         return (f"{fp}:error", "error",
-                encode_data("error", op.url, self.spider, self.node, _now_ms(), data))
+                self._encode("error", op.url, self.spider, self.node, _now_ms(), data))
 
     def _page_record(self, fp: str, response: Response) -> Record:
         body = response.body
@@ -259,7 +289,7 @@ class ResultCollector:
         if len(body) > cap:
             data["truncated"] = True
         return (f"{fp}:page", "page",
-                encode_data("page", response.url, self.spider, self.node, _now_ms(), data))
+                self._encode("page", response.url, self.spider, self.node, _now_ms(), data))
 
     def pending(self) -> int:
         """How many leases have results waiting for their ack."""
@@ -284,6 +314,21 @@ async def _numbered_async(output: Any, note: Callable[[int, Any], None]) -> Any:
             note(position, each)
             position += 1
         yield each
+
+
+def _take_out_if_last(itemproc: Any) -> bool:
+    """Take ``ResultPipeline.process_item`` out of the item processor's chain if it is the last
+    step there (nothing after it can change or drop the item); True if it did."""
+    methods = getattr(itemproc, "methods", None)  # Scrapy's MiddlewareManager: name -> deque
+    chain = methods.get("process_item") if isinstance(methods, dict) else None
+    if not chain:
+        return False
+    last = chain[-1]
+    if not (isinstance(getattr(last, "__self__", None), ResultPipeline)
+            and getattr(last, "__func__", None) is ResultPipeline.process_item):
+        return False
+    chain.pop()
+    return True
 
 
 def _now_ms() -> int:

@@ -29,9 +29,8 @@ from ..codec_exts import SIMPLE_DECODERS, SIMPLE_EXTS, CannotTravel, Ext, as_pla
 
 FORMAT_VERSION = b"1"
 KINDS = ("item", "error", "page")
-__all__ = ["FORMAT_VERSION", "CannotTravel", "KINDS", "Result", "decode_record", "encode_data",
-           "encode_record",
-           "pack_data", "to_json_value", "unpack_data"]
+__all__ = ["FORMAT_VERSION", "CannotTravel", "KINDS", "DataEncoder", "Result", "decode_record",
+           "encode_data", "encode_record", "pack_data", "to_json_value", "unpack_data"]
 
 
 @dataclass(frozen=True)
@@ -109,6 +108,26 @@ def encode_data(kind: str, url: str | None, spider: str, node: str, at_ms: int,
     if kind not in KINDS:
         raise ValueError(f"unknown result kind {kind!r}")
     return pack_data({"url": url, "spider": spider, "node": node, "at_ms": at_ms, kind: data})
+
+
+class DataEncoder:
+    """``encode_data`` for a writer that encodes many results on one thread: it keeps one
+    msgpack packer, where each ``msgpack.packb`` builds and frees one (for a small item, most
+    of its cost). Not thread-safe: one per thread."""
+
+    def __init__(self) -> None:
+        # the extension types' payloads are packed by pack_data, with a packer of their own:
+        # this one is never re-entered; it empties itself when a value cannot be packed
+        self._pack = msgpack.Packer(use_bin_type=True, strict_types=True, default=_to_ext).pack
+
+    def data(self, kind: str, url: str | None, spider: str, node: str, at_ms: int,
+             data: dict[str, Any]) -> bytes:
+        """What ``encode_data`` returns for these arguments, and raises as it does."""
+        if kind not in KINDS:
+            raise ValueError(f"unknown result kind {kind!r}")
+        packed: bytes = self._pack({"url": url, "spider": spider, "node": node,
+                                    "at_ms": at_ms, kind: data})
+        return packed
 
 
 def decode_record(stream_id: str | bytes, fields: dict[Any, Any]) -> Result:
