@@ -39,7 +39,6 @@ from ..codec import LEASE_META_KEY
 from ..config import ResultSettings
 from ..results.record_format import CannotTravel, DataEncoder, pack_data
 from ..store.write_ops import Ack, AckResults, Failed, Op, UnleasedResults, results_blob
-from .result_pipeline import ResultPipeline
 
 logger = logging.getLogger(__name__)
 
@@ -319,6 +318,9 @@ async def _numbered_async(output: Any, note: Callable[[int, Any], None]) -> Any:
 def _take_out_if_last(itemproc: Any) -> bool:
     """Take ``ResultPipeline.process_item`` out of the item processor's chain if it is the last
     step there (nothing after it can change or drop the item); True if it did."""
+    # here, not at the top: result_pipeline.py names the scheduler that imports this module
+    from .result_pipeline import ResultPipeline
+
     methods = getattr(itemproc, "methods", None)  # Scrapy's MiddlewareManager: name -> deque
     chain = methods.get("process_item") if isinstance(methods, dict) else None
     if not chain:
