@@ -12,6 +12,7 @@ from pathlib import Path
 from types import TracebackType
 
 import httpx
+from prometheus_client.parser import text_string_to_metric_families
 
 from testkit.redis_server import free_port
 
@@ -77,3 +78,13 @@ class ServeProcess:
 
 def bearer(secret: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {secret}"}
+
+
+def metric_samples(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
+    """A /metrics answer, parsed with Prometheus's own text parser: each sample name's
+    (labels, value) pairs."""
+    samples: dict[str, list[tuple[dict[str, str], float]]] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            samples.setdefault(sample.name, []).append((sample.labels, sample.value))
+    return samples

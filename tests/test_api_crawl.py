@@ -11,8 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from api_serve import ServeProcess
-from prometheus_client.parser import text_string_to_metric_families
+from api_serve import ServeProcess, metric_samples
 
 from testkit.redis_server import RedisServer
 from testkit.site import TestSite
@@ -62,14 +61,6 @@ def steady(status: dict[str, Any]) -> dict[str, Any]:
         "nodes": {n["id"]: (n["state"], n["alive"], n.get("pages"), n.get("leased"))
                   for n in status["nodes"]},
     }
-
-
-def metric_samples(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
-    samples: dict[str, list[tuple[dict[str, str], float]]] = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            samples.setdefault(sample.name, []).append((sample.labels, sample.value))
-    return samples
 
 
 @pytest.mark.timing

@@ -12,8 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from api_serve import ServeProcess
-from prometheus_client.parser import text_string_to_metric_families
+from api_serve import ServeProcess, metric_samples
 
 from scrapy_clustersync.store import make_client
 from scrapy_clustersync.store.cluster_client import node_of
@@ -87,14 +86,6 @@ def test_two_nodes_crawl_through_the_cluster_and_serve_pauses_and_resumes_them(
     assert (status["queued"], status["leased"]) == (0, 0)
     assert status["counters"]["acked"] >= PAGES
     assert JOB in clustersync(redis_cluster.url, "jobs").stdout
-
-
-def metric_samples(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
-    samples: dict[str, list[tuple[dict[str, str], float]]] = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            samples.setdefault(sample.name, []).append((sample.labels, sample.value))
-    return samples
 
 
 def test_status_check_and_jobs_find_jobs_on_every_primary(
