@@ -48,13 +48,18 @@ local function frontier_setup(prefix, meta, legacy, entries)
   FRONTIER.region_of = {}  -- site -> its region ('' for none), as read in this call
 end
 
--- the region `site` is pinned to, '' for none (one HGET per site and call, none in a job that
--- pins no site)
-local function region_of(site)
+-- whether some site of the job is pinned to a region (one EXISTS per call, on first use)
+local function any_regions()
   if FRONTIER.any_regions == nil then
     FRONTIER.any_regions = redis.call('EXISTS', FRONTIER.regions) == 1
   end
-  if not FRONTIER.any_regions then return '' end
+  return FRONTIER.any_regions
+end
+
+-- the region `site` is pinned to, '' for none (one HGET per site and call, none in a job that
+-- pins no site)
+local function region_of(site)
+  if not any_regions() then return '' end
   local region = FRONTIER.region_of[site]
   if region == nil then
     region = redis.call('HGET', FRONTIER.regions, site) or ''
@@ -63,11 +68,15 @@ local function region_of(site)
   return region
 end
 
--- the class of `site`'s requests of `kind` and `prio`
-local function class_of(kind, prio, site)
-  local region = region_of(site)
+-- the class of `kind`, `prio` and `region` ('' for none)
+local function class_named(kind, prio, region)
   if region ~= '' then return kind .. ':' .. prio .. '@' .. region end
   return kind .. ':' .. prio
+end
+
+-- the class of `site`'s requests of `kind` and `prio`
+local function class_of(kind, prio, site)
+  return class_named(kind, prio, region_of(site))
 end
 
 -- a class's kind, priority (both strings) and region ('' for none)
@@ -352,7 +361,7 @@ end
 -- Whether `class` is leased in this pass: a class of no region always; one of the node's region
 -- (pace.region) in the first pass; one of another region only in the second (`foreign`).
 local function in_pass(class, pace, foreign)
-  if FRONTIER.any_regions == false then return not foreign end
+  if not any_regions() then return not foreign end
   local _, _, region = parse_class(class)
   if region == '' or region == pace.region then return not foreign end
   return foreign
@@ -381,11 +390,8 @@ end
 -- classes of other regions are leased too when its own region's and no region's give nothing
 local function frontier_lease(want, pace, hand)
   local st = {taken = 0, visits = 0, woken = 0, retry_at = nil, paced = {}}
-  if FRONTIER.any_regions == nil then
-    FRONTIER.any_regions = redis.call('EXISTS', FRONTIER.regions) == 1
-  end
   lease_pass(want, pace, hand, st, false)
-  if st.taken == 0 and pace.foreign and FRONTIER.any_regions then
+  if st.taken == 0 and pace.foreign and any_regions() then
     lease_pass(want, pace, hand, st, true)
   end
   for site, p in pairs(st.paced) do

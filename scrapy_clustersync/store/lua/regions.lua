@@ -54,14 +54,12 @@ for i = pins_from, #ARGV - 1, 2 do
         local list = list_key(class, site)
         local length = redis.call('LLEN', list)
         if length > 0 then
-          local to = kind .. ':' .. prio .. (region ~= '' and ('@' .. region) or '')
+          local to = class_named(kind, prio, region)
           local into = list_key(to, site)
           if redis.call('EXISTS', into) == 0 then
             redis.call('RENAME', list, into)
           else  -- (not expected: a site's requests are queued in its region's classes only)
-            for _, item in ipairs(redis.call('LRANGE', list, 0, -1)) do
-              redis.call('RPUSH', into, item)
-            end
+            send_in_batches('RPUSH', into, redis.call('LRANGE', list, 0, -1))
             redis.call('UNLINK', list)
           end
           redis.call('ZADD', FRONTIER.classes, 'NX', order, to)
