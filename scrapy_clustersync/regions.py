@@ -12,7 +12,8 @@ import re
 from .config import ConfigError
 
 #: a region's name: what a data centre or zone is called (eu-west-1, dc2, fra)
-REGION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+REGION = r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}"
+REGION_RE = re.compile(rf"^{REGION}$")
 
 
 def validate_region(name: object, given_as: str = "CLUSTERSYNC_REGION") -> str:

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, Field
 
 from ..cli.seed_urls import SeedEncoder
+from ..regions import REGION
 from ..store import JobStore
 from ..store.errors import BadBatch, ResultsFull, RolledBack, StateLost, StoreError
 from ..store.job_store import beat_of
@@ -45,7 +46,7 @@ class LeaseBody(BaseModel):
     count: int = Field(10, ge=1, le=1000)
     lease_ms: int = Field(60_000, ge=1000, le=3_600_000)
     #: the worker's region ("" for none): the sites pinned to it and to none come first
-    region: str = Field("", pattern=r"^([A-Za-z0-9][A-Za-z0-9_.-]{0,63})?$")
+    region: str = Field("", pattern=rf"^({REGION})?$")
     #: the worker has nothing else to do: the sites of other regions may come too
     foreign: bool = True
 

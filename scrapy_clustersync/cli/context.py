@@ -55,7 +55,8 @@ class CliContext:
 
     def read_url(self) -> str | None:
         """CLUSTERSYNC_READ_URL, if one is given (see ``read_client``)."""
-        return self._read[0] if self.read_client() is not None and self._read else None
+        self.read_client()  # finds it, once
+        return self._read[0] if self._read is not None else None
 
     def where(self) -> str:
         """The Redis in use and where its URL came from, for messages (password hidden)."""
