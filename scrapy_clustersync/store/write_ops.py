@@ -65,6 +65,13 @@ ALL_PUSH_FLAGS = int(PushFlags.DONT_FILTER | PushFlags.START | PushFlags.LIFO
                      | PushFlags.REPLACES)
 
 
+def check_site(site: str) -> None:
+    """ValueError for a site that cannot travel in a push: flush.lua's fields hold no tab or
+    newline."""
+    if "\t" in site or "\n" in site:
+        raise ValueError(f"a site holds no tab and no newline, not {site!r:.60}")
+
+
 @dataclass(frozen=True)
 class Push(_WriteOp):
     """Queue the encoded ``request`` unless its ``fingerprint`` was seen (opcode ``P``).
@@ -90,8 +97,7 @@ class Push(_WriteOp):
         if flags < 0 or flags & ~ALL_PUSH_FLAGS:
             raise ValueError(f"push flags {flags!r} are not a combination of PushFlags")
         object.__setattr__(self, "flags", flags)
-        if "\t" in self.site or "\n" in self.site:
-            raise ValueError(f"a site holds no tab and no newline, not {self.site!r:.60}")
+        check_site(self.site)
 
     @property
     def dont_filter(self) -> bool:
@@ -259,9 +265,8 @@ def packed_pushes(rows: Sequence[tuple[bytes, bytes, str]], priority: int) -> Pa
     text = str(int(priority))
     flat: list[str | bytes] = []
     for fingerprint, request, site in rows:
-        if "\t" in site or "\n" in site:
-            raise ValueError(f"a site holds no tab and no newline, not {site!r:.60}")
-        flat += ("P", fingerprint, text, request, "0", site)
+        check_site(site)
+        flat += (Push.OPCODE, fingerprint, text, request, "0", site)
     return PackedPushes(packed_strings(flat), len(rows))
 
 

@@ -13,6 +13,8 @@ from scrapy_clustersync.cli.plain_urls import plain_host
 from scrapy_clustersync.cli.seed_urls import BadSeed, SeedEncoder, check_url, is_scrapys_default
 from scrapy_clustersync.codec import RequestCodec
 from scrapy_clustersync.plugin.cluster_dupefilter import cluster_fingerprint
+from scrapy_clustersync.store.flush_script import packed_ops
+from scrapy_clustersync.store.write_ops import Push, packed_pushes
 
 ODD_URLS = [
     "https://shop.example.com/item/1?ref=seed",
@@ -115,3 +117,14 @@ def test_the_plain_path_checks_a_url_as_the_general_check_does(
     general = [_checked(url, schemes) for url in urls]
     # then both give the same URL or the same refusal
     assert with_plain == general
+
+
+def test_a_seeds_packed_pushes_are_the_bytes_of_the_same_push_records_packed() -> None:
+    # the seed's workers pack plain pushes without making a Push of each URL: what flush.lua
+    # reads must be what the Push records would have given
+    rows = [(b"f" * 20, b"request one", "a.example"), (b"g" * 20, b"request two", "b.example:81")]
+    pushes = [Push(fingerprint, -3, request, 0, site) for fingerprint, request, site in rows]
+    assert packed_pushes(rows, -3).packed == packed_ops(pushes)
+    assert packed_pushes(rows, -3).count == 2
+    with pytest.raises(ValueError, match="no tab and no newline"):
+        packed_pushes([(b"f" * 20, b"r", "bad\tsite")], 0)
