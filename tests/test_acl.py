@@ -4,8 +4,6 @@ key outside ``clustersync:*`` or purge a job; the operator user runs every CLI c
 
 from __future__ import annotations
 
-import re
-import shlex
 from pathlib import Path
 
 import pytest
@@ -14,11 +12,10 @@ import redis
 from scrapy_clustersync.store import JobStore, make_client
 from testkit.redis_server import LOCALHOST, RedisServer
 
+from acl_support import PASSWORDS, documented_lines, refusals, run_lines
 from conftest import SiteFactory
-from support import ROOT, clustersync, missing_pages, pages_fetched, start_nodes, wait_all
+from support import clustersync, missing_pages, pages_fetched, start_nodes, wait_all
 
-OPERATIONS = ROOT / "docs" / "operations.md"
-PASSWORDS = {"crawler": "crawl-pw", "operator": "oper-pw"}
 #: what the operator runs against a crawled job (purge last: it deletes the job)
 OPERATOR_COMMANDS = [
     "jobs", "status site", "status site --check", "nodes site", "check site", "failed site",
@@ -29,29 +26,10 @@ OPERATOR_COMMANDS = [
 ]
 
 
-def documented_lines(user: str) -> list[str]:
-    """The ``ACL SETUSER`` lines of the fenced block after ``<!-- acl:USER -->``."""
-    text = OPERATIONS.read_text()
-    match = re.search(rf"<!-- acl:{user} -->\n```\n(.*?)```", text, re.S)
-    assert match, f"no ACL block for {user} in {OPERATIONS}"
-    lines = [line for line in match.group(1).splitlines() if line.strip()]
-    assert lines and all(line.startswith(f"ACL SETUSER {user} ") for line in lines), lines
-    return lines
-
-
 def create_user(server: RedisServer, user: str) -> str:
-    """Run the documented lines (their password placeholder replaced); the user's URL."""
-    admin = server.client()
-    for line in documented_lines(user):
-        line = line.replace(f">{user.upper()}_PASSWORD", f">{PASSWORDS[user]}")
-        admin.execute_command(*shlex.split(line))  # type: ignore[no-untyped-call]
+    """Run the documented lines of ``user`` on ``server``; the user's URL."""
+    run_lines([server], user, documented_lines(user))
     return f"redis://{user}:{PASSWORDS[user]}@{LOCALHOST}:{server.port}/0"
-
-
-def refusals(server: RedisServer) -> list[str]:
-    """What the server's ACL log holds: each refused command or key, with its user."""
-    return [f"{entry['username']}: {entry['reason']} {entry['object']}"
-            for entry in server.client().acl_log()]
 
 
 @pytest.fixture
@@ -70,7 +48,7 @@ def crawled(redis_server: RedisServer, site: SiteFactory, tmp_path: Path) -> Red
 def test_a_crawl_as_the_documented_crawler_user_has_no_command_refused(
     crawled: RedisServer,
 ) -> None:
-    assert refusals(crawled) == []
+    assert refusals([crawled]) == []
 
 
 def test_the_crawler_user_cannot_flush_read_foreign_keys_or_purge(crawled: RedisServer) -> None:
@@ -92,7 +70,7 @@ def test_the_operator_user_runs_every_command_and_purges(crawled: RedisServer) -
     for command in OPERATOR_COMMANDS:
         run = clustersync(url, *command.split())
         assert run.returncode == 0, f"{command}: {run.output}"
-    assert refusals(crawled) == []
+    assert refusals([crawled]) == []
     assert clustersync(url, "purge", "site", "--yes").returncode == 0
     assert not JobStore(make_client(crawled.url), "site", "t").status().exists
-    assert refusals(crawled) == []
+    assert refusals([crawled]) == []
