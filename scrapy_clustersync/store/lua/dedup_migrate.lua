@@ -39,7 +39,7 @@ local layout_from = 5
 if redis.call('HGET', meta_key, 'epoch') ~= epoch then
   return redis.error_reply('CLUSTERSYNC_STATE_LOST job epoch missing or changed')
 end
-local refused = wrong_type({{seen_key, 'set'}, {bloom_key, 'hash'}})
+local refused = wrong_type({seen_key, 'set', bloom_key, 'hash'})
 if refused then return refused end
 bloom_setup(bloom_key, ARGV, layout_from, described, KEYS, chunk_from, dedup_mode)
 local left = redis.call('SCARD', seen_key)

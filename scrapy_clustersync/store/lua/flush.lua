@@ -135,14 +135,14 @@ local layout_from = 11
 if redis.call('HGET', meta_key, 'epoch') ~= epoch then
   return redis.error_reply('CLUSTERSYNC_STATE_LOST job epoch missing or changed')
 end
-local refused = wrong_type({{queue_key, 'zset'}, {entries_key, 'hash'}, {deadlines_key, 'zset'},
-                            {leased_key, 'hash'}, {seen_key, 'set'}, {stats_key, 'hash'},
-                            {dead_key, 'list'}, {last_call_key, 'hash'}, {bloom_key, 'hash'},
-                            {failed_key, 'list'}, {tasks_key, 'hash'}, {task_of_key, 'hash'},
-                            {scrapy_stats_key, 'hash'}, {node_stats_key, 'hash'},
-                            {frontier_key .. 'classes', 'zset'},
-                            {frontier_key .. 'sites', 'zset'},
-                            {frontier_key .. 'requeued', 'hash'}, {node_leases_key, 'zset'}})
+-- (the keys only some ops write are checked once the ops are read: op_keys_refusal)
+local refused = wrong_type({queue_key, 'zset', entries_key, 'hash', deadlines_key, 'zset',
+                            leased_key, 'hash', seen_key, 'set', stats_key, 'hash',
+                            last_call_key, 'hash', bloom_key, 'hash',
+                            tasks_key, 'hash', task_of_key, 'hash',
+                            frontier_key .. 'classes', 'zset',
+                            frontier_key .. 'sites', 'zset',
+                            frontier_key .. 'requeued', 'hash', node_leases_key, 'zset'})
 if refused then return refused end
 local last = redis.call('HMGET', last_call_key, 'writes', 'flush_id', 'flush_result')
 local writes = tonumber(last[1] or '0')
@@ -327,8 +327,8 @@ end
 -- another type); else nil
 local function results_refusal()
   if results_carried == 0 then return nil end
-  local refused = wrong_type({{results_key, 'stream'}, {results_meta_key, 'hash'},
-                              {results_ids_key, 'set'}})
+  local refused = wrong_type({results_key, 'stream', results_meta_key, 'hash',
+                              results_ids_key, 'set'})
   if refused then return refused end
   local length = redis.call('XLEN', results_key)
   if length < results_max then return nil end
@@ -383,9 +383,11 @@ local function check_push(op, f, number)
   end
   return nil
 end
+local ops_present = {}  -- opcode -> true for each opcode of the batch (validation fills it)
 local function check_op(op, f, number)
   local count = OP_FIELDS[op]
   if not count then return bad_op(number, 'unknown opcode ' .. tostring(op)) end
+  ops_present[op] = true
   if f + count - 1 > #OPS then return bad_op(number, 'missing fields') end
   if op == 'P' or op == 'T' then
     local bad = check_push(op, f, number)
@@ -415,6 +417,25 @@ local function check_op(op, f, number)
 end
 local invalid = each_op(check_op)
 if invalid then return invalid end
+
+-- an error reply if a key that only some ops write, and the batch has such an op, holds another
+-- type (as the check above, still before the first write); else nil
+local function op_keys_refusal()
+  local expected = {}
+  local function expect(key, kind)
+    expected[#expected + 1] = key
+    expected[#expected + 1] = kind
+  end
+  if ops_present.D or ops_present.X then expect(dead_key, 'list') end
+  if ops_present.F then expect(failed_key, 'list') end
+  if ops_present.C then
+    expect(scrapy_stats_key, 'hash')
+    expect(node_stats_key, 'hash')
+  end
+  return wrong_type(expected)
+end
+local refused_by_ops = op_keys_refusal()
+if refused_by_ops then return refused_by_ops end
 
 local unready = prepare_dedup()
 if unready then return unready end

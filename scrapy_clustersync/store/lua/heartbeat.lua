@@ -132,14 +132,14 @@ local lease_id_from = 13
 if redis.call('HGET', meta_key, 'epoch') ~= epoch then
   return redis.error_reply('CLUSTERSYNC_STATE_LOST job epoch missing or changed')
 end
-local refused = wrong_type({{nodes_key, 'zset'}, {node_info_key, 'hash'}, {idle_key, 'hash'},
-                            {deadlines_key, 'zset'}, {leased_key, 'hash'}, {queue_key, 'zset'},
-                            {last_call_key, 'hash'}, {stats_key, 'hash'}, {dead_nodes_key, 'hash'},
-                            {node_seen_key, 'zset'}, {node_stats_key, 'hash'},
-                            {pruned_key, 'hash'}, {entries_key, 'hash'},
-                            {frontier_key .. 'sites', 'zset'},
-                            {frontier_key .. 'requeued', 'hash'}, {node_leases_key, 'zset'},
-                            {node_numbers_key, 'hash'}, {reclaiming_key, 'zset'}})
+local refused = wrong_type({nodes_key, 'zset', node_info_key, 'hash', idle_key, 'hash',
+                            deadlines_key, 'zset', leased_key, 'hash', queue_key, 'zset',
+                            last_call_key, 'hash', stats_key, 'hash', dead_nodes_key, 'hash',
+                            node_seen_key, 'zset', node_stats_key, 'hash',
+                            pruned_key, 'hash', entries_key, 'hash',
+                            frontier_key .. 'sites', 'zset',
+                            frontier_key .. 'requeued', 'hash', node_leases_key, 'zset',
+                            node_numbers_key, 'hash', reclaiming_key, 'zset'})
 if refused then return refused end
 local writes, rolled_back = bump_writes(last_call_key, writes_seen)
 if not writes then return rolled_back end

@@ -60,8 +60,8 @@ local bloom_error = ARGV[7]
 local recrawl = ARGV[8]
 local bloom_field_from = 9
 -- the keys a run starts from (start_run) are read before the first write
-local refused = wrong_type({{stats_key, 'hash'}, {scrapy_stats_key, 'hash'}, {seen_key, 'set'},
-                            {bloom_key, 'hash'}})
+local refused = wrong_type({stats_key, 'hash', scrapy_stats_key, 'hash', seen_key, 'set',
+                            bloom_key, 'hash'})
 if refused then return refused end
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

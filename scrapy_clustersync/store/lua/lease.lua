@@ -87,13 +87,13 @@ for i = delays_from, #ARGV - 1, 2 do site_pace.delays[ARGV[i]] = tonumber(ARGV[i
 if redis.call('HGET', meta_key, 'epoch') ~= epoch then
   return redis.error_reply('CLUSTERSYNC_STATE_LOST job epoch missing or changed')
 end
-local refused = wrong_type({{queue_key, 'zset'}, {entries_key, 'hash'}, {deadlines_key, 'zset'},
-                            {leased_key, 'hash'}, {stats_key, 'hash'}, {last_call_key, 'hash'},
-                            {tasks_key, 'hash'}, {task_of_key, 'hash'}, {nodes_key, 'zset'},
-                            {node_leases_key, 'zset'}, {node_numbers_key, 'hash'},
-                            {reclaiming_key, 'zset'},
-                            {frontier_key .. 'classes', 'zset'}, {frontier_key .. 'sites', 'zset'},
-                            {frontier_key .. 'requeued', 'hash'}})
+local refused = wrong_type({queue_key, 'zset', entries_key, 'hash', deadlines_key, 'zset',
+                            leased_key, 'hash', stats_key, 'hash', last_call_key, 'hash',
+                            tasks_key, 'hash', task_of_key, 'hash', nodes_key, 'zset',
+                            node_leases_key, 'zset', node_numbers_key, 'hash',
+                            reclaiming_key, 'zset',
+                            frontier_key .. 'classes', 'zset', frontier_key .. 'sites', 'zset',
+                            frontier_key .. 'requeued', 'hash'})
 if refused then return refused end
 local writes, rolled_back = bump_writes(last_call_key, writes_seen)
 if not writes then return rolled_back end

@@ -2,16 +2,17 @@
 -- load_lua). Its functions take every key and argument they need as parameters: none reads KEYS
 -- or ARGV.
 --
--- wrong_type({{key, type}, ...}): an error reply if a key holds another type than the script
--- writes to it (another program wrote into the job's keys), else nil. Scripts check this before
--- their first write: Redis does not roll a script back, so a WRONGTYPE error half way would
--- leave its writes half applied. A key that does not exist is fine.
+-- wrong_type({key, type, key, type, ...}): an error reply if a key holds another type than the
+-- script writes to it (another program wrote into the job's keys), else nil. Scripts check this
+-- before their first write: Redis does not roll a script back, so a WRONGTYPE error half way
+-- would leave its writes half applied. A key that does not exist is fine. (A flat list: every
+-- call of the busy scripts builds one, and a table per pair is garbage Lua must collect.)
 local function wrong_type(expected)
-  for _, pair in ipairs(expected) do
-    local found = redis.call('TYPE', pair[1])['ok']
-    if found ~= 'none' and found ~= pair[2] then
-      return redis.error_reply('CLUSTERSYNC_WRONG_TYPE ' .. pair[1] .. ' holds a ' .. found ..
-                               ', not a ' .. pair[2])
+  for i = 1, #expected, 2 do
+    local found = redis.call('TYPE', expected[i])['ok']
+    if found ~= 'none' and found ~= expected[i + 1] then
+      return redis.error_reply('CLUSTERSYNC_WRONG_TYPE ' .. expected[i] .. ' holds a ' .. found ..
+                               ', not a ' .. expected[i + 1])
     end
   end
   return nil

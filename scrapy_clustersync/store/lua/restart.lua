@@ -41,8 +41,8 @@ local force = ARGV[1]
 local forget = ARGV[2]
 local bloom_field_from = 3
 -- the keys a run starts from (start_run) are read before the first write
-local refused = wrong_type({{stats_key, 'hash'}, {scrapy_stats_key, 'hash'}, {seen_key, 'set'},
-                            {bloom_key, 'hash'}})
+local refused = wrong_type({stats_key, 'hash', scrapy_stats_key, 'hash', seen_key, 'set',
+                            bloom_key, 'hash'})
 if refused then return refused end
 if redis.call('HEXISTS', meta_key, 'epoch') == 0 then
   return {0, 0, 0, 0, ''}

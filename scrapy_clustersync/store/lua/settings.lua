@@ -38,7 +38,7 @@ local who = ARGV[3]
 local history_keep = tonumber(ARGV[4])
 local channel = ARGV[5]
 local change_from = 6
-local bad = wrong_type({{meta_key, 'hash'}, {settings_key, 'hash'}, {settings_log_key, 'list'}})
+local bad = wrong_type({meta_key, 'hash', settings_key, 'hash', settings_log_key, 'list'})
 if bad then return bad end
 if not redis.call('HGET', meta_key, 'epoch') then
   return {'absent', '0', ''}

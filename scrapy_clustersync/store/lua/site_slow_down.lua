@@ -31,7 +31,7 @@ local backoff_max_ms = tonumber(ARGV[4])
 local idle_ms = tonumber(ARGV[5])
 local channel = ARGV[6]
 
-local bad = wrong_type({{site_key, 'hash'}, {sites_key, 'zset'}})
+local bad = wrong_type({site_key, 'hash', sites_key, 'zset'})
 if bad then return bad end
 
 local clock = redis.call('TIME')

@@ -62,7 +62,7 @@ local idle_ms = tonumber(ARGV[10])
 local good = tonumber(ARGV[11])
 local done_from = 12
 
-local bad = wrong_type({{site_key, 'hash'}, {inflight_key, 'zset'}, {sites_key, 'zset'}})
+local bad = wrong_type({site_key, 'hash', inflight_key, 'zset', sites_key, 'zset'})
 if bad then return bad end
 
 local clock = redis.call('TIME')
