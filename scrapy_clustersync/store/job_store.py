@@ -27,6 +27,7 @@ from .job_status import read_status
 from .join_scripts import RETRY, DedupRecord, JoinRequest, JoinScript, RestartScript
 from .keys import PARTITIONS_FIELD, JobKeys, parse_partitions
 from .lease_script import DEFAULT_HORIZON_MS, LeasePace, LeaseScript
+from .partition_count import PartitionsScript
 from .records import DeadLetter, FormatError, format_node_record
 from .records import as_text as _text
 from .round_trip import Answer, RoundTrip
@@ -71,6 +72,17 @@ def job_partitions(client: redis.Redis, job: str) -> int:
     by an earlier version: 1). One HGET. Raises StoreError for a value that is no count."""
     with translate_errors(client):
         raw = client.hget(JobKeys(job).meta, PARTITIONS_FIELD)
+    return _partitions_of(job, raw)
+
+
+def job_partitions_in(trip: RoundTrip, client: redis.Redis, job: str) -> Answer[int]:
+    """``job_partitions`` in ``trip`` (round_trip.py): one HGET more in its pipeline."""
+    return trip.add(lambda pipe: pipe.hget(JobKeys(job).meta, PARTITIONS_FIELD),
+                    Answer(client, lambda raw: _partitions_of(job, raw),
+                           lambda: job_partitions(client, job)))
+
+
+def _partitions_of(job: str, raw: Any) -> int:
     try:
         return parse_partitions(raw)
     except ValueError as exc:
@@ -115,6 +127,7 @@ class JobStore:
         #: the site scripts: one politeness budget per site for the cluster
         self.sites = SiteStore(client, self.keys, node_id)
         self.closespider = CloseSpiderStore(client, self.keys, node_id)
+        self._partitions = PartitionsScript(client, self.keys)
 
     @property
     def dedup(self) -> DedupSettings:
@@ -205,6 +218,12 @@ class JobStore:
     def _forget_failed(self) -> StoreError:
         return StoreError(f"the seen record of job {self.keys.job!r} kept changing while it was "
                           "being forgotten; is a node still writing to it?")
+
+    def record_partitions(self, count: int) -> int:
+        """Record ``count`` (2 or more) as the job's partition count if the job is new (no
+        epoch, no count: see partitions.lua); returns the job's count, which differs from
+        ``count`` when the job was created with another (``job_partitions`` reads it)."""
+        return self._partitions.run(count)
 
     def ensure_job(self) -> str:
         """The job's epoch, creating the job if it is new (used by the CLI's seed)."""

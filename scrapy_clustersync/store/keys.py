@@ -40,7 +40,8 @@ def partition_of(site: str, partitions: int) -> int:
 class JobKeys:
     """Key names of one job.
 
-    - ``meta``     hash: epoch (detects a Redis that lost its data), seq, start claim, start_done
+    - ``meta``     hash: epoch (detects a Redis that lost its data), seq, start claim, start_done;
+      partition 0's also ``partitions`` (PARTITIONS_FIELD: the job's partition count, absent: 1)
     - ``f:...``    the frontier: the queued requests, one list per site and queue class, and what
       leases them fairly (lua/frontier.lua documents every key: ``f:q:<kind>:<priority>:<site>``
       lists, ``f:ready:<kind>:<priority>``, ``f:rest:<kind>:<priority>``, ``f:classes`` and
