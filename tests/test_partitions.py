@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from scrapy_clustersync.config import DedupSettings
 from scrapy_clustersync.store import JobStore, StoreError, make_client
-from scrapy_clustersync.store.job_store import job_partitions
+from scrapy_clustersync.store.job_store import job_partitions, join_partitions
 from scrapy_clustersync.store.keys import PARTITIONS_FIELD, JobKeys
 from testkit.redis_server import RedisServer
 
@@ -71,3 +72,25 @@ def test_the_partition_count_is_recorded_once_when_the_job_is_created(
     assert old.record_partitions(3) == 1 and job_partitions(client, "old") == 1
     new.ensure_job()  # the join that creates the job keeps the count
     assert job_partitions(client, "new") == 3
+
+
+def test_every_partition_is_joined_as_a_job_of_its_own_with_the_jobs_dedup_settings(
+        redis_server: RedisServer) -> None:
+    # given a node that joined partition 0 of a job of 3 partitions, created in exact dedup
+    client = make_client(redis_server.url)
+    store = JobStore(client, "split", "n1", DedupSettings("exact"))
+    epoch, _ = store.join(ttl_ms=10_000)
+    # when it joins the other partitions (one round trip), and a second node does the same
+    joined = join_partitions(store, 3)
+    again = join_partitions(JobStore(client, "split", "n2"), 3)
+    # then each partition has its own epoch under its own hash tag, the same for both nodes,
+    # the job's dedup settings, its own write counter, and no node liveness or start() claim
+    assert [each.keys.partition for each, _ in joined] == [1, 2]
+    epochs = [partition_epoch for _, partition_epoch in joined]
+    assert len({epoch, *epochs}) == 3 and epochs == [e for _, e in again]
+    for each, partition_epoch in joined:
+        meta = client.hgetall(JobKeys("split", each.keys.partition).meta)
+        assert meta[b"epoch"] == partition_epoch.encode() and meta[b"dedup"] == b"exact"
+        assert b"start_claim" not in meta and each.writes_seen == 0
+        assert client.zcard(JobKeys("split", each.keys.partition).nodes) == 0
+    assert join_partitions(store, 1) == []

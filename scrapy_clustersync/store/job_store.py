@@ -89,6 +89,19 @@ def _partitions_of(job: str, raw: Any) -> int:
         raise StoreError(f"job {job!r}: {exc}") from None
 
 
+def join_partitions(store: JobStore, count: int) -> list[tuple[JobStore, str]]:
+    """Join partitions 1..``count``-1 of ``store``'s job (``store``: partition 0's, joined),
+    all in one round trip (a cluster client's pipeline: one per primary); returns each one's
+    store and epoch, partition 1 first (none for a job of one partition)."""
+    stores = [store.of_partition(p) for p in range(1, count)]
+    if not stores:
+        return []
+    trip = store.round_trip()
+    answers = [each.join_partition_in(trip) for each in stores]
+    trip.send()
+    return [(each, answer.result()) for each, answer in zip(stores, answers, strict=True)]
+
+
 #: keys one UNLINK of ``purge`` names at most
 PURGE_BATCH = 10_000
 
@@ -105,11 +118,14 @@ class JobStore:
         writes_seen: int | None = 0,
         failed_keep: int = FAILED_KEPT,
         results_max: int = RESULTS_MAX,
+        partition: int = 0,
     ) -> None:
         self.client = client
         #: how many failed requests the job keeps (CLUSTERSYNC_FAILED_KEEP)
         self.failed_keep = failed_keep
-        self.keys = JobKeys(job)
+        #: the keys of the job's partition this store calls (0: the job of one partition, and
+        #: the partition that holds the job-wide state of a split one)
+        self.keys = JobKeys(job, partition)
         self.node_id = node_id
         #: The node's write counter as the last answer from Redis gave it (every script of the
         #: node bumps it). A script that finds a lower value raises RolledBack: Redis lost writes
@@ -140,6 +156,33 @@ class JobStore:
                          failed_keep=self.failed_keep, results_max=self.results_max)
         store._dedup.adopt(self._dedup.job_mode, self.dedup)
         return store
+
+    def of_partition(self, partition: int) -> JobStore:
+        """The store of partition ``partition`` of the same job, as the same node: its own
+        write counter (the partition is a job of its own for the scripts) and this store's
+        dedup settings (the job's, once join() adopted them)."""
+        store = JobStore(self.client, self.keys.job, self.node_id, self.dedup,
+                         writes_seen=None if self.writes_seen is None else 0,
+                         failed_keep=self.failed_keep, results_max=self.results_max,
+                         partition=partition)
+        store._dedup.adopt(self._dedup.job_mode, self.dedup)
+        return store
+
+    def join_partition_in(self, trip: RoundTrip) -> Answer[str]:
+        """Join this partition in ``trip`` as a partition other than 0 is joined: created with
+        the job's dedup settings if new, no liveness (the node's heartbeat goes to partition
+        0), no start() claim. Answers the partition's own epoch."""
+        ask = JoinRequest(self.node_id, uuid.uuid4().hex, 0, False, self._dedup.job_mode,
+                          self.dedup, "join")
+        keys, args = self._join.call(ask, DedupRecord())
+
+        def parse(reply: Any) -> str:
+            joined, job_mode, settings = self._join.parse(reply)
+            self._dedup.adopt(job_mode, settings)
+            return joined.epoch
+
+        return self._add(trip, self._join, keys, args, Answer(
+            self.client, parse, lambda: self._join.run(ask, DedupRecord())[0].epoch))
 
     def retire_calls(self) -> None:
         """This node will send nothing more (its spool was replayed): its call record may
