@@ -245,6 +245,9 @@ class ClusterConfig:
     http_token: str = ""
     #: CLUSTERSYNC_PARTITIONS: 1 is a job on one hash tag (today's layout)
     partitions: int = 1
+    #: CLUSTERSYNC_PARTITIONS was set: a job of another partition count is refused; unset, the
+    #: node follows the job's count (recorded in partition 0's meta when the job was created)
+    partitions_given: bool = False
     #: the node's region (CLUSTERSYNC_REGION; "" for none): regions.py
     region: str = ""
 
@@ -299,6 +302,7 @@ class ClusterConfig:
             over_http=over_http,
             http_token=str(settings.get("CLUSTERSYNC_TOKEN") or ""),
             partitions=validate_partitions(settings),
+            partitions_given=settings.get("CLUSTERSYNC_PARTITIONS") is not None,
             region=validate_region(settings.get("CLUSTERSYNC_REGION")),
         )
 

@@ -15,6 +15,7 @@ from ..config import ClusterConfig, redact_url
 from ..plugin.settings_in_force import declared_live_keys
 from ..plugin.stop_reasons import (
     JOB_FINISHED,
+    JOB_PARTITIONS_DIFFER,
     JOB_STOPPED,
     JOB_UNREADABLE,
     REDIS_AUTH_REFUSED,
@@ -23,6 +24,7 @@ from ..plugin.stop_reasons import (
 from ..store import JobStore, StoreError
 from ..store.control_state import STOPPED, STOPPING, ControlState
 from ..store.errors import AccessRefused, JobUnreadable
+from ..store.job_store import job_partitions_in
 from ..store.join_scripts import HELD
 from ..store.script_results import FinishedRun, Joined
 from ..store.shared_settings import SharedSettings, SharedSettingsStore
@@ -153,7 +155,15 @@ def _join_unless_stopped(store: JobStore, config: ClusterConfig, liveness: Start
                          controlled: list[str] | None) -> Joined | str:
     store.connect()  # the handshake is not part of the round trip the allowance counts
     asked = time.monotonic()
-    control = store.control_state()
+    trip = store.round_trip()  # the control state and the job's partition count: one round trip
+    control_read = store.control.read_in(trip)
+    partitions_read = job_partitions_in(trip, store.client, config.job)
+    trip.send()
+    control, partitions = control_read.result(), partitions_read.result()
+    if config.partitions_given and config.partitions > 1 and partitions == 1:
+        partitions = store.record_partitions(config.partitions)  # a new job gets the count
+    if partitions_refused(config, partitions):
+        return JOB_PARTITIONS_DIFFER
     if controlled is not None:
         controlled.append(control.state)
     # the join is the node's first heartbeat: its deadline covers the start-up
@@ -164,6 +174,31 @@ def _join_unless_stopped(store: JobStore, config: ClusterConfig, liveness: Start
         _log_stopped(config.job, control)
         return JOB_STOPPED
     return store.join_node(ttl_ms, recrawl=config.recrawl)
+
+
+#: the partition counts this version crawls (docs/architecture.md, "Where this stands")
+CRAWLED_PARTITIONS = 1
+
+
+def partitions_refused(config: ClusterConfig, partitions: int) -> bool:
+    """True, with one ERROR line logged, if the node must not join a job split into
+    ``partitions`` partitions: its CLUSTERSYNC_PARTITIONS says another count (the sites, their
+    queues and dedup records would be looked for under other hash tags), or, when it leaves
+    the setting unset and follows the job's count, a count this version does not crawl. The
+    count is the job's, recorded in partition 0's meta when the job was created."""
+    if config.partitions_given and partitions != config.partitions:
+        logger.error(
+            "clustersync: job %r is split into %d partition(s), but this node's "
+            "CLUSTERSYNC_PARTITIONS is %d; this node stops. The count is the job's, fixed when "
+            "it was created: set CLUSTERSYNC_PARTITIONS = %d, or leave it unset to follow the "
+            "job.", config.job, partitions, config.partitions, partitions)
+        return True
+    if partitions != CRAWLED_PARTITIONS:
+        logger.error(
+            "clustersync: job %r is split into %d partitions, which this version cannot crawl "
+            "(it crawls jobs of one partition); this node stops.", config.job, partitions)
+        return True
+    return False
 
 
 def _log_finished(job: str, run: FinishedRun, held: bool = False) -> None:

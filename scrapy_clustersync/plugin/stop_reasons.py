@@ -31,6 +31,8 @@ JOB_FINISHED = "clustersync_job_finished"
 BAD_SETTING = "clustersync_bad_setting"
 #: the job's stored state is of a kind this version does not read (``clustersync purge`` it)
 JOB_UNREADABLE = "clustersync_job_unreadable"
+#: the job is split into another number of partitions than this node crawls
+JOB_PARTITIONS_DIFFER = "clustersync_partitions_differ"
 #: ``clustersync stop JOB``: the node handed back what it had not started and closed
 JOB_STOPPED = "clustersync_stopped"
 

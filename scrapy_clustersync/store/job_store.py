@@ -25,8 +25,9 @@ from .flush_script import RESULTS_MAX, FlushScript
 from .heartbeat_script import Beat, HeartbeatScript
 from .job_status import read_status
 from .join_scripts import RETRY, DedupRecord, JoinRequest, JoinScript, RestartScript
-from .keys import JobKeys
+from .keys import PARTITIONS_FIELD, JobKeys, parse_partitions
 from .lease_script import DEFAULT_HORIZON_MS, LeasePace, LeaseScript
+from .partition_count import PartitionsScript
 from .records import DeadLetter, FormatError, format_node_record
 from .records import as_text as _text
 from .round_trip import Answer, RoundTrip
@@ -42,7 +43,7 @@ from .script_results import (
 from .site_scripts import SiteStore
 from .write_ops import Op, PackedPushes
 
-__all__ = ["FAILED_KEPT", "JobStore", "beat_of", "new_call_id"]
+__all__ = ["FAILED_KEPT", "JobStore", "beat_of", "job_partitions", "new_call_id"]
 
 #: failed requests kept by default (CLUSTERSYNC_FAILED_KEEP)
 FAILED_KEPT = 1000
@@ -65,6 +66,42 @@ def beat_of(*, ttl_ms: int, lease_ms: int, info: dict[str, Any], idle: bool, idl
                 told_ms, gap_ms, lease_ids, retention_ms)
 
 
+def job_partitions(client: redis.Redis, job: str) -> int:
+    """How many partitions ``job`` is split into: partition 0's meta field ``partitions``,
+    recorded when the job was created (absent, as for a job that does not exist or was made
+    by an earlier version: 1). One HGET. Raises StoreError for a value that is no count."""
+    with translate_errors(client):
+        raw = client.hget(JobKeys(job).meta, PARTITIONS_FIELD)
+    return _partitions_of(job, raw)
+
+
+def job_partitions_in(trip: RoundTrip, client: redis.Redis, job: str) -> Answer[int]:
+    """``job_partitions`` in ``trip`` (round_trip.py): one HGET more in its pipeline."""
+    return trip.add(lambda pipe: pipe.hget(JobKeys(job).meta, PARTITIONS_FIELD),
+                    Answer(client, lambda raw: _partitions_of(job, raw),
+                           lambda: job_partitions(client, job)))
+
+
+def _partitions_of(job: str, raw: Any) -> int:
+    try:
+        return parse_partitions(raw)
+    except ValueError as exc:
+        raise StoreError(f"job {job!r}: {exc}") from None
+
+
+def join_partitions(store: JobStore, count: int) -> list[tuple[JobStore, str]]:
+    """Join partitions 1..``count``-1 of ``store``'s job (``store``: partition 0's, joined),
+    all in one round trip (a cluster client's pipeline: one per primary); returns each one's
+    store and epoch, partition 1 first (none for a job of one partition)."""
+    stores = [store.of_partition(p) for p in range(1, count)]
+    if not stores:
+        return []
+    trip = store.round_trip()
+    answers = [each.join_partition_in(trip) for each in stores]
+    trip.send()
+    return [(each, answer.result()) for each, answer in zip(stores, answers, strict=True)]
+
+
 #: keys one UNLINK of ``purge`` names at most
 PURGE_BATCH = 10_000
 
@@ -81,11 +118,14 @@ class JobStore:
         writes_seen: int | None = 0,
         failed_keep: int = FAILED_KEPT,
         results_max: int = RESULTS_MAX,
+        partition: int = 0,
     ) -> None:
         self.client = client
         #: how many failed requests the job keeps (CLUSTERSYNC_FAILED_KEEP)
         self.failed_keep = failed_keep
-        self.keys = JobKeys(job)
+        #: the keys of the job's partition this store calls (0: the job of one partition, and
+        #: the partition that holds the job-wide state of a split one)
+        self.keys = JobKeys(job, partition)
         self.node_id = node_id
         #: The node's write counter as the last answer from Redis gave it (every script of the
         #: node bumps it). A script that finds a lower value raises RolledBack: Redis lost writes
@@ -103,6 +143,7 @@ class JobStore:
         #: the site scripts: one politeness budget per site for the cluster
         self.sites = SiteStore(client, self.keys, node_id)
         self.closespider = CloseSpiderStore(client, self.keys, node_id)
+        self._partitions = PartitionsScript(client, self.keys)
 
     @property
     def dedup(self) -> DedupSettings:
@@ -115,6 +156,33 @@ class JobStore:
                          failed_keep=self.failed_keep, results_max=self.results_max)
         store._dedup.adopt(self._dedup.job_mode, self.dedup)
         return store
+
+    def of_partition(self, partition: int) -> JobStore:
+        """The store of partition ``partition`` of the same job, as the same node: its own
+        write counter (the partition is a job of its own for the scripts) and this store's
+        dedup settings (the job's, once join() adopted them)."""
+        store = JobStore(self.client, self.keys.job, self.node_id, self.dedup,
+                         writes_seen=None if self.writes_seen is None else 0,
+                         failed_keep=self.failed_keep, results_max=self.results_max,
+                         partition=partition)
+        store._dedup.adopt(self._dedup.job_mode, self.dedup)
+        return store
+
+    def join_partition_in(self, trip: RoundTrip) -> Answer[str]:
+        """Join this partition in ``trip`` as a partition other than 0 is joined: created with
+        the job's dedup settings if new, no liveness (the node's heartbeat goes to partition
+        0), no start() claim. Answers the partition's own epoch."""
+        ask = JoinRequest(self.node_id, uuid.uuid4().hex, 0, False, self._dedup.job_mode,
+                          self.dedup, "join")
+        keys, args = self._join.call(ask, DedupRecord())
+
+        def parse(reply: Any) -> str:
+            joined, job_mode, settings = self._join.parse(reply)
+            self._dedup.adopt(job_mode, settings)
+            return joined.epoch
+
+        return self._add(trip, self._join, keys, args, Answer(
+            self.client, parse, lambda: self._join.run(ask, DedupRecord())[0].epoch))
 
     def retire_calls(self) -> None:
         """This node will send nothing more (its spool was replayed): its call record may
@@ -193,6 +261,12 @@ class JobStore:
     def _forget_failed(self) -> StoreError:
         return StoreError(f"the seen record of job {self.keys.job!r} kept changing while it was "
                           "being forgotten; is a node still writing to it?")
+
+    def record_partitions(self, count: int) -> int:
+        """Record ``count`` (2 or more) as the job's partition count if the job is new (no
+        epoch, no count: see partitions.lua); returns the job's count, which differs from
+        ``count`` when the job was created with another (``job_partitions`` reads it)."""
+        return self._partitions.run(count)
 
     def ensure_job(self) -> str:
         """The job's epoch, creating the job if it is new (used by the CLI's seed)."""

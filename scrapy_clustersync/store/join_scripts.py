@@ -87,8 +87,11 @@ class JoinScript(JobScript):
 
         Raises StoreError if the job stores a dedup mode this version does not read.
         """
-        epoch, claimed, mode, capacity, error, *finish, restarted = self._call(
-            *self.call(ask, record))
+        return self.parse(self._call(*self.call(ask, record)))
+
+    def parse(self, reply: Any) -> tuple[Joined, str, DedupSettings]:
+        """``run``'s answer from the script's reply (the same errors)."""
+        epoch, claimed, mode, capacity, error, *finish, restarted = reply
         job_mode = as_text(mode)
         check_job_mode(self.keys.job, job_mode)
         settings = DedupSettings(setting_of(job_mode), int(capacity), float(as_text(error)))

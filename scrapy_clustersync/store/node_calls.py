@@ -29,13 +29,14 @@ from .join_scripts import JoinScript
 from .keys import JobKeys
 from .lease_script import LeaseScript
 from .outage_replies import drop_connections, not_serving
+from .partition_count import PartitionsScript
 from .script_base import JobScript, load_lua
 from .site_scripts import SiteSlowDownScript, SiteTurnsScript
 
 #: the scripts a node runs (JobStore and what the node's thread calls)
 NODE_SCRIPTS: tuple[type[JobScript], ...] = (
     FlushScript, LeaseScript, HeartbeatScript, JoinScript, ControlScript, BloomPrepareScript,
-    DedupMigrateScript, CloseSpiderScript, SiteTurnsScript, SiteSlowDownScript)
+    DedupMigrateScript, CloseSpiderScript, SiteTurnsScript, SiteSlowDownScript, PartitionsScript)
 #: reads of one key (the first argument) a node makes
 READS = frozenset({"HGET", "HMGET", "HGETALL", "HKEYS", "LRANGE", "XLEN"})
 #: commands sent with no key

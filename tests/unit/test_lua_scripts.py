@@ -37,6 +37,7 @@ from scrapy_clustersync.store.join_scripts import (
 )
 from scrapy_clustersync.store.keys import JobKeys
 from scrapy_clustersync.store.lease_script import LeaseScript
+from scrapy_clustersync.store.partition_count import PartitionsScript
 from scrapy_clustersync.store.primary_note import PrimaryScript
 from scrapy_clustersync.store.region_pins import RegionsScript
 from scrapy_clustersync.store.results_store import ResultsAckScript
@@ -83,6 +84,7 @@ def sample_calls() -> list[Call]:
     results_ack = ResultsAckScript(CLIENT, KEYS)
     primary = PrimaryScript(CLIENT, KEYS)
     regions = RegionsScript(CLIENT, KEYS)
+    partitions = PartitionsScript(CLIENT, KEYS)
     return [
         (flush, flush.call("e", "c", 0, FlushDedup("set-then-bloom", 9, TWO_LAYERS),
                            [Push(b"f" * 20, 0, b"r"), Ack("id")]), 3, 10 + 1),
@@ -103,6 +105,7 @@ def sample_calls() -> list[Call]:
         (results_ack, results_ack.call("g", ["1-0", "1-1"]), 0, 2),
         (primary, primary.call("10.0.0.5:6379"), 0, 0),
         (regions, regions.call({"a.com": "eu", "b.com": ""}), 0, 4),
+        (partitions, partitions.call(3), 0, 0),
     ]
 
 
