@@ -25,7 +25,7 @@ from .flush_script import RESULTS_MAX, FlushScript
 from .heartbeat_script import Beat, HeartbeatScript
 from .job_status import read_status
 from .join_scripts import RETRY, DedupRecord, JoinRequest, JoinScript, RestartScript
-from .keys import JobKeys
+from .keys import PARTITIONS_FIELD, JobKeys, parse_partitions
 from .lease_script import DEFAULT_HORIZON_MS, LeasePace, LeaseScript
 from .partition_count import job_partitions
 from .records import DeadLetter, FormatError, format_node_record
@@ -43,7 +43,7 @@ from .script_results import (
 from .site_scripts import SiteStore
 from .write_ops import Op, PackedPushes
 
-__all__ = ["FAILED_KEPT", "JobStore", "beat_of", "new_call_id"]
+__all__ = ["FAILED_KEPT", "JobStore", "beat_of", "job_partitions", "new_call_id"]
 
 #: failed requests kept by default (CLUSTERSYNC_FAILED_KEEP)
 FAILED_KEPT = 1000
@@ -64,6 +64,18 @@ def beat_of(*, ttl_ms: int, lease_ms: int, info: dict[str, Any], idle: bool, idl
     idle_flag = (2 if busy_since_last else 1) if idle else 0
     return Beat(ttl_ms, lease_ms, format_node_record(info), idle_flag, idle_after_ms, grace_ms,
                 told_ms, gap_ms, lease_ids, retention_ms)
+
+
+def job_partitions(client: redis.Redis, job: str) -> int:
+    """How many partitions ``job`` is split into: partition 0's meta field ``partitions``,
+    recorded when the job was created (absent, as for a job that does not exist or was made
+    by an earlier version: 1). One HGET. Raises StoreError for a value that is no count."""
+    with translate_errors(client):
+        raw = client.hget(JobKeys(job).meta, PARTITIONS_FIELD)
+    try:
+        return parse_partitions(raw)
+    except ValueError as exc:
+        raise StoreError(f"job {job!r}: {exc}") from None
 
 
 #: keys one UNLINK of ``purge`` names at most

@@ -12,6 +12,19 @@ from dataclasses import dataclass, field
 from ..config import MAX_PARTITIONS
 
 PREFIX = "clustersync"
+#: the field of partition 0's meta that holds the job's partition count (absent: 1)
+PARTITIONS_FIELD = "partitions"
+
+
+def parse_partitions(raw: bytes | str | None) -> int:
+    """The partition count a meta's ``partitions`` field holds (None, absent: 1)."""
+    if raw is None:
+        return 1
+    text = raw.decode() if isinstance(raw, bytes) else raw
+    count = int(text) if text.isdigit() else 0
+    if not 1 <= count <= MAX_PARTITIONS:
+        raise ValueError(f"a job's partition count must be 1..{MAX_PARTITIONS}, not {text!r}")
+    return count
 
 
 def partition_of(site: str, partitions: int) -> int:
