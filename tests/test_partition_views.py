@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+from api_serve import ServeProcess, metric_samples
 
 from scrapy_clustersync.store import JobStore, Push, make_client
-from scrapy_clustersync.store.keys import JobKeys, partition_of
-from scrapy_clustersync.store.partition_count import PARTITIONS_FIELD
+from scrapy_clustersync.store.keys import PARTITIONS_FIELD, JobKeys, partition_of
+from scrapy_clustersync.store.records import as_text
 from testkit.redis_cluster import RedisClusterGroup, redis_cli_binary
 from testkit.redis_server import RedisServer
 
@@ -53,7 +55,7 @@ def split_job(url: str) -> dict[int, tuple[int, int]]:
     expected = {}
     for p in range(PARTITIONS):
         store = partition_store(url, p)
-        epoch, _ = store.join(ttl_ms=10_000)
+        epoch, _ = store.join(ttl_ms=120_000)
         sites = [site for site in SITES if partition_of(site, PARTITIONS) == p]
         store.flush(epoch, [push(f"https://{site}/{n}") for site in sites for n in range(2)],
                     f"fill-{p}")
@@ -83,6 +85,23 @@ def assert_status_sums_partitions(url: str, expected: dict[int, tuple[int, int]]
     assert [(row["job"], row["queued"]) for row in rows] == [(JOB, status["queued"])]
 
 
+def assert_check_finds_and_mends_a_lease_in_the_last_partition(url: str) -> None:
+    # given a job whose every invariant holds
+    assert clustersync(url, "check", JOB).returncode == 0
+    # when a lease of the last partition loses its deadline
+    last = JobKeys(JOB, PARTITIONS - 1)
+    client = make_client(url)
+    entry_id = as_text(client.zrange(last.deadlines, 0, -1)[0])
+    client.zrem(last.deadlines, entry_id)
+    # then check finds it there, and repair returns it to its partition's queue
+    found = json.loads(clustersync(url, "check", JOB, "--json").stdout)
+    assert [(f["kind"], f.get("partition")) for f in found["findings"]] == [
+        ("lease_without_deadline", PARTITIONS - 1)]
+    assert clustersync(url, "check", JOB, "--repair").returncode == 0
+    assert clustersync(url, "check", JOB).returncode == 0
+    assert client.hlen(last.leased) == 0
+
+
 def assert_purge_removes_every_partition(url: str) -> None:
     purged = clustersync(url, "purge", JOB, "--yes")
     assert purged.returncode == 0, purged.output
@@ -91,10 +110,24 @@ def assert_purge_removes_every_partition(url: str) -> None:
 
 
 def test_a_split_job_on_one_redis_shows_its_partitions_and_purge_removes_them(
-    redis_server: RedisServer,
+    redis_server: RedisServer, tmp_path: Path,
 ) -> None:
     expected = split_job(redis_server.url)
     assert_status_sums_partitions(redis_server.url, expected, on_cluster=False)
+    sites = json.loads(clustersync(redis_server.url, "status", JOB, "--sites", "50",
+                                   "--json").stdout)["sites"]
+    assert sites["queue"]["queued"] == sum(q for q, _ in expected.values())
+    assert len(sites["queue"]["deepest"]) == len(SITES)
+    with ServeProcess(redis_server.url, tmp_path) as serve:
+        status = serve.http.get(f"/api/jobs/{JOB}").json()
+        samples = metric_samples(serve.http.get("/metrics").text)
+    assert [each["queued"] for each in status["partitions"]] == [q for q, _ in
+                                                                 expected.values()]
+    assert samples["clustersync_job_queued"] == [({"job": JOB}, float(status["queued"]))]
+    assert sorted((labels["partition"], value) for labels, value in
+                  samples["clustersync_partition_leased"]) == [
+        (str(p), float(leased)) for p, (_, leased) in expected.items()]
+    assert_check_finds_and_mends_a_lease_in_the_last_partition(redis_server.url)
     assert_purge_removes_every_partition(redis_server.url)
 
 
@@ -105,4 +138,5 @@ def test_a_split_job_on_a_cluster_shows_each_partitions_primary_and_purge_remove
     assert_status_sums_partitions(cluster.url, expected, on_cluster=True)
     text = clustersync(cluster.url, "status", JOB).stdout
     assert text.count("primary 127.0.0.1:") == PARTITIONS
+    assert_check_finds_and_mends_a_lease_in_the_last_partition(cluster.url)
     assert_purge_removes_every_partition(cluster.url)

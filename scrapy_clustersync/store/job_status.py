@@ -8,9 +8,8 @@ from typing import Any
 import redis
 
 from .cluster_client import queue_server_time
-from .errors import translate_errors
-from .keys import JobKeys
-from .partition_count import partitions_of_meta
+from .errors import StoreError, translate_errors
+from .keys import PARTITIONS_FIELD, JobKeys, parse_partitions
 from .partition_status import figures_of, primary_of_key, read_other_partitions, summed
 from .records import as_text as _text
 from .records import parse_node_record
@@ -57,7 +56,7 @@ def read_status(client: redis.Redis, keys: JobKeys) -> JobStatus:
                        {_text(a): _text(b) for a, b in bloom.items()},
                        primary_of_key(client, k.meta))
     partitions = [first, *read_other_partitions(client, keys,
-                                                partitions_of_meta(meta_t, keys.job))]
+                                                partition_count(meta_t, keys.job))]
     job = summed(partitions)
     return JobStatus(
         job=keys.job, exists=bool(meta_t), leased=job["leased"],
@@ -114,3 +113,11 @@ def stats_by_node(flat: dict[Any, Any]) -> dict[str, dict[str, int]]:
         node, _, name = _text(key).partition("\t")
         nodes.setdefault(node, {})[name] = int(value)
     return nodes
+
+
+def partition_count(meta: dict[str, str], job: str) -> int:
+    """The partition count partition 0's meta (as text) records (keys.parse_partitions)."""
+    try:
+        return parse_partitions(meta.get(PARTITIONS_FIELD))
+    except ValueError as exc:
+        raise StoreError(f"job {job!r}: {exc}") from None

@@ -27,7 +27,6 @@ from .job_status import read_status
 from .join_scripts import RETRY, DedupRecord, JoinRequest, JoinScript, RestartScript
 from .keys import PARTITIONS_FIELD, JobKeys, parse_partitions
 from .lease_script import DEFAULT_HORIZON_MS, LeasePace, LeaseScript
-from .partition_count import job_partitions
 from .records import DeadLetter, FormatError, format_node_record
 from .records import as_text as _text
 from .round_trip import Answer, RoundTrip
