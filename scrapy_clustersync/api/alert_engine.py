@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..store import JobStore, StoreError
 from ..store.alert_state import AlertStateStore, server_ms
-from ..store.consistency import Finding, JobCheck
+from ..store.consistency import Finding, check_job
 from .alert_checks import CHECKS, CheckInput, Sample
 from .alert_rules import Rule, RuleSet
 from .metrics import ClusterCollector, ClusterReading
@@ -120,7 +120,7 @@ class AlertEngine:
                                        and now - self._checked_at < self.check_every_s):
             return
         self._checked_at = now
-        self.findings = {report.job: [f for f in JobCheck(store).run() if not f.action]
+        self.findings = {report.job: [f for f in check_job(store) if not f.action]
                          for store, report in reading.jobs}
 
     def _samples(self, rule: Rule, given: CheckInput) -> list[Sample]:

@@ -22,8 +22,8 @@ from ..cli.status_view import pages_per_min, state_of
 from ..store import JobStatus, JobStore, StoreError, StoreUnavailable
 from ..store.cluster_client import memory_info
 from ..store.errors import translate_errors
-from ..store.frontier_status import read_frontier
 from ..store.job_list import round_trip_s
+from ..store.partition_reads import job_frontier
 
 if TYPE_CHECKING:
     import redis
@@ -51,6 +51,7 @@ class JobFamilies:
 
     def __init__(self) -> None:
         job, node, site = ["job"], ["job", "node"], ["job", "site"]
+        partition = ["job", "partition"]
         self.families: dict[str, GaugeMetricFamily | CounterMetricFamily] = {
             "pages": _counter("job_pages", "Responses received by the job's nodes", job),
             "items": _counter("job_items", "Items scraped by the job's nodes", job),
@@ -75,6 +76,13 @@ class JobFamilies:
                                node),
             "node_rss": _gauge("node_memory_rss_bytes", "The node process's resident memory",
                                node),
+            "partition_queued": _gauge("partition_queued", "Requests queued in each partition "
+                                                           "of a job split into partitions",
+                                       partition),
+            "partition_leased": _gauge("partition_leased", "Requests leased from each "
+                                                           "partition", partition),
+            "partition_bytes": _gauge("partition_bytes", "Bytes of the requests queued in "
+                                                         "each partition", partition),
             "site_queued": _gauge("site_queued", f"Requests queued per site: the "
                                                  f"{TOP_SITES} deepest, the rest as "
                                                  f"site=\"other\"", site),
@@ -99,6 +107,12 @@ class JobFamilies:
         state = state_of(report)
         for each in STATES if state in STATES else (*STATES, state):
             self.add("state", [report.job, each], 1.0 if each == state else 0.0)
+        if report.split:
+            for part in report.partitions:
+                where = [report.job, str(part.partition)]
+                self.add("partition_queued", where, part.queued)
+                self.add("partition_leased", where, part.leased)
+                self.add("partition_bytes", where, part.bytes)
         for node in group_nodes(report).shown[:MAX_NODES]:
             self.add_node(report.job, node)
         self.add_sites(store, report)
@@ -114,7 +128,7 @@ class JobFamilies:
         self.add("node_rss", labels, _number(node.get("rss_bytes")))
 
     def add_sites(self, store: JobStore, report: JobStatus) -> None:
-        frontier = read_frontier(store.client, store.keys, TOP_SITES)
+        frontier = job_frontier(store.client, store.keys, TOP_SITES, len(report.partitions))
         for site in frontier.deepest:
             self.add("site_queued", [report.job, site.site], site.queued)
         rest = frontier.queued - sum(site.queued for site in frontier.deepest)

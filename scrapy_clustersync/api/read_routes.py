@@ -15,9 +15,9 @@ from ..cli.node_view import group_nodes
 from ..cli.site_view import sites_dict
 from ..cli.status_view import job_rows, status_dict
 from ..live_settings import masked
-from ..store.frontier_status import read_frontier
+from ..store.partition_reads import job_frontier, job_sites
 from ..store.shared_settings import SharedSettingsStore
-from ..store.site_scripts import SITES_SHOWN, read_sites
+from ..store.site_scripts import SITES_SHOWN
 from ..store.task_records import TASK_STATES, job_control, read_failed, read_task, read_tasks
 from .api_errors import ApiError
 from .auth import Caller, api_of, need
@@ -66,8 +66,8 @@ def nodes(request: Request, job: str, _caller: Reader) -> list[dict[str, Any]]:
 def sites(request: Request, job: str, _caller: Reader,
           limit: Annotated[int, Query(ge=1, le=1000)] = SITES_SHOWN) -> dict[str, Any]:
     store = api_of(request).read_store(job)
-    return sites_dict(*read_sites(store.client, store.keys, limit),
-                      read_frontier(store.client, store.keys, limit))
+    return sites_dict(*job_sites(store.client, store.keys, limit),
+                      job_frontier(store.client, store.keys, limit))
 
 
 @router.get("/jobs/{job}/tasks", summary="The job's tasks (clustersync tasks JOB --json)")

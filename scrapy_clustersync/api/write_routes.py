@@ -16,7 +16,7 @@ from ..cli.seed_urls import SEED_BATCH, BadSeed, SeedEncoder, SeedUrls, crawlabl
 from ..config import JOB_NAME_RE
 from ..live_settings import UNSET, check_value, setting_for
 from ..store import JobStore
-from ..store.consistency import JobCheck
+from ..store.consistency import check_job
 from ..store.dead_requeue import requeue_dead_letters
 from ..store.shared_settings import SharedSettingsStore
 from .api_context import ApiContext, not_found
@@ -160,7 +160,7 @@ def check(request: Request, job: str, caller: Reader,
     if options.repair:
         caller.require("operator", "check with repair")
     api = api_of(request)
-    findings = JobCheck(api.store(job)).run(repair=options.repair, deep=options.deep)
+    findings = check_job(api.store(job), repair=options.repair, deep=options.deep)
     left = sum(1 for f in findings if not f.action)
     if options.repair:
         api.tokens.record(caller.name, "repair", job,

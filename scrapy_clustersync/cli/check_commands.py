@@ -9,7 +9,7 @@ import click
 from rich.console import Console
 
 from ..store import JobStatus, JobStore
-from ..store.consistency import Finding, JobCheck
+from ..store.consistency import Finding, check_job, leases_of_dead_nodes
 from ..store.node_differences import node_differences
 from ..store.results_store import ResultsStore
 from ..store.shared_settings import SharedSettingsStore
@@ -38,7 +38,7 @@ def check(cli: CliContext, job: str | None, repair: bool, deep: bool, as_json: b
     """Verify JOB's invariants (leases, queue, entries, counts, nodes' code and settings);
     safe while the cluster crawls. Exit 1 if something is wrong and was not mended."""
     store = cli.existing_store(job)
-    findings = JobCheck(store).run(repair=repair, deep=deep)
+    findings = check_job(store, repair=repair, deep=deep)
     left = [f for f in findings if not f.action]
     if as_json:
         echo_json({"job": store.keys.job, "findings": [f.to_dict() for f in findings],
@@ -56,7 +56,9 @@ def _print_findings(job: str, findings: list[Finding], repair: bool, out: Consol
     for finding in findings:
         done = f" -> {finding.action}" if finding.action else (
             " (not mended: see below)" if repair else "")
-        out.print(f"{finding.kind:<24} {finding.subject}: {finding.detail}{done}", markup=False)
+        where = f" (partition {finding.partition})" if finding.partition else ""
+        out.print(f"{finding.kind:<24} {finding.subject}{where}: {finding.detail}{done}",
+                  markup=False)
     left = sum(1 for f in findings if not f.action)
     mended = len(findings) - left
     out.print(f"job {job!r}: {len(findings)} finding(s), {mended} mended, {left} left"
@@ -69,7 +71,7 @@ def needs_a_person(store: JobStore, report: JobStatus) -> list[str]:
     that differ between live nodes (which, and on which nodes), live nodes behind the job's
     shared settings, dead letters."""
     found = []
-    held = JobCheck(store).leases_of_dead_nodes()
+    held = leases_of_dead_nodes(store)
     for node, count in sorted(held.items()):
         found.append(f"node {node} is not alive and still holds {count} lease(s)")
     live = {n["id"]: n for n in report.nodes if n["alive"]}

@@ -6,10 +6,10 @@ from __future__ import annotations
 import click
 
 from ..store import JobStore
-from ..store.frontier_status import read_frontier
+from ..store.partition_reads import job_frontier, job_sites
 from ..store.results_store import ResultsStore
 from ..store.script_results import Restarted
-from ..store.site_scripts import SITES_SHOWN, read_sites
+from ..store.site_scripts import SITES_SHOWN
 from .check_commands import needs_a_person, show_status
 from .context import CliContext, pass_cli, reads_only
 from .exit_codes import JobRefused, exit_needing_a_person
@@ -62,8 +62,9 @@ def status(cli: CliContext, job: str | None, every: bool, as_json: bool,
     attention = needs_a_person(store, report) if check_health else None
     sites = None
     if top_sites is not None:
-        sites = sites_dict(*read_sites(store.client, store.keys, top_sites),
-                           read_frontier(store.client, store.keys, top_sites))
+        count = len(report.partitions)
+        sites = sites_dict(*job_sites(store.client, store.keys, top_sites, count),
+                           job_frontier(store.client, store.keys, top_sites, count))
     results = ResultsStore(store.client, store.keys)
     readers = readers_dict(results.groups(), results.length())
     show_status(report, attention, as_json, every, sites, readers)

@@ -101,7 +101,30 @@ def status_dict(report: JobStatus) -> dict[str, Any]:
         stop_reason=stop_reason_of(report), run=run, totals=totals_summary(report),
         primary=primary_of(report),
     )
+    if partitions_shown(report):
+        summary["partitions"] = [each.to_dict() for each in report.partitions]
     return summary
+
+
+def partitions_shown(report: JobStatus) -> bool:
+    """Each partition is shown for a job split into partitions, and on a Redis Cluster (where
+    it says the primary each is on); a job of one partition on one Redis shows none."""
+    return report.split or any(each.primary for each in report.partitions)
+
+
+def partition_lines(report: JobStatus) -> list[Text]:
+    """A line per partition: queued, leased, bytes queued and, on a Redis Cluster, its
+    primary; a job of one partition on a cluster gets its primary's line alone."""
+    if not partitions_shown(report):
+        return []
+    if not report.split:
+        return [Text(f"  primary      {report.partitions[0].primary} (Redis Cluster)")]
+    lines = [Text(f"  partitions   {len(report.partitions)}")]
+    for each in report.partitions:
+        where = f"  primary {each.primary}" if each.primary else ""
+        lines.append(Text(f"    {each.partition:>3}  queued {each.queued:>10,}  leased "
+                          f"{each.leased:>8,}  bytes {each.bytes:>12,}{where}"))
+    return lines
 
 
 def primary_of(report: JobStatus) -> dict[str, Any] | None:
@@ -169,6 +192,7 @@ def summary_lines(report: JobStatus, summary: dict[str, Any]) -> list[Text]:
         done = "done" if report.start_done else "running"
         lines.append(Text(f"  start()      run by {report.start_claimed_by} ({done})"))
     lines += _primary_line(summary["primary"])
+    lines += partition_lines(report)
     lines += [Text(line) for line in figure_lines(report, summary)]
     for name in ("queued", "leased", "dead_letters"):
         lines.append(Text(f"  {name:<13}{summary[name]:>12,}"))
@@ -297,6 +321,8 @@ def job_rows(client: redis.Redis, names: list[str] | None = None) -> list[dict[s
             "nodes": sum(1 for n in report.nodes if n["alive"]),
             "pages_per_min": round(pages_per_min(report), 1),
             "finished_at": finished_at(report) if state == "finished" else None,
+            **({"partitions": [each.to_dict() for each in report.partitions]}
+               if report.split else {}),
         })
     return rows
 
@@ -314,5 +340,10 @@ def print_jobs(rows: list[dict[str, Any]], out: Console) -> None:
                       f"{row['leased']:,}", f"{row['run_done']:,}", str(row["nodes"]),
                       f"{row['pages_per_min']:.0f}", row["finished_at"] or "")
     out.print(table)
+    for row in rows:
+        if row.get("partitions"):
+            queued = ", ".join(f"{each['queued']:,}" for each in row["partitions"])
+            out.print(f"job {row['job']!r}: {len(row['partitions'])} partitions, queued "
+                      f"{queued}", markup=False)
     for row in unreadable:
         out.print(f"job {row['job']!r} cannot be read: {row['error']}", markup=False)

@@ -113,5 +113,11 @@ def _figures(summary: dict[str, Any]) -> list[Text]:
     figures = "  ".join(
         f"{name} {run[name]:,}" + (f" ({totals[name]:,} all runs)" if several else "")
         for name in ("pages", "done", "seen"))
-    return [Text(work), Text(("this run: " if several else "") + figures)]
+    lines = [Text(work), Text(("this run: " if several else "") + figures)]
+    if len(summary.get("partitions", ())) > 1:
+        lines.append(Text("partitions: " + "  ".join(
+            f"{each['partition']}: queued {each['queued']:,} leased {each['leased']:,}"
+            + (f" on {each['primary']}" if each["primary"] else "")
+            for each in summary["partitions"])))
+    return lines
 

@@ -21,7 +21,7 @@ they are reported, never "mended": a wrong count is the trace of an entry findin
 from __future__ import annotations
 
 from collections.abc import Collection, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from ..codec_envelope import UndecodableEntry, request_fields
@@ -35,6 +35,7 @@ from .shared_settings import SharedSettingsStore
 
 if TYPE_CHECKING:
     from .job_store import JobStore
+    from .keys import JobKeys
 
 #: suspects confirmed per script call: each call holds Redis for well under a millisecond
 CONFIRM_BATCH = 200
@@ -64,10 +65,15 @@ class Finding:
     subject: str
     detail: str
     action: str = ""
+    #: the partition of the job it is in (0 for a job of one partition)
+    partition: int = 0
 
-    def to_dict(self) -> dict[str, str]:
-        return {"kind": self.kind, "subject": self.subject, "detail": self.detail,
-                "action": self.action}
+    def to_dict(self) -> dict[str, Any]:
+        found: dict[str, Any] = {"kind": self.kind, "subject": self.subject,
+                                 "detail": self.detail, "action": self.action}
+        if self.partition:
+            found["partition"] = self.partition
+        return found
 
 
 @dataclass(frozen=True)
@@ -88,29 +94,46 @@ class Snapshot:
 
 
 class JobCheck:
-    """Checks one job (``run``); ``repair=True`` mends what it safely can."""
+    """Checks one job, or one partition of it (``keys``: the partition's; ``run``);
+    ``repair=True`` mends what it safely can.
 
-    def __init__(self, store: JobStore) -> None:
+    The nodes' liveness and records are partition 0's (job-wide state). A script runs on one
+    partition's keys only, so in partitions 1 and up the leases of nodes not alive are
+    reported from the reads, not confirmed nor mended (the heartbeats of live nodes return
+    them), and an entry both queued and leased is confirmed but not mended there (which copy
+    to keep depends on its node's liveness)."""
+
+    def __init__(self, store: JobStore, keys: JobKeys | None = None) -> None:
         self.store = store
         self.client = store.client
-        self.keys = store.keys
-        self._confirm = CheckScript(store.client, store.keys)
+        self.keys = keys or store.keys
+        self.partition = self.keys.partition
+        self._confirm = CheckScript(store.client, self.keys)
         #: queue scores of entries found in no structure, read from their requests
         self._scores: dict[str, str] = {}
 
     def run(self, repair: bool = False, deep: bool = False) -> list[Finding]:
         snap = self._snapshot()
         suspects = dict.fromkeys(self._lease_suspects(snap))
+        unconfirmed = []
+        if self.partition:
+            unconfirmed = [Finding(kind, entry_id, _entry_detail(kind, entry_id, snap)
+                                   + "; the heartbeats of live nodes return it",
+                                   partition=self.partition)
+                           for kind, entry_id in suspects if kind == "lease_of_dead_node"]
+            suspects = {each: None for each in suspects if each[0] != "lease_of_dead_node"}
         queue_ids = self._scan_queue()
         suspects.update(dict.fromkeys(("queued_and_leased", i) for i in queue_ids
                                       if i in snap.leases or i in snap.deadlines))
         counts_add_up = snap.entries == snap.queued + len(snap.leases)
         if deep or not counts_add_up or snap.entries <= ALWAYS_SCAN_ENTRIES_UP_TO:
             suspects.update(dict.fromkeys(self._entry_suspects(snap, queue_ids)))
-        findings = self._confirmed(list(suspects), repair, snap)
-        findings += self._count_findings(snap)
-        shared = SharedSettingsStore(self.client, self.keys).names()
-        findings += node_findings(snap, shared)
+        findings = unconfirmed + self._confirmed(list(suspects), repair, snap)
+        findings += [replace(each, partition=self.partition)
+                     for each in self._count_findings(snap)]
+        if not self.partition:  # the nodes are the job's, in partition 0
+            shared = SharedSettingsStore(self.client, self.keys).names()
+            findings += node_findings(snap, shared)
         return findings
 
     def leases_of_dead_nodes(self) -> dict[str, int]:
@@ -142,6 +165,11 @@ class JobCheck:
             pipe.zrange(k.frontier_sites, 0, -1, withscores=True)
             (now, nodes, info, leased, deadlines, stats, queued, entries, frontier_queued,
              frontier_sites) = pipe.execute()
+            if self.partition:  # the job's nodes are in partition 0
+                pipe = self.client.pipeline(transaction=False)
+                pipe.zrange(self.store.keys.nodes, 0, -1, withscores=True)
+                pipe.hgetall(self.store.keys.node_info)
+                nodes, info = pipe.execute()
         return Snapshot(
             server_ms=int(now[0]) * 1000 + int(now[1]) // 1000,
             live_until={_text(n): float(s) for n, s in nodes},
@@ -202,10 +230,20 @@ class JobCheck:
         for start in range(0, len(suspects), CONFIRM_BATCH):
             batch: list[Suspect] = [(kind, entry_id, scores.get(entry_id, ""))
                                     for kind, entry_id in suspects[start:start + CONFIRM_BATCH]]
-            for kind, entry_id, action in self._confirm.run(batch, repair):
+            for kind, entry_id, action in self._confirm_batch(batch, repair):
                 findings.append(Finding(kind, entry_id, _entry_detail(kind, entry_id, snap),
-                                        action))
+                                        action, self.partition))
         return findings
+
+    def _confirm_batch(self, batch: list[Suspect], repair: bool) -> list[tuple[str, str, str]]:
+        """check.lua's answer for ``batch``; in partitions 1 and up an entry both queued and
+        leased is only confirmed (its mend reads the liveness of nodes, in partition 0)."""
+        if not (repair and self.partition):
+            return self._confirm.run(batch, repair)
+        held = [each for each in batch if each[0] == "queued_and_leased"]
+        rest = [each for each in batch if each[0] != "queued_and_leased"]
+        return ((self._confirm.run(held, False) if held else [])
+                + (self._confirm.run(rest, True) if rest else []))
 
     @staticmethod
     def _count_findings(snap: Snapshot) -> list[Finding]:
@@ -258,3 +296,23 @@ def _entry_detail(kind: str, entry_id: str, snap: Snapshot) -> str:
     if entry_id in snap.leases:
         text += f" (lease {snap.leases[entry_id]})"
     return text
+
+
+def check_job(store: JobStore, repair: bool = False, deep: bool = False) -> list[Finding]:
+    """``JobCheck.run`` over every partition of the job, partition 0 first."""
+    from .job_store import job_partitions
+
+    count = job_partitions(store.client, store.keys.job)
+    return [finding for keys in store.keys.partitions(count)
+            for finding in JobCheck(store, keys).run(repair, deep)]
+
+
+def leases_of_dead_nodes(store: JobStore) -> dict[str, int]:
+    """``JobCheck.leases_of_dead_nodes`` summed over every partition of the job."""
+    from .job_store import job_partitions
+
+    held: dict[str, int] = {}
+    for keys in store.keys.partitions(job_partitions(store.client, store.keys.job)):
+        for node, count in JobCheck(store, keys).leases_of_dead_nodes().items():
+            held[node] = held.get(node, 0) + count
+    return held

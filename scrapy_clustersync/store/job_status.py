@@ -1,4 +1,5 @@
-"""``clustersync status``: everything shown of a job, read in one pipeline (no script)."""
+"""``clustersync status``: everything shown of a job, read in one pipeline (no script); a job
+split into partitions takes one more, for its other partitions (partition_status.py)."""
 
 from __future__ import annotations
 
@@ -7,9 +8,9 @@ from typing import Any
 import redis
 
 from .cluster_client import queue_server_time
-from .dedup import dedup_status
-from .errors import translate_errors
-from .keys import JobKeys
+from .errors import StoreError, translate_errors
+from .keys import PARTITIONS_FIELD, JobKeys, parse_partitions
+from .partition_status import figures_of, primary_of_key, read_other_partitions, summed
 from .records import as_text as _text
 from .records import parse_node_record
 from .script_results import DeadNode, JobStatus
@@ -39,7 +40,7 @@ def read_status(client: redis.Redis, keys: JobKeys) -> JobStatus:
         pipe.xlen(k.results)
         pipe.hgetall(k.results_meta)
         (meta, queued, leased, seen, stats, dead, live, info, idle, bloom, deaths, now,
-         summed, per_node, beats, pruned, results_length, results_meta) = pipe.execute()
+         summed_stats, per_node, beats, pruned, results_length, results_meta) = pipe.execute()
     server_ms = int(now[0]) * 1000 + int(now[1]) // 1000
     alive = {_text(n): score >= server_ms for n, score in live}
     # a node back from the dead is live again (listed dead until its next heartbeat)
@@ -50,20 +51,26 @@ def read_status(client: redis.Redis, keys: JobKeys) -> JobStatus:
     for record in nodes:
         mark_silence(record, last_beats.get(record["id"]), server_ms)
     meta_t = {_text(a): _text(b) for a, b in meta.items()}
-    dedup = dedup_status(meta_t, {_text(a): _text(b) for a, b in bloom.items()}, int(seen))
+    first = figures_of(keys, meta_t, int(queued), int(leased), int(seen), int(dead),
+                       {_text(a): int(b) for a, b in stats.items()},
+                       {_text(a): _text(b) for a, b in bloom.items()},
+                       primary_of_key(client, k.meta))
+    partitions = [first, *read_other_partitions(client, keys,
+                                                partition_count(meta_t, keys.job))]
+    job = summed(partitions)
     return JobStatus(
-        job=keys.job, exists=bool(meta_t), leased=int(leased),
-        queued=int(queued) + int(meta_t.get("fqueued") or 0),  # legacy queue + frontier
-        seen=int(dedup["entries"]), dead_letters=int(dead),
-        counters={_text(a): int(b) for a, b in stats.items()},
+        job=keys.job, exists=bool(meta_t), leased=job["leased"],
+        queued=job["queued"],  # legacy queue + frontier, of every partition
+        seen=job["seen"], dead_letters=job["dead_letters"], counters=job["counters"],
         start_claimed_by=meta_t.get("start_claim"), start_done="start_done" in meta_t,
-        server_ms=server_ms, nodes=nodes, dedup=dedup, meta=meta_t, dead_nodes=dead_nodes,
-        scrapy_stats={_text(a): int(b) for a, b in summed.items()},
+        server_ms=server_ms, nodes=nodes, dedup=job["dedup"], meta=meta_t,
+        dead_nodes=dead_nodes,
+        scrapy_stats={_text(a): int(b) for a, b in summed_stats.items()},
         pruned={_text(a): int(b) for a, b in pruned.items()},
         results={"length": int(results_length),
                  **{_text(a): int(b) for a, b in results_meta.items()}},
+        partitions=partitions,
     )
-
 
 def node_records(info: dict[Any, Any], alive: dict[str, bool], idle: dict[Any, Any],
                  node_stats: dict[str, dict[str, int]],
@@ -106,3 +113,11 @@ def stats_by_node(flat: dict[Any, Any]) -> dict[str, dict[str, int]]:
         node, _, name = _text(key).partition("\t")
         nodes.setdefault(node, {})[name] = int(value)
     return nodes
+
+
+def partition_count(meta: dict[str, str], job: str) -> int:
+    """The partition count partition 0's meta (as text) records (keys.parse_partitions)."""
+    try:
+        return parse_partitions(meta.get(PARTITIONS_FIELD))
+    except ValueError as exc:
+        raise StoreError(f"job {job!r}: {exc}") from None

@@ -459,24 +459,30 @@ class JobStore:
             raise StoreError(f"the dead list of job {self.keys.job!r} holds {exc}") from None
 
     def purge(self) -> int:
-        """Delete every key of the job; returns how many keys existed."""
-        k = self.keys
+        """Delete every key of the job, of each of its partitions; returns how many keys
+        existed."""
         with translate_errors(self.client):
-            nodes = [_text(n) for n in self.client.hkeys(k.node_info)]
-            names = k.shared_keys() + [k.last_call(n) for n in nodes + ["cli"]]
-            # the call records of nodes whose records were pruned, kept while they may write
-            names.extend(_text(name) for name in
-                         self.client.scan_iter(match=k.last_call("*"), count=1000))
-            names.extend(DedupRecord.read(self.client, k).keys)
-            for site in map(_text, self.client.zrange(k.sites, 0, -1)):
-                names.extend((k.site(site), k.site_inflight(site)))
-            # the frontier's lists and sets, and the politeness hashes its leases wrote
-            for prefix in (k.frontier, k.site_prefix):
-                names.extend(_text(name) for name in
-                             self.client.scan_iter(match=prefix + "*", count=1000))
-            # UNLINK: a huge queue or Bloom layer is freed in the background, not in the call;
-            # a broad crawl's many site lists go a batch of names per command
-            unique = list(dict.fromkeys(names))
-            return sum(int(self.client.unlink(*unique[i:i + PURGE_BATCH]))
-                       for i in range(0, len(unique), PURGE_BATCH))
+            nodes = [_text(n) for n in self.client.hkeys(self.keys.node_info)]
+            count = job_partitions(self.client, self.keys.job)
+            # partition 0 last: it holds the partition count, so a purge cut short is resumed
+            return sum(self._purge_partition(k, nodes)
+                       for k in reversed(self.keys.partitions(count)))
 
+    def _purge_partition(self, k: JobKeys, nodes: list[str]) -> int:
+        """Delete every key of one partition (``nodes``: the job's node ids); how many existed."""
+        names = k.shared_keys() + [k.last_call(n) for n in nodes + ["cli"]]
+        # the call records of nodes whose records were pruned, kept while they may write
+        names.extend(_text(name) for name in
+                     self.client.scan_iter(match=k.last_call("*"), count=1000))
+        names.extend(DedupRecord.read(self.client, k).keys)
+        for site in map(_text, self.client.zrange(k.sites, 0, -1)):
+            names.extend((k.site(site), k.site_inflight(site)))
+        # the frontier's lists and sets, and the politeness hashes its leases wrote
+        for prefix in (k.frontier, k.site_prefix):
+            names.extend(_text(name) for name in
+                         self.client.scan_iter(match=prefix + "*", count=1000))
+        # UNLINK: a huge queue or Bloom layer is freed in the background, not in the call;
+        # a broad crawl's many site lists go a batch of names per command
+        unique = list(dict.fromkeys(names))
+        return sum(int(self.client.unlink(*unique[i:i + PURGE_BATCH]))
+                   for i in range(0, len(unique), PURGE_BATCH))

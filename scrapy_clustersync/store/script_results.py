@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, NamedTuple
 
+from .partition_status import PartitionFigures
 from .records import NODE_RECORD_UNREADABLE, parse_node_record
 
 
@@ -219,6 +220,14 @@ class JobStatus:
     #: the results stream: ``length`` (entries), and the ``results_meta`` hash (``cap``,
     #: ``written``, ``refused_full``, ``full_since_ms`` while full)
     results: dict[str, int] = field(default_factory=dict)
+    #: each partition's figures, partition 0 first (one for a job of one partition); the
+    #: job's queued, leased, seen, dead letters, counters and dedup figures are their sums
+    partitions: list[PartitionFigures] = field(default_factory=list)
+
+    @property
+    def split(self) -> bool:
+        """The job is split into more than one partition."""
+        return len(self.partitions) > 1
 
     @property
     def state(self) -> str:
