@@ -55,10 +55,13 @@ def test_a_call_reserves_the_short_turns_within_the_horizon_and_always_one(
         redis_server: RedisServer) -> None:
     (node,) = sites(redis_server, "n1")
     # a 10 ms delay and a 50 ms horizon: the turns at 0, 10, ... 50 ms
-    assert len(node.turns(ask(count=100, delay_s=0.01, horizon_s=0.05)).offsets_s) == 6
+    short = node.turns(ask(count=100, delay_s=0.01, horizon_s=0.05))
+    assert len(short.offsets_s) == 6
     # a long delay: one turn, however many are wanted, and it waits for the ones reserved
+    # (on the Redis clock: the second call comes a few ms after the first on a busy machine)
     far = node.turns(ask(count=100, delay_s=2.0, horizon_s=0.05))
-    assert len(far.offsets_s) == 1 and 0.055 < far.offsets_s[0] < 0.07
+    assert len(far.offsets_s) == 1
+    assert 55 < starts_ms(far)[0] - starts_ms(short)[0] < 70
 
 
 def test_randomized_delays_stay_in_half_to_one_and_a_half_and_never_bunch_up(
