@@ -49,15 +49,34 @@ REACTORS = {"asyncio": {},
             "select": {"TWISTED_REACTOR": "twisted.internet.selectreactor.SelectReactor"}}
 
 
+#: whether an entry of the job holds ARGV[1]: the entries hash and the frontier's lists, read
+#: in one atomic step (read one after the other, a lease moving the request from its list to
+#: the entries hash between the two reads would look like the request gone)
+FIND_ENTRY = """
+for _, blob in ipairs(redis.call('HVALS', KEYS[1])) do
+  if string.find(blob, ARGV[1], 1, true) then return 1 end
+end
+local cursor = '0'
+repeat
+  local step = redis.call('SCAN', cursor, 'MATCH', KEYS[2], 'COUNT', 1000)
+  cursor = step[1]
+  for _, key in ipairs(step[2]) do
+    for _, item in ipairs(redis.call('LRANGE', key, 0, -1)) do
+      if string.find(item, ARGV[1], 1, true) then return 1 end
+    end
+  end
+until cursor == '0'
+return 0
+"""
+
+
 def failing_entry_in_redis(server: RedisServer, marker: bytes) -> bool:
     """Some entry of the job (queued or leased) is the failing request or one of its retries:
     a leased request is in the entries hash, a queued one in its site's list of the frontier
     (a retry waits there between two of its attempts)."""
-    client = server.client()
-    if any(marker in blob for blob in client.hvals("clustersync:{failing}:entries")):
-        return True
-    return any(marker in item for key in client.scan_iter(match="clustersync:{failing}:f:q:*")
-               for item in client.lrange(key, 0, -1))
+    found = server.client().eval(FIND_ENTRY, 2, "clustersync:{failing}:entries",
+                                 "clustersync:{failing}:f:q:*", marker)
+    return bool(found)
 
 
 @pytest.mark.timing
