@@ -10,7 +10,13 @@ import redis
 from .cluster_client import queue_server_time
 from .errors import StoreError, translate_errors
 from .keys import PARTITIONS_FIELD, JobKeys, parse_partitions
-from .partition_status import figures_of, primary_of_key, read_other_partitions, summed
+from .partition_status import (
+    PARTITION_READS,
+    partition_of_replies,
+    queue_partition_reads,
+    read_other_partitions,
+    summed,
+)
 from .records import as_text as _text
 from .records import parse_node_record
 from .script_results import DeadNode, JobStatus
@@ -21,16 +27,10 @@ def read_status(client: redis.Redis, keys: JobKeys) -> JobStatus:
     k = keys
     with translate_errors(client):
         pipe = client.pipeline(transaction=False)
-        pipe.hgetall(k.meta)
-        pipe.zcard(k.queue)
-        pipe.zcard(k.deadlines)
-        pipe.scard(k.seen)
-        pipe.hgetall(k.stats)
-        pipe.llen(k.dead)
+        queue_partition_reads(pipe, k)  # partition 0's figures, as every partition's
         pipe.zrange(k.nodes, 0, -1, withscores=True)
         pipe.hgetall(k.node_info)
         pipe.hgetall(k.idle)
-        pipe.hgetall(k.bloom)
         pipe.hgetall(k.dead_nodes)
         queue_server_time(pipe, k.meta)
         pipe.hgetall(k.scrapy_stats)
@@ -39,8 +39,10 @@ def read_status(client: redis.Redis, keys: JobKeys) -> JobStatus:
         pipe.hgetall(k.pruned)
         pipe.xlen(k.results)
         pipe.hgetall(k.results_meta)
-        (meta, queued, leased, seen, stats, dead, live, info, idle, bloom, deaths, now,
-         summed_stats, per_node, beats, pruned, results_length, results_meta) = pipe.execute()
+        replies = pipe.execute()
+    first, meta_t = partition_of_replies(client, k, replies[:PARTITION_READS])
+    (live, info, idle, deaths, now, summed_stats, per_node, beats, pruned, results_length,
+     results_meta) = replies[PARTITION_READS:]
     server_ms = int(now[0]) * 1000 + int(now[1]) // 1000
     alive = {_text(n): score >= server_ms for n, score in live}
     # a node back from the dead is live again (listed dead until its next heartbeat)
@@ -50,11 +52,6 @@ def read_status(client: redis.Redis, keys: JobKeys) -> JobStatus:
     nodes = node_records(info, alive, idle, stats_by_node(per_node), dead_nodes)
     for record in nodes:
         mark_silence(record, last_beats.get(record["id"]), server_ms)
-    meta_t = {_text(a): _text(b) for a, b in meta.items()}
-    first = figures_of(keys, meta_t, int(queued), int(leased), int(seen), int(dead),
-                       {_text(a): int(b) for a, b in stats.items()},
-                       {_text(a): _text(b) for a, b in bloom.items()},
-                       primary_of_key(client, k.meta))
     partitions = [first, *read_other_partitions(client, keys,
                                                 partition_count(meta_t, keys.job))]
     job = summed(partitions)

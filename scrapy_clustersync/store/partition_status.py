@@ -65,6 +65,34 @@ def figures_of(keys: JobKeys, meta: Mapping[str, str], legacy_queued: int, lease
         counters=counters, dedup=dedup, primary=primary, exists=bool(meta))
 
 
+#: commands `queue_partition_reads` adds to a pipeline, per partition
+PARTITION_READS = 7
+
+
+def queue_partition_reads(pipe: Any, k: JobKeys) -> None:
+    """Add to ``pipe`` the reads of one partition's figures (`PARTITION_READS` commands, read
+    back by `partition_of_replies`)."""
+    pipe.hgetall(k.meta)
+    pipe.zcard(k.queue)
+    pipe.zcard(k.deadlines)
+    pipe.scard(k.seen)
+    pipe.hgetall(k.stats)
+    pipe.llen(k.dead)
+    pipe.hgetall(k.bloom)
+
+
+def partition_of_replies(client: redis.Redis, k: JobKeys,
+                         replies: list[Any]) -> tuple[PartitionFigures, dict[str, str]]:
+    """The figures of partition ``k`` from the replies to `queue_partition_reads`, and its
+    meta as text."""
+    meta, queued, leased, seen, stats, dead, bloom = replies
+    meta_t = _texts(meta)
+    figures = figures_of(k, meta_t, int(queued), int(leased), int(seen), int(dead),
+                         {as_text(a): int(b) for a, b in stats.items()}, _texts(bloom),
+                         primary_of_key(client, k.meta))
+    return figures, meta_t
+
+
 def read_other_partitions(client: redis.Redis, keys: JobKeys,
                           count: int) -> list[PartitionFigures]:
     """The figures of partitions 1 .. ``count`` - 1 of ``keys``'s job, in one pipeline (on a
@@ -75,22 +103,11 @@ def read_other_partitions(client: redis.Redis, keys: JobKeys,
     with translate_errors(client):
         pipe = client.pipeline(transaction=False)
         for k in others:
-            pipe.hgetall(k.meta)
-            pipe.zcard(k.queue)
-            pipe.zcard(k.deadlines)
-            pipe.scard(k.seen)
-            pipe.hgetall(k.stats)
-            pipe.llen(k.dead)
-            pipe.hgetall(k.bloom)
+            queue_partition_reads(pipe, k)
         replies = pipe.execute()
-    found = []
-    for i, k in enumerate(others):
-        meta, queued, leased, seen, stats, dead, bloom = replies[i * 7:(i + 1) * 7]
-        found.append(figures_of(
-            k, _texts(meta), int(queued), int(leased), int(seen), int(dead),
-            {as_text(a): int(b) for a, b in stats.items()}, _texts(bloom),
-            primary_of_key(client, k.meta)))
-    return found
+    return [partition_of_replies(client, k, replies[i * PARTITION_READS:
+                                                     (i + 1) * PARTITION_READS])[0]
+            for i, k in enumerate(others)]
 
 
 def primary_of_key(client: redis.Redis, key: str) -> str | None:
