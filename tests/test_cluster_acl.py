@@ -13,7 +13,6 @@ import redis
 
 from scrapy_clustersync.store import JobStore, make_client
 from testkit.redis_cluster import RedisClusterGroup, redis_cli_binary
-from testkit.redis_server import LOCALHOST
 
 from acl_support import PASSWORDS, documented_lines, refusals, run_lines
 from conftest import SiteFactory, require_redis_server
@@ -23,8 +22,8 @@ JOB = "site"  # the example spider's name, so the job's name
 
 
 def user_url(group: RedisClusterGroup, user: str) -> str:
-    hosts = ",".join(f"{LOCALHOST}:{each.port}" for each in group.servers)
-    return f"redis+cluster://{user}:{PASSWORDS[user]}@{hosts}/"
+    """The cluster's URL, as ``user``."""
+    return group.url.replace("redis+cluster://", f"redis+cluster://{user}:{PASSWORDS[user]}@", 1)
 
 
 @pytest.fixture
